@@ -1,0 +1,174 @@
+/*
+ * relax.h — the C ABI of the relaxlib core.
+ *
+ * This header is the only interface framework glue (PyTorch, TensorFlow, ctypes) may use.
+ * Everything behind it (MPI, the background engine, collectives, codecs) is private to the core.
+ *
+ * Conventions
+ *  - Functions returning int return RELAX_OK (0) on success or a relax_status_t error code;
+ *    relax_last_error() then holds a human-readable message for the calling thread.
+ *  - Collectives are asynchronous: relax_enqueue() returns a handle (> 0) at once, the background
+ *    engine executes the request once every participating rank has submitted it, and the handle
+ *    completes (poll / wait / completion callback). Each handle must be released exactly once.
+ *  - Tensors are dense, contiguous, host memory.
+ */
+#ifndef RELAX_RELAX_H_
+#define RELAX_RELAX_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RELAX_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define RELAX_API __attribute__((visibility("default")))
+#else
+#define RELAX_API
+#endif
+
+typedef enum {
+  RELAX_OK = 0,
+  RELAX_ERR_NOT_INITIALIZED = 1,  /* init() not called, or shutdown() already called */
+  RELAX_ERR_INVALID_ARGUMENT = 2, /* bad dtype, op, root, shape, ... detected locally */
+  RELAX_ERR_MISMATCH = 3,         /* ranks submitted the same name with different parameters */
+  RELAX_ERR_SHUTDOWN = 4,         /* the engine shut down before the request completed */
+  RELAX_ERR_STALLED = 5,          /* some ranks never submitted the request (stall shutdown time) */
+  RELAX_ERR_DUPLICATE_NAME = 6,   /* a request with this name is already pending on this rank */
+  RELAX_ERR_MPI = 7,              /* MPI failed or is unusable (e.g. insufficient thread support) */
+  RELAX_ERR_INTERNAL = 8,
+  RELAX_ERR_UNKNOWN_HANDLE = 9,
+  RELAX_ERR_PROCESS_SET = 10      /* unknown process set, or this rank is not a member */
+} relax_status_t;
+
+/* Element types. Values are stable (part of the ABI). */
+typedef enum {
+  RELAX_FLOAT32 = 0,
+  RELAX_FLOAT64 = 1,
+  RELAX_FLOAT16 = 2,
+  RELAX_BFLOAT16 = 3,
+  RELAX_INT32 = 4,
+  RELAX_INT64 = 5,
+  RELAX_UINT8 = 6,
+  RELAX_INT8 = 7,
+  RELAX_BOOL = 8 /* broadcast / allgather / alltoall only */
+} relax_dtype_t;
+
+/* Reduction operations; numbering follows Horovod's (Average=0, Sum=1, Adasum=2, ...). */
+typedef enum {
+  RELAX_OP_AVERAGE = 0,
+  RELAX_OP_SUM = 1,
+  RELAX_OP_ADASUM = 2, /* not implemented: rejected with RELAX_ERR_INVALID_ARGUMENT */
+  RELAX_OP_MIN = 3,
+  RELAX_OP_MAX = 4,
+  RELAX_OP_PRODUCT = 5
+} relax_reduce_op_t;
+
+typedef enum {
+  RELAX_REQ_ALLREDUCE = 0,
+  RELAX_REQ_ALLGATHER = 1,     /* concatenation along dim 0; dim 0 may differ per rank */
+  RELAX_REQ_BROADCAST = 2,
+  RELAX_REQ_REDUCESCATTER = 3, /* rank i receives block i of the reduced tensor (see below) */
+  RELAX_REQ_ALLTOALL = 4,      /* dim-0 rows sent per destination given by `splits` */
+  RELAX_REQ_BARRIER = 5,
+  RELAX_REQ_JOIN = 6
+} relax_request_type_t;
+
+/*
+ * One collective request. Pointers need only live for the duration of relax_enqueue(), except
+ * `input` and `output`, which must stay valid until the handle completes.
+ *
+ * Output buffers:
+ *  - allreduce, broadcast: `output` has the shape of `input` (may equal `input`: in place).
+ *  - allgather, reducescatter, alltoall: the output shape depends on other ranks; pass
+ *    output = NULL and an `alloc` callback, which the engine calls once with the final shape.
+ *    (For reducescatter and alltoall a caller may pass `output` when it knows the shape.)
+ *
+ * Reducescatter blocks: with `recv_counts` NULL, the tensor's dim 0 is split into `size` blocks
+ * whose row counts differ by at most one, the first blocks taking the extra rows. With
+ * `recv_counts` (ndim==1 only) the flat tensor is split element-wise into those counts.
+ */
+typedef struct {
+  int32_t type;       /* relax_request_type_t */
+  const char* name;   /* unique among this rank's pending requests; same on every rank */
+  int32_t dtype;      /* relax_dtype_t */
+  int32_t reduce_op;  /* relax_reduce_op_t (allreduce, reducescatter) */
+  int32_t ndim;
+  const int64_t* shape;
+  const void* input;
+  void* output;
+  double prescale;    /* multiply inputs before reducing (1.0 = none) */
+  double postscale;   /* multiply results after reducing (1.0 = none) */
+  int32_t root_rank;  /* broadcast root, as a rank of the process set */
+  int32_t nsplits;    /* alltoall: number of entries in `splits` (0: equal split of dim 0) */
+  const int64_t* splits;
+  int32_t ncounts;    /* reducescatter: number of entries in `recv_counts` (0: default) */
+  const int64_t* recv_counts;
+  int32_t process_set; /* 0 = all ranks */
+} relax_request_t;
+
+typedef int64_t relax_handle_t;
+
+/* Called on the engine thread once the output shape is known; returns the buffer to fill. */
+typedef void* (*relax_alloc_fn)(void* user, int32_t ndim, const int64_t* shape);
+/* Called on the engine thread when the request completes (status = relax_status_t). */
+typedef void (*relax_done_fn)(void* user, relax_handle_t handle, int32_t status, const char* message);
+
+/* ---- runtime ---- */
+RELAX_API int relax_init(void);
+RELAX_API int relax_shutdown(void);
+RELAX_API int relax_is_initialized(void);
+RELAX_API int relax_rank(void);
+RELAX_API int relax_size(void);
+RELAX_API int relax_local_rank(void);
+RELAX_API int relax_local_size(void);
+RELAX_API int relax_cross_rank(void);
+RELAX_API int relax_cross_size(void);
+RELAX_API int relax_mpi_threads_supported(void);
+/* Message and status code of the last failing call on this thread ("" / RELAX_OK if none). */
+RELAX_API const char* relax_last_error(void);
+RELAX_API int relax_last_error_code(void);
+/* Core library version string and ABI version. */
+RELAX_API const char* relax_version(void);
+RELAX_API int relax_abi_version(void);
+
+/* ---- requests ---- */
+/* Returns a handle > 0, or 0 on a local error (relax_last_error() says why). */
+RELAX_API relax_handle_t relax_enqueue(const relax_request_t* request, relax_alloc_fn alloc, relax_done_fn done,
+                             void* user);
+/*
+ * Grouped submission: the `count` requests are negotiated and executed atomically (same round,
+ * fused where possible). Writes `count` handles; returns RELAX_OK or an error (no handle created).
+ */
+RELAX_API int relax_enqueue_group(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc,
+                        relax_done_fn done, void* const* users, relax_handle_t* handles_out);
+/* 1 if complete, 0 if pending, -1 if the handle is unknown. */
+RELAX_API int relax_poll(relax_handle_t handle);
+/* Blocks until complete; returns the request's status. */
+RELAX_API int relax_wait(relax_handle_t handle);
+/* Status of a completed handle and its error message ("" when OK). */
+RELAX_API int relax_handle_status(relax_handle_t handle);
+RELAX_API const char* relax_handle_message(relax_handle_t handle);
+/* Result integer of a completed join (last rank to join) or -1. */
+RELAX_API int64_t relax_handle_result(relax_handle_t handle);
+/* Alltoall: copies the number of rows received from each rank into out[size]; returns count. */
+RELAX_API int relax_handle_received_splits(relax_handle_t handle, int64_t* out, int32_t capacity);
+/* Forget a completed handle. */
+RELAX_API void relax_release(relax_handle_t handle);
+
+/* ---- configuration & introspection ---- */
+/* Fusion buffer threshold in bytes and cycle time in milliseconds (also RELAX_FUSION_THRESHOLD,
+ * RELAX_CYCLE_TIME). Take effect on the next cycle. */
+RELAX_API int relax_set_fusion_threshold(int64_t bytes);
+RELAX_API int relax_set_cycle_time_ms(double ms);
+/* Counters since init: rounds run, requests completed, bytes sent by collectives. */
+RELAX_API int relax_stats(int64_t* rounds, int64_t* completed, int64_t* bytes_sent, int64_t* bytes_received);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RELAX_RELAX_H_ */

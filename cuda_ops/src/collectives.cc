@@ -1,0 +1,260 @@
+#include "collectives.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "mpi_context.h"
+#include "reduce.h"
+
+namespace relax {
+namespace {
+
+constexpr int kRingTag = 7101;
+constexpr int64_t kMaxMessageBytes = 1ll << 30;  // MPI counts are int: chunk larger transfers
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+Status mpi_status(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return Status::ok();
+  return Status::error(RELAX_ERR_MPI, std::string(what) + " failed: " + mpi_error_string(rc));
+}
+
+MPI_Datatype mpi_type(int32_t dtype) {
+  switch (dtype) {
+    case RELAX_FLOAT32: return MPI_FLOAT;
+    case RELAX_FLOAT64: return MPI_DOUBLE;
+    case RELAX_INT32: return MPI_INT32_T;
+    case RELAX_INT64: return MPI_INT64_T;
+    case RELAX_UINT8: return MPI_UINT8_T;
+    case RELAX_INT8: return MPI_INT8_T;
+    default: return MPI_DATATYPE_NULL;  // 16-bit floats have no MPI type: ring path
+  }
+}
+
+MPI_Op mpi_op(int32_t op) {
+  switch (op) {
+    case RELAX_OP_SUM:
+    case RELAX_OP_AVERAGE: return MPI_SUM;
+    case RELAX_OP_MIN: return MPI_MIN;
+    case RELAX_OP_MAX: return MPI_MAX;
+    case RELAX_OP_PRODUCT: return MPI_PROD;
+    default: return MPI_OP_NULL;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> even_counts(int64_t count, int parts) {
+  std::vector<int64_t> counts(static_cast<size_t>(parts), count / parts);
+  for (int64_t i = 0; i < count % parts; ++i) ++counts[static_cast<size_t>(i)];
+  return counts;
+}
+
+std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+  return offsets;
+}
+
+Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), config_(config) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv,
+                             int64_t recv_bytes, int source) {
+  std::vector<MPI_Request> requests;
+  for (int64_t off = 0; off < recv_bytes; off += kMaxMessageBytes) {
+    requests.emplace_back();
+    const int n = static_cast<int>(std::min(kMaxMessageBytes, recv_bytes - off));
+    int rc = MPI_Irecv(recv + off, n, MPI_BYTE, source, kRingTag, comm_, &requests.back());
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
+  }
+  for (int64_t off = 0; off < send_bytes; off += kMaxMessageBytes) {
+    requests.emplace_back();
+    const int n = static_cast<int>(std::min(kMaxMessageBytes, send_bytes - off));
+    int rc = MPI_Isend(send + off, n, MPI_BYTE, dest, kRingTag, comm_, &requests.back());
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
+  }
+  traffic_.bytes_sent += send_bytes;
+  traffic_.bytes_received += recv_bytes;
+  return mpi_status(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+                    "MPI_Waitall");
+}
+
+// Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from
+// the left one, reducing each received segment into `recv_into` while the next is in flight.
+Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count, uint8_t* recv_into,
+                                        int64_t recv_count, int32_t dtype, int32_t op) {
+  const size_t esize = dtype_size(dtype);
+  const int right = mod(rank_ + 1, size_);
+  const int left = mod(rank_ - 1, size_);
+  const int64_t seg = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes) /
+                                               static_cast<int64_t>(esize));
+  const int64_t nsend = (send_count + seg - 1) / seg;
+  const int64_t nrecv = (recv_count + seg - 1) / seg;
+  if (scratch_.size() < 2 * seg * esize) scratch_.resize(2 * seg * esize);
+
+  std::vector<MPI_Request> sends(static_cast<size_t>(nsend), MPI_REQUEST_NULL);
+  for (int64_t k = 0; k < nsend; ++k) {
+    const int64_t n = std::min(seg, send_count - k * seg);
+    int rc = MPI_Isend(send + k * seg * esize, static_cast<int>(n * esize), MPI_BYTE, right, kRingTag,
+                       comm_, &sends[static_cast<size_t>(k)]);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
+  }
+  MPI_Request recvs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  auto post = [&](int64_t k) {
+    const int64_t n = std::min(seg, recv_count - k * seg);
+    return MPI_Irecv(scratch_.data() + (k % 2) * seg * esize, static_cast<int>(n * esize), MPI_BYTE, left,
+                     kRingTag, comm_, &recvs[k % 2]);
+  };
+  for (int64_t k = 0; k < std::min<int64_t>(2, nrecv); ++k) {
+    int rc = post(k);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
+  }
+  for (int64_t k = 0; k < nrecv; ++k) {
+    int rc = MPI_Wait(&recvs[k % 2], MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Wait");
+    const int64_t n = std::min(seg, recv_count - k * seg);
+    reduce_into(recv_into + k * seg * esize, scratch_.data() + (k % 2) * seg * esize, n, dtype, op);
+    if (k + 2 < nrecv) {
+      rc = post(k + 2);
+      if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
+    }
+  }
+  traffic_.bytes_sent += send_count * static_cast<int64_t>(esize);
+  traffic_.bytes_received += recv_count * static_cast<int64_t>(esize);
+  return mpi_status(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
+                    "MPI_Waitall");
+}
+
+Status Collectives::ring_reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype,
+                                        int32_t op) {
+  if (size_ == 1) return Status::ok();
+  auto* bytes = static_cast<uint8_t*>(buf);
+  const size_t esize = dtype_size(dtype);
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  // Step s sends block (r-s-1) and reduces block (r-s-2); after n-1 steps block r is complete.
+  for (int s = 0; s < size_ - 1; ++s) {
+    const size_t send_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
+    const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 2, size_));
+    Status st = exchange_and_reduce(bytes + offsets[send_block] * esize, counts[send_block],
+                                    bytes + offsets[recv_block] * esize, counts[recv_block], dtype, op);
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
+}
+
+Status Collectives::ring_allgather(void* buf, const std::vector<int64_t>& counts, size_t esize) {
+  if (size_ == 1) return Status::ok();
+  auto* bytes = static_cast<uint8_t*>(buf);
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  const int right = mod(rank_ + 1, size_);
+  const int left = mod(rank_ - 1, size_);
+  // Step s forwards block (r-s) and receives block (r-s-1).
+  for (int s = 0; s < size_ - 1; ++s) {
+    const size_t send_block = static_cast<size_t>(mod(rank_ - s, size_));
+    const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
+    Status st = sendrecv(bytes + offsets[send_block] * esize, counts[send_block] * static_cast<int64_t>(esize),
+                         right, bytes + offsets[recv_block] * esize,
+                         counts[recv_block] * static_cast<int64_t>(esize), left);
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
+}
+
+Status Collectives::mpi_allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale) {
+  int rc = MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_type(dtype), mpi_op(op), comm_);
+  if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Allreduce");
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  traffic_.bytes_sent += 2 * bytes * (size_ - 1) / size_;
+  traffic_.bytes_received += 2 * bytes * (size_ - 1) / size_;
+  scale_buffer(buf, count, dtype, postscale);
+  return Status::ok();
+}
+
+Status Collectives::allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale) {
+  if (count == 0) return Status::ok();
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  if (size_ == 1) {
+    scale_buffer(buf, count, dtype, postscale);
+    return Status::ok();
+  }
+  if (bytes <= config_.mpi_allreduce_max_bytes && count <= INT_MAX && mpi_type(dtype) != MPI_DATATYPE_NULL) {
+    return mpi_allreduce(buf, count, dtype, op, postscale);
+  }
+  const std::vector<int64_t> counts = even_counts(count, size_);
+  Status st = ring_reduce_scatter(buf, counts, dtype, op);
+  if (!st.is_ok()) return st;
+  const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
+  scale_buffer(static_cast<uint8_t*>(buf) + own_offset * static_cast<int64_t>(dtype_size(dtype)),
+               counts[static_cast<size_t>(rank_)], dtype, postscale);
+  return ring_allgather(buf, counts, dtype_size(dtype));
+}
+
+Status Collectives::reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
+                                   double postscale, void* out) {
+  const size_t esize = dtype_size(dtype);
+  Status st = ring_reduce_scatter(buf, counts, dtype, op);
+  if (!st.is_ok()) return st;
+  const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
+  const int64_t own_count = counts[static_cast<size_t>(rank_)];
+  if (own_count > 0) {
+    std::memmove(out, static_cast<uint8_t*>(buf) + own_offset * static_cast<int64_t>(esize),
+                 static_cast<size_t>(own_count) * esize);
+    scale_buffer(out, own_count, dtype, postscale);
+  }
+  return Status::ok();
+}
+
+Status Collectives::broadcast(void* buf, int64_t bytes, int root) {
+  auto* p = static_cast<uint8_t*>(buf);
+  for (int64_t off = 0; off < bytes; off += kMaxMessageBytes) {
+    const int n = static_cast<int>(std::min(kMaxMessageBytes, bytes - off));
+    int rc = MPI_Bcast(p + off, n, MPI_BYTE, root, comm_);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Bcast");
+  }
+  if (rank_ == root) {
+    traffic_.bytes_sent += bytes;
+  } else {
+    traffic_.bytes_received += bytes;
+  }
+  return Status::ok();
+}
+
+Status Collectives::allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t esize) {
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  const int64_t own = counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(esize);
+  if (own > 0 && in != static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize) {
+    std::memcpy(static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize, in,
+                static_cast<size_t>(own));
+  }
+  return ring_allgather(out, counts, esize);
+}
+
+Status Collectives::alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                              const std::vector<int64_t>& recv_counts, size_t esize) {
+  const std::vector<int64_t> send_offsets = block_offsets(send_counts);
+  const std::vector<int64_t> recv_offsets = block_offsets(recv_counts);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  // Pairwise exchange: at step s send to (r+s), receive from (r-s); the own block is a copy.
+  const size_t me = static_cast<size_t>(rank_);
+  if (recv_counts[me] > 0) {
+    std::memcpy(dst + recv_offsets[me] * esize, src + send_offsets[me] * esize,
+                static_cast<size_t>(recv_counts[me]) * esize);
+  }
+  for (int s = 1; s < size_; ++s) {
+    const int to = mod(rank_ + s, size_);
+    const int from = mod(rank_ - s, size_);
+    Status st = sendrecv(src + send_offsets[static_cast<size_t>(to)] * esize,
+                         send_counts[static_cast<size_t>(to)] * static_cast<int64_t>(esize), to,
+                         dst + recv_offsets[static_cast<size_t>(from)] * esize,
+                         recv_counts[static_cast<size_t>(from)] * static_cast<int64_t>(esize), from);
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
+}
+
+}  // namespace relax

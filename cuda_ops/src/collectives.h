@@ -1,0 +1,74 @@
+// Collectives over one MPI communicator: our ring reduce-scatter / all-gather on point-to-point
+// (pipelined in segments so reduction overlaps the transfer), all-reduce as the two in sequence,
+// and MPI's own collectives where they measure faster (small all-reduce) or are simplest.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "types.h"
+
+namespace relax {
+
+// Splits `count` elements into `parts` contiguous blocks whose sizes differ by at most one; the
+// first `count % parts` blocks take the extra element.
+std::vector<int64_t> even_counts(int64_t count, int parts);
+// Exclusive prefix sums of `counts` (block offsets).
+std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts);
+
+// Bytes moved by this rank's collectives (read from other threads for statistics).
+struct Traffic {
+  std::atomic<int64_t> bytes_sent{0};
+  std::atomic<int64_t> bytes_received{0};
+};
+
+struct CollectiveConfig {
+  int64_t segment_bytes = 1 << 20;            // ring pipelining granularity
+  int64_t mpi_allreduce_max_bytes = 8 << 20;  // use MPI_Allreduce at or below this size
+};
+
+class Collectives {
+ public:
+  Collectives(MPI_Comm comm, CollectiveConfig config);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  CollectiveConfig& config() { return config_; }
+  const Traffic& traffic() const { return traffic_; }
+
+  // In place: afterwards block r (at block_offsets(counts)[r]) holds the reduction over all ranks
+  // of block r; other blocks hold partial sums. op: Sum (for Average too), Min, Max, Product.
+  Status ring_reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op);
+  // In place: on entry each rank's own block r is valid; afterwards every block is.
+  Status ring_allgather(void* buf, const std::vector<int64_t>& counts, size_t element_size);
+  // In place all-reduce; `postscale` multiplies the result (applied once per element, by its owner).
+  Status allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // Reduce-scatter with given per-rank element counts: `buf` (all blocks) is clobbered; the own
+  // reduced block, scaled by `postscale`, is written to `out`.
+  Status reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
+                        double postscale, void* out);
+  Status broadcast(void* buf, int64_t bytes, int root);
+  // Concatenates each rank's `counts[r]` elements in rank order into `out`.
+  Status allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t element_size);
+  Status alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                   const std::vector<int64_t>& recv_counts, size_t element_size);
+
+ private:
+  Status exchange_and_reduce(const uint8_t* send, int64_t send_count, uint8_t* recv_into,
+                             int64_t recv_count, int32_t dtype, int32_t op);
+  Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
+                  int source);
+  Status mpi_allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale);
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  CollectiveConfig config_;
+  Traffic traffic_;
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace relax

@@ -1,0 +1,45 @@
+#include "config.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace relax {
+namespace {
+
+const char* lookup(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  if ((!v || !*v) && fallback) v = std::getenv(fallback);
+  return (v && *v) ? v : nullptr;
+}
+
+template <typename T>
+void read(const char* name, const char* fallback, T& value, T minimum, std::string& error) {
+  const char* text = lookup(name, fallback);
+  if (!text) return;
+  char* end = nullptr;
+  const double parsed = std::strtod(text, &end);
+  if (end == text || *end != '\0' || parsed < static_cast<double>(minimum)) {
+    error += std::string(error.empty() ? "" : "; ") + name + "=" + text + " is not a number >= " +
+             std::to_string(minimum);
+    return;
+  }
+  value = static_cast<T>(parsed);
+}
+
+}  // namespace
+
+EngineConfig EngineConfig::from_environment(std::string& error) {
+  EngineConfig c;
+  read("RELAX_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", c.fusion_threshold_bytes, int64_t{0}, error);
+  read("RELAX_CYCLE_TIME", "HOROVOD_CYCLE_TIME", c.cycle_time_ms, 0.0, error);
+  read("RELAX_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", c.cache_capacity, int64_t{0}, error);
+  read("RELAX_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds, 0.0, error);
+  read("RELAX_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0.0, error);
+  read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
+  read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);
+  const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
+  if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
+  return c;
+}
+
+}  // namespace relax

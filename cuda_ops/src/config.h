@@ -1,0 +1,23 @@
+// Engine settings, read from RELAX_* environment variables (HOROVOD_* names accepted as a
+// fallback so existing launch scripts keep working).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace relax {
+
+struct EngineConfig {
+  int64_t fusion_threshold_bytes = 64ll << 20;  // RELAX_FUSION_THRESHOLD
+  double cycle_time_ms = 1.0;                   // RELAX_CYCLE_TIME
+  int64_t cache_capacity = 1024;                // RELAX_CACHE_CAPACITY
+  double stall_check_seconds = 60.0;            // RELAX_STALL_CHECK_TIME (0 disables)
+  double stall_shutdown_seconds = 0.0;          // RELAX_STALL_SHUTDOWN_TIME (0 = never)
+  int64_t ring_segment_bytes = 1ll << 20;       // RELAX_RING_SEGMENT_BYTES
+  int64_t mpi_allreduce_max_bytes = 8ll << 20;  // RELAX_MPI_ALLREDUCE_MAX_BYTES
+
+  // Reads the environment; invalid values produce a message in `error` and keep the default.
+  static EngineConfig from_environment(std::string& error);
+};
+
+}  // namespace relax

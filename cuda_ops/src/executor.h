@@ -1,0 +1,74 @@
+// Executes negotiated responses on the engine thread: tensor fusion for all-reduce, the other
+// collectives one by one, and completion of the local handles (status, callback).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives.h"
+#include "config.h"
+#include "coordinator.h"
+#include "handles.h"
+
+namespace relax {
+
+// Name under which a rank's pending join() is tracked (one per rank at a time).
+constexpr const char kJoinRequestName[] = "relax.join";
+
+// A request submitted on this rank and not completed yet.
+struct LocalRequest {
+  Descriptor desc;
+  const void* input = nullptr;
+  void* output = nullptr;
+  relax_alloc_fn alloc = nullptr;
+  relax_done_fn done = nullptr;
+  void* user = nullptr;
+  relax_handle_t handle = 0;
+  double enqueued_at = 0;
+};
+
+using PendingMap = std::unordered_map<std::string, LocalRequest>;
+
+// Completes one local request: records the status in the handle table, then runs the callback.
+void finish_request(HandleTable& handles, const LocalRequest& request, int32_t status, const std::string& message,
+                    int64_t result = -1, std::vector<int64_t> received_splits = {});
+
+class Executor {
+ public:
+  // `retire` runs before a local request's handle completes (the engine forgets its name, so the
+  // caller may reuse the name as soon as it observes completion).
+  Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config,
+           std::function<void(const std::string&)> retire);
+
+  // Executes `responses` in order; removes completed requests from `pending`.
+  void run(std::vector<Response>& responses, PendingMap& pending);
+
+ private:
+  struct Item {
+    const ResponseTensor* tensor;
+    LocalRequest* local;  // null when this rank joined without the tensor
+  };
+
+  void run_allreduce_batch(std::vector<Item>& items);
+  Status run_fused_allreduce(std::vector<Item>& items);
+  Status run_allgather(Item& item, std::vector<int64_t>& shape_out);
+  Status run_broadcast(Item& item);
+  Status run_reducescatter(Item& item);
+  Status run_alltoall(Item& item, std::vector<int64_t>& received_splits);
+  void* allocate_output(Item& item, const std::vector<int64_t>& shape, std::vector<uint8_t>& fallback,
+                        int64_t bytes);
+  void complete(Item& item, const Status& status, int64_t result = -1, std::vector<int64_t> splits = {});
+
+  Collectives& collectives_;
+  HandleTable& handles_;
+  const EngineConfig& config_;
+  std::function<void(const std::string&)> retire_;
+  std::vector<uint8_t> fusion_buffer_;
+  std::vector<uint8_t> work_buffer_;
+  PendingMap* pending_ = nullptr;
+};
+
+}  // namespace relax

@@ -1,0 +1,232 @@
+// The C ABI: process-wide runtime state (MPI context, handle table, engine) behind relax.h.
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine.h"
+#include "logging.h"
+#include "mpi_context.h"
+#include "relax/relax.h"
+#include "validate.h"
+
+#ifndef RELAX_VERSION_STRING
+#define RELAX_VERSION_STRING "0.1.0"
+#endif
+
+namespace relax {
+namespace {
+
+struct Runtime {
+  std::mutex mutex;
+  MpiContext mpi;
+  HandleTable handles;
+  std::unique_ptr<Engine> engine;
+};
+
+Runtime& runtime() {
+  static Runtime instance;
+  return instance;
+}
+
+thread_local std::string t_last_error;
+thread_local int t_last_error_code = RELAX_OK;
+
+int fail(const Status& s) {
+  t_last_error = s.message;
+  t_last_error_code = s.code;
+  return s.code;
+}
+
+int not_initialized() {
+  return fail(Status::error(RELAX_ERR_NOT_INITIALIZED,
+                            "relaxlib has not been initialized (or was shut down); call init() first."));
+}
+
+Engine* live_engine() {
+  Runtime& rt = runtime();
+  return (rt.engine && rt.engine->running()) ? rt.engine.get() : nullptr;
+}
+
+void stop_engine() {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  if (rt.engine) {
+    rt.engine->stop();
+    rt.engine.reset();
+  }
+  rt.mpi.close();
+}
+
+// MPI calls the delete callback of an attribute on MPI_COMM_SELF at the start of MPI_Finalize,
+// whoever finalizes (us, mpi4py, the application): the engine stops before MPI goes away.
+int on_mpi_finalize(MPI_Comm, int, void*, void*) {
+  stop_engine();
+  return MPI_SUCCESS;
+}
+
+void register_finalize_hook() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int keyval = MPI_KEYVAL_INVALID;
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_mpi_finalize, &keyval, nullptr);
+    MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+  });
+}
+
+int initialize() {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  if (rt.engine && rt.engine->running()) return RELAX_OK;
+  rt.engine.reset();  // a previous engine that stopped (shutdown by a peer)
+  std::string config_error;
+  EngineConfig config = EngineConfig::from_environment(config_error);
+  if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
+  Status s = rt.mpi.open();
+  if (!s.is_ok()) return fail(s);
+  register_finalize_hook();
+  rt.engine = std::make_unique<Engine>(rt.mpi, rt.handles, config);
+  rt.engine->start();
+  RELAX_LOG(Debug, "initialized: rank " << rt.mpi.topology().rank << " of " << rt.mpi.topology().size);
+  return RELAX_OK;
+}
+
+// Validates and submits `count` requests as one unit; writes their handles. Returns a status.
+int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,
+            void* const* users, relax_handle_t* handles_out) {
+  Runtime& rt = runtime();
+  Engine* engine = live_engine();
+  if (!engine) return not_initialized();
+  if (count <= 0 || !requests) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "empty request group"));
+  std::vector<LocalRequest> locals(static_cast<size_t>(count));
+  const std::string group =
+      count > 1 ? "group:" + std::string(requests[0].name ? requests[0].name : "") + ":" + std::to_string(count) : "";
+  for (int32_t i = 0; i < count; ++i) {
+    const relax_request_t& r = requests[i];
+    LocalRequest& local = locals[static_cast<size_t>(i)];
+    Status s = make_descriptor(r, rt.mpi.topology().size, alloc != nullptr, local.desc);
+    if (!s.is_ok()) return fail(s);
+    if (r.type == RELAX_REQ_JOIN) local.desc.name = kJoinRequestName;
+    local.desc.group = group;
+    local.desc.group_size = count > 1 ? count : 0;
+    local.input = r.input;
+    local.output = r.output;
+    local.alloc = alloc;
+    local.done = done;
+    local.user = users ? users[i] : nullptr;
+  }
+  for (int32_t i = 0; i < count; ++i) locals[static_cast<size_t>(i)].handle = rt.handles.create();
+  std::vector<relax_handle_t> created;
+  for (const LocalRequest& l : locals) created.push_back(l.handle);
+  Status s = engine->submit(std::move(locals));
+  if (!s.is_ok()) {
+    for (relax_handle_t h : created) rt.handles.release(h);
+    return fail(s);
+  }
+  for (int32_t i = 0; i < count; ++i) handles_out[i] = created[static_cast<size_t>(i)];
+  return RELAX_OK;
+}
+
+}  // namespace
+}  // namespace relax
+
+using relax::runtime;
+
+extern "C" {
+
+int relax_init(void) { return relax::initialize(); }
+
+int relax_shutdown(void) {
+  relax::stop_engine();
+  return RELAX_OK;
+}
+
+int relax_is_initialized(void) { return relax::live_engine() != nullptr; }
+
+#define RELAX_TOPOLOGY_GETTER(fn, field)                                   \
+  int fn(void) {                                                           \
+    if (!relax::live_engine()) return -relax::not_initialized();           \
+    return runtime().mpi.topology().field;                                 \
+  }
+RELAX_TOPOLOGY_GETTER(relax_rank, rank)
+RELAX_TOPOLOGY_GETTER(relax_size, size)
+RELAX_TOPOLOGY_GETTER(relax_local_rank, local_rank)
+RELAX_TOPOLOGY_GETTER(relax_local_size, local_size)
+RELAX_TOPOLOGY_GETTER(relax_cross_rank, cross_rank)
+RELAX_TOPOLOGY_GETTER(relax_cross_size, cross_size)
+#undef RELAX_TOPOLOGY_GETTER
+
+int relax_mpi_threads_supported(void) {
+  if (!relax::live_engine()) return -relax::not_initialized();
+  return runtime().mpi.thread_level() >= MPI_THREAD_MULTIPLE;
+}
+
+const char* relax_last_error(void) { return relax::t_last_error.c_str(); }
+int relax_last_error_code(void) { return relax::t_last_error_code; }
+const char* relax_version(void) { return RELAX_VERSION_STRING; }
+int relax_abi_version(void) { return RELAX_ABI_VERSION; }
+
+relax_handle_t relax_enqueue(const relax_request_t* request, relax_alloc_fn alloc, relax_done_fn done, void* user) {
+  relax_handle_t handle = 0;
+  void* users[1] = {user};
+  return relax::enqueue(request, 1, alloc, done, users, &handle) == RELAX_OK ? handle : 0;
+}
+
+int relax_enqueue_group(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,
+                        void* const* users, relax_handle_t* handles_out) {
+  return relax::enqueue(requests, count, alloc, done, users, handles_out);
+}
+
+int relax_poll(relax_handle_t handle) { return runtime().handles.poll(handle); }
+int relax_wait(relax_handle_t handle) { return runtime().handles.wait(handle); }
+
+int relax_handle_status(relax_handle_t handle) {
+  relax::HandleState state;
+  if (!runtime().handles.get(handle, state)) return RELAX_ERR_UNKNOWN_HANDLE;
+  return state.done ? state.status : RELAX_OK;
+}
+
+const char* relax_handle_message(relax_handle_t handle) { return runtime().handles.message(handle); }
+
+int64_t relax_handle_result(relax_handle_t handle) {
+  relax::HandleState state;
+  return runtime().handles.get(handle, state) ? state.result : -1;
+}
+
+int relax_handle_received_splits(relax_handle_t handle, int64_t* out, int32_t capacity) {
+  relax::HandleState state;
+  if (!runtime().handles.get(handle, state)) return -1;
+  const int32_t n = static_cast<int32_t>(state.received_splits.size());
+  for (int32_t i = 0; i < n && i < capacity; ++i) out[i] = state.received_splits[static_cast<size_t>(i)];
+  return n;
+}
+
+void relax_release(relax_handle_t handle) { runtime().handles.release(handle); }
+
+int relax_set_fusion_threshold(int64_t bytes) {
+  relax::Engine* engine = relax::live_engine();
+  if (!engine) return relax::not_initialized();
+  if (bytes < 0) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "fusion threshold must be >= 0"));
+  engine->set_fusion_threshold(bytes);
+  return RELAX_OK;
+}
+
+int relax_set_cycle_time_ms(double ms) {
+  relax::Engine* engine = relax::live_engine();
+  if (!engine) return relax::not_initialized();
+  if (!(ms >= 0)) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "cycle time must be >= 0"));
+  engine->set_cycle_time_ms(ms);
+  return RELAX_OK;
+}
+
+int relax_stats(int64_t* rounds, int64_t* completed, int64_t* bytes_sent, int64_t* bytes_received) {
+  relax::Engine* engine = relax::live_engine();
+  if (!engine) return relax::not_initialized();
+  const relax::EngineStats s = engine->stats();
+  if (rounds) *rounds = s.rounds;
+  if (completed) *completed = s.completed;
+  if (bytes_sent) *bytes_sent = s.bytes_sent;
+  if (bytes_received) *bytes_received = s.bytes_received;
+  return RELAX_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,67 @@
+// Core value types shared by the coordinator, the engine and the collectives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "relax/relax.h"
+
+namespace relax {
+
+// Outcome of an operation: code plus a message naming what went wrong.
+struct Status {
+  int32_t code = RELAX_OK;
+  std::string message;
+
+  static Status ok() { return {}; }
+  static Status error(int32_t code, std::string message) { return {code, std::move(message)}; }
+  bool is_ok() const { return code == RELAX_OK; }
+};
+
+// Size in bytes of one element, or 0 for an unknown dtype.
+size_t dtype_size(int32_t dtype);
+// Human-readable dtype name ("float32", ...); "dtype(<n>)" if unknown.
+std::string dtype_name(int32_t dtype);
+bool dtype_is_valid(int32_t dtype);
+bool dtype_is_floating(int32_t dtype);
+std::string reduce_op_name(int32_t op);
+std::string request_type_name(int32_t type);
+std::string shape_string(const std::vector<int64_t>& shape);
+
+// What one rank asked for, as exchanged during negotiation. Everything needed to validate the
+// request against other ranks and to take part in it without the local tensor (joined ranks).
+struct Descriptor {
+  std::string name;
+  int32_t type = RELAX_REQ_ALLREDUCE;
+  int32_t dtype = RELAX_FLOAT32;
+  int32_t reduce_op = RELAX_OP_SUM;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;       // alltoall rows per destination
+  std::vector<int64_t> recv_counts;  // reducescatter element counts per rank
+  std::string group;                 // non-empty: member of an atomically negotiated group
+  int32_t group_size = 0;
+
+  int64_t num_elements() const;
+  // Elements per dim-0 row (product of shape[1:]); 1 for scalars.
+  int64_t row_elements() const;
+  int64_t dim0() const { return shape.empty() ? 1 : shape[0]; }
+  bool operator==(const Descriptor& other) const;
+};
+
+// Binary encoding used on the wire and as the response-cache key.
+void encode_descriptor(const Descriptor& d, std::string& out);
+// Decodes one descriptor starting at `pos`; advances `pos`. Returns false on malformed input.
+bool decode_descriptor(const std::string& in, size_t& pos, Descriptor& d);
+
+void encode_u32(uint32_t v, std::string& out);
+void encode_i64(int64_t v, std::string& out);
+void encode_string(const std::string& s, std::string& out);
+bool decode_u32(const std::string& in, size_t& pos, uint32_t& v);
+bool decode_i64(const std::string& in, size_t& pos, int64_t& v);
+bool decode_string(const std::string& in, size_t& pos, std::string& s);
+
+}  // namespace relax

@@ -1,0 +1,107 @@
+#include "validate.h"
+
+#include <cmath>
+
+namespace relax {
+namespace {
+
+Status invalid(const std::string& message) { return Status::error(RELAX_ERR_INVALID_ARGUMENT, message); }
+
+}  // namespace
+
+Status make_descriptor(const relax_request_t& r, int world_size, bool has_alloc, Descriptor& d) {
+  if (r.type < RELAX_REQ_ALLREDUCE || r.type > RELAX_REQ_JOIN) {
+    return invalid("unknown request type " + std::to_string(r.type));
+  }
+  d = Descriptor{};
+  d.type = r.type;
+  d.name = r.name ? r.name : "";
+  const std::string what = request_type_name(r.type) + " '" + d.name + "'";
+  if (d.name.empty()) return invalid(request_type_name(r.type) + " needs a non-empty name");
+  if (r.process_set != 0) {
+    return Status::error(RELAX_ERR_PROCESS_SET, what + ": unknown process set " + std::to_string(r.process_set));
+  }
+  if (r.type == RELAX_REQ_BARRIER || r.type == RELAX_REQ_JOIN) return Status::ok();
+
+  if (!dtype_is_valid(r.dtype)) return invalid(what + ": unsupported data type " + dtype_name(r.dtype));
+  d.dtype = r.dtype;
+  if (r.ndim < 0 || (r.ndim > 0 && !r.shape)) return invalid(what + ": invalid shape (ndim " + std::to_string(r.ndim) + ")");
+  d.shape.assign(r.shape, r.shape + r.ndim);
+  for (int64_t dim : d.shape) {
+    if (dim < 0) return invalid(what + ": negative dimension in shape " + shape_string(d.shape));
+  }
+  const int64_t numel = d.num_elements();
+  if (numel > 0 && !r.input) return invalid(what + ": input buffer is NULL");
+
+  const bool reduces = r.type == RELAX_REQ_ALLREDUCE || r.type == RELAX_REQ_REDUCESCATTER;
+  if (reduces) {
+    if (r.reduce_op == RELAX_OP_ADASUM) {
+      return invalid(what + ": the Adasum reduction is not implemented in relaxlib; use Average or Sum.");
+    }
+    if (r.reduce_op < RELAX_OP_AVERAGE || r.reduce_op > RELAX_OP_PRODUCT) {
+      return invalid(what + ": unknown reduction op " + std::to_string(r.reduce_op));
+    }
+    if (r.dtype == RELAX_BOOL) return invalid(what + ": cannot reduce tensors of type bool");
+    if (!std::isfinite(r.prescale) || !std::isfinite(r.postscale)) {
+      return invalid(what + ": prescale and postscale factors must be finite");
+    }
+    d.reduce_op = r.reduce_op;
+    d.prescale = r.prescale;
+    d.postscale = r.postscale;
+  }
+  if ((r.type == RELAX_REQ_ALLREDUCE || r.type == RELAX_REQ_BROADCAST) && numel > 0 && !r.output) {
+    return invalid(what + ": output buffer is NULL");
+  }
+  if ((r.type == RELAX_REQ_ALLGATHER || r.type == RELAX_REQ_ALLTOALL || r.type == RELAX_REQ_REDUCESCATTER)) {
+    if (d.shape.empty()) return invalid(what + ": needs a tensor with at least one dimension, got a scalar");
+    if (!has_alloc && !r.output) return invalid(what + ": needs an output buffer or an allocation callback");
+  }
+  if (r.type == RELAX_REQ_BROADCAST) {
+    if (r.root_rank < 0 || r.root_rank >= world_size) {
+      return invalid(what + ": root rank " + std::to_string(r.root_rank) + " is out of range [0, " +
+                     std::to_string(world_size) + ")");
+    }
+    d.root_rank = r.root_rank;
+  }
+  if (r.type == RELAX_REQ_ALLTOALL) {
+    if (r.nsplits == 0) {
+      if (d.dim0() % world_size != 0) {
+        return invalid(what + ": without splits the first dimension (" + std::to_string(d.dim0()) +
+                       ") must be divisible by the number of ranks (" + std::to_string(world_size) + ")");
+      }
+    } else {
+      if (r.nsplits != world_size || !r.splits) {
+        return invalid(what + ": splits must have one entry per rank (" + std::to_string(world_size) + "), got " +
+                       std::to_string(r.nsplits));
+      }
+      d.splits.assign(r.splits, r.splits + r.nsplits);
+      int64_t sum = 0;
+      for (int64_t s : d.splits) {
+        if (s < 0) return invalid(what + ": negative entry in splits " + shape_string(d.splits));
+        sum += s;
+      }
+      if (sum != d.dim0()) {
+        return invalid(what + ": splits " + shape_string(d.splits) + " sum to " + std::to_string(sum) +
+                       " but the first dimension is " + std::to_string(d.dim0()));
+      }
+    }
+  }
+  if (r.type == RELAX_REQ_REDUCESCATTER && r.ncounts > 0) {
+    if (r.ncounts != world_size || !r.recv_counts) {
+      return invalid(what + ": recv_counts must have one entry per rank");
+    }
+    d.recv_counts.assign(r.recv_counts, r.recv_counts + r.ncounts);
+    int64_t sum = 0;
+    for (int64_t c : d.recv_counts) {
+      if (c < 0) return invalid(what + ": negative entry in recv_counts");
+      sum += c;
+    }
+    if (sum != numel) {
+      return invalid(what + ": recv_counts sum to " + std::to_string(sum) + " but the tensor has " +
+                     std::to_string(numel) + " elements");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace relax

@@ -1,0 +1,121 @@
+"""ctypes binding of the core library's C ABI (cuda_ops/include/relax/relax.h)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+from relaxlib.errors import error_for
+
+ABI_VERSION = 1
+LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
+
+# relax_dtype_t / relax_reduce_op_t / relax_request_type_t values
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8, BOOL = range(9)
+REQ_ALLREDUCE, REQ_ALLGATHER, REQ_BROADCAST, REQ_REDUCESCATTER, REQ_ALLTOALL, REQ_BARRIER, REQ_JOIN = range(7)
+
+
+class Request(ctypes.Structure):
+    """relax_request_t."""
+
+    _fields_ = [
+        ("type", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int32),
+        ("reduce_op", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("input", ctypes.c_void_p),
+        ("output", ctypes.c_void_p),
+        ("prescale", ctypes.c_double),
+        ("postscale", ctypes.c_double),
+        ("root_rank", ctypes.c_int32),
+        ("nsplits", ctypes.c_int32),
+        ("splits", ctypes.POINTER(ctypes.c_int64)),
+        ("ncounts", ctypes.c_int32),
+        ("recv_counts", ctypes.POINTER(ctypes.c_int64)),
+        ("process_set", ctypes.c_int32),
+    ]
+
+
+ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64))
+DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p)
+
+_SIGNATURES = {
+    "relax_init": ([], ctypes.c_int),
+    "relax_shutdown": ([], ctypes.c_int),
+    "relax_is_initialized": ([], ctypes.c_int),
+    "relax_rank": ([], ctypes.c_int),
+    "relax_size": ([], ctypes.c_int),
+    "relax_local_rank": ([], ctypes.c_int),
+    "relax_local_size": ([], ctypes.c_int),
+    "relax_cross_rank": ([], ctypes.c_int),
+    "relax_cross_size": ([], ctypes.c_int),
+    "relax_mpi_threads_supported": ([], ctypes.c_int),
+    "relax_last_error": ([], ctypes.c_char_p),
+    "relax_last_error_code": ([], ctypes.c_int),
+    "relax_version": ([], ctypes.c_char_p),
+    "relax_abi_version": ([], ctypes.c_int),
+    "relax_enqueue": ([ctypes.POINTER(Request), ALLOC_FN, DONE_FN, ctypes.c_void_p], ctypes.c_int64),
+    "relax_poll": ([ctypes.c_int64], ctypes.c_int),
+    "relax_wait": ([ctypes.c_int64], ctypes.c_int),
+    "relax_handle_status": ([ctypes.c_int64], ctypes.c_int),
+    "relax_handle_message": ([ctypes.c_int64], ctypes.c_char_p),
+    "relax_handle_result": ([ctypes.c_int64], ctypes.c_int64),
+    "relax_handle_received_splits": ([ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32], ctypes.c_int),
+    "relax_release": ([ctypes.c_int64], None),
+    "relax_set_fusion_threshold": ([ctypes.c_int64], ctypes.c_int),
+    "relax_set_cycle_time_ms": ([ctypes.c_double], ctypes.c_int),
+    "relax_stats": ([ctypes.POINTER(ctypes.c_int64)] * 4, ctypes.c_int),
+}
+
+_lib: ctypes.CDLL | None = None
+_lock = threading.Lock()
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded core library (loaded on first use)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            _lib = _load()
+        return _lib
+
+
+def _load() -> ctypes.CDLL:
+    if not LIBRARY_PATH.exists():
+        raise ImportError(
+            f"relaxlib's core library is missing ({LIBRARY_PATH}). Build it with "
+            "`pip install --no-build-isolation .` in the relaxlib checkout (or `make build`)."
+        )
+    try:
+        handle = ctypes.CDLL(str(LIBRARY_PATH), mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        raise ImportError(
+            f"relaxlib's core library failed to load ({exc}). If MPI was upgraded or removed, rebuild with "
+            "`pip install --no-build-isolation --force-reinstall .`"
+        ) from exc
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(handle, name)
+        fn.argtypes = argtypes
+        fn.restype = restype
+    if handle.relax_abi_version() != ABI_VERSION:
+        raise ImportError(
+            f"relaxlib's core library has ABI {handle.relax_abi_version()}, the Python package expects "
+            f"{ABI_VERSION}: rebuild with `pip install --no-build-isolation --force-reinstall .`"
+        )
+    return handle
+
+
+def check(code: int) -> int:
+    """Raises the matching RelaxError when a core call returned an error code."""
+    if code != 0:
+        raise error_for(code, lib().relax_last_error().decode(errors="replace"))
+    return code
+
+
+def raise_last_error() -> None:
+    """Raises the error of the last failing core call on this thread."""
+    core = lib()
+    raise error_for(core.relax_last_error_code(), core.relax_last_error().decode(errors="replace"))

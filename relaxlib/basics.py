@@ -1,0 +1,179 @@
+"""Process-level API shared by every framework: init/shutdown, ranks and sizes, build facts.
+
+The framework modules (``relaxlib_torch``, ``relaxlib_tf``) re-export these functions, so
+``hvd.init()`` and ``relaxlib.init()`` start the same single core engine in a process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+import os
+
+from relaxlib import _core
+from relaxlib.errors import NotInitializedError
+
+# Reduction ops (values shared with the core and with Horovod).
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+logger = logging.getLogger("relaxlib")
+_atexit_registered = False
+
+
+def _configure_logging() -> None:
+    level = os.environ.get("RELAX_LOG_LEVEL", "warning").upper()
+    logger.setLevel({"TRACE": "DEBUG", "WARN": "WARNING"}.get(level, level)
+                    if level in {"TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL"}
+                    else "WARNING")
+
+
+_configure_logging()
+
+
+def init(comm=None) -> None:
+    """Initializes relaxlib (and MPI, unless the application already did). Idempotent.
+
+    ``comm`` is accepted for Horovod compatibility; only ``None`` or MPI's world communicator is
+    supported.
+    """
+    global _atexit_registered
+    if comm is not None and not _is_world_communicator(comm):
+        raise NotImplementedError("relaxlib.init(comm=...) supports only the world communicator for now")
+    _core.check(_core.lib().relax_init())
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
+
+
+def _is_world_communicator(comm) -> bool:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return False
+    return comm is MPI.COMM_WORLD or (hasattr(comm, "Compare") and comm.Compare(MPI.COMM_WORLD) == MPI.IDENT)
+
+
+def shutdown() -> None:
+    """Stops the engine on every rank. Pending operations fail with ShutdownError."""
+    _core.lib().relax_shutdown()
+
+
+def is_initialized() -> bool:
+    """True between init() and shutdown() (and while no other rank has shut down)."""
+    return bool(_core.lib().relax_is_initialized())
+
+
+def _topology(getter: str) -> int:
+    value = getattr(_core.lib(), getter)()
+    if value < 0:
+        raise NotInitializedError("relaxlib has not been initialized; call init() first.")
+    return value
+
+
+def rank() -> int:
+    """This process's rank in the world (0..size-1)."""
+    return _topology("relax_rank")
+
+
+def size() -> int:
+    """Number of ranks."""
+    return _topology("relax_size")
+
+
+def local_rank() -> int:
+    """Rank within this node."""
+    return _topology("relax_local_rank")
+
+
+def local_size() -> int:
+    """Number of ranks on this node."""
+    return _topology("relax_local_size")
+
+
+def cross_rank() -> int:
+    """Index of this node among the nodes (rank among processes with the same local rank)."""
+    return _topology("relax_cross_rank")
+
+
+def cross_size() -> int:
+    """Number of processes with this local rank (the number of nodes when nodes are uniform)."""
+    return _topology("relax_cross_size")
+
+
+def mpi_threads_supported() -> bool:
+    """True when MPI runs with MPI_THREAD_MULTIPLE."""
+    return bool(_topology("relax_mpi_threads_supported"))
+
+
+def mpi_built() -> bool:
+    """relaxlib's transport is MPI: always True."""
+    return True
+
+
+def mpi_enabled() -> bool:
+    """True: MPI is the transport in use."""
+    return True
+
+
+def gloo_built() -> bool:
+    """Gloo is not a relaxlib transport."""
+    return False
+
+
+def gloo_enabled() -> bool:
+    """Gloo is not a relaxlib transport."""
+    return False
+
+
+def nccl_built() -> bool:
+    """This is a CPU build."""
+    return False
+
+
+def ddl_built() -> bool:
+    """IBM DDL is not supported."""
+    return False
+
+
+def ccl_built() -> bool:
+    """oneCCL is not supported."""
+    return False
+
+
+def cuda_built() -> bool:
+    """This is a CPU build."""
+    return False
+
+
+def rocm_built() -> bool:
+    """This is a CPU build."""
+    return False
+
+
+def set_fusion_threshold(num_bytes: int) -> None:
+    """Sets the tensor-fusion buffer size in bytes (like RELAX_FUSION_THRESHOLD)."""
+    _core.check(_core.lib().relax_set_fusion_threshold(int(num_bytes)))
+
+
+def set_cycle_time(milliseconds: float) -> None:
+    """Sets the engine's idle cycle time in ms (like RELAX_CYCLE_TIME)."""
+    _core.check(_core.lib().relax_set_cycle_time_ms(float(milliseconds)))
+
+
+def engine_stats() -> dict:
+    """Counters since init: negotiation rounds, completed requests, bytes sent and received."""
+    values = [ctypes.c_int64() for _ in range(4)]
+    _core.check(_core.lib().relax_stats(*[ctypes.byref(v) for v in values]))
+    keys = ("rounds", "completed", "bytes_sent", "bytes_received")
+    return {k: v.value for k, v in zip(keys, values)}
+
+
+def version() -> str:
+    """Version of the core library."""
+    return _core.lib().relax_version().decode()

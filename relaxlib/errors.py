@@ -1,0 +1,75 @@
+"""Exceptions raised by relaxlib, one class per failure kind of the core (relax_status_t).
+
+Every class derives from :class:`RelaxError` (a ``RuntimeError``), which is also exported as
+``HorovodInternalError`` by the framework modules so Horovod-style ``except`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+
+class RelaxError(RuntimeError):
+    """Base class of every relaxlib error; ``code`` is the core's status code."""
+
+    code = 8
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class NotInitializedError(RelaxError, ValueError):
+    """An operation was called before ``init()`` or after ``shutdown()``."""
+
+    code = 1
+
+
+class InvalidArgumentError(RelaxError, ValueError):
+    """A request was rejected locally: bad dtype, op, root rank, shape or splits."""
+
+    code = 2
+
+
+class MismatchError(RelaxError):
+    """Ranks submitted the same name with different operations, shapes, dtypes or options."""
+
+    code = 3
+
+
+class ShutdownError(RelaxError):
+    """relaxlib shut down (here or on another rank) before the operation completed."""
+
+    code = 4
+
+
+class StalledError(RelaxError):
+    """Some ranks never submitted the operation within ``RELAX_STALL_SHUTDOWN_TIME``."""
+
+    code = 5
+
+
+class DuplicateNameError(RelaxError, ValueError):
+    """An operation with this name is already pending on this rank."""
+
+    code = 6
+
+
+class MPIError(RelaxError):
+    """MPI failed or cannot be used (e.g. insufficient thread support)."""
+
+    code = 7
+
+
+class ProcessSetError(RelaxError, ValueError):
+    """Unknown process set, or this rank is not a member of it."""
+
+    code = 10
+
+
+_BY_CODE = {cls.code: cls for cls in (NotInitializedError, InvalidArgumentError, MismatchError, ShutdownError,
+                                       StalledError, DuplicateNameError, MPIError, ProcessSetError)}
+
+
+def error_for(code: int, message: str) -> RelaxError:
+    """The exception instance for a core status code and message."""
+    return _BY_CODE.get(code, RelaxError)(message, code)

@@ -1,0 +1,251 @@
+// PyTorch glue: registers torch.ops.relaxlib.* and converts tensors to core requests.
+// Only the C ABI (relax/relax.h) is called; no MPI, no algorithm logic lives here.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "relax/relax.h"
+
+namespace {
+
+// What a submitted request needs kept alive until it completes: the tensors, and for ops whose
+// output shape is decided by the engine, the dtype to allocate with.
+struct InFlight {
+  at::Tensor input;
+  at::Tensor output;
+  c10::ScalarType dtype;
+};
+
+std::mutex g_mutex;
+std::unordered_map<int64_t, std::unique_ptr<InFlight>> g_in_flight;
+
+int32_t to_relax_dtype(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return RELAX_FLOAT32;
+    case at::kDouble: return RELAX_FLOAT64;
+    case at::kHalf: return RELAX_FLOAT16;
+    case at::kBFloat16: return RELAX_BFLOAT16;
+    case at::kInt: return RELAX_INT32;
+    case at::kLong: return RELAX_INT64;
+    case at::kByte: return RELAX_UINT8;
+    case at::kChar: return RELAX_INT8;
+    case at::kBool: return RELAX_BOOL;
+    default:
+      TORCH_CHECK_TYPE(false, "relaxlib does not support tensors of type ", t,
+                       "; supported: float32, float64, float16, bfloat16, int32, int64, uint8, int8 (bool for "
+                       "broadcast/allgather/alltoall)");
+  }
+}
+
+void check_tensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.device().is_cpu(), "relaxlib: ", what, " must be a CPU tensor (this build has no GPU support), got ",
+              t.device());
+  TORCH_CHECK(t.is_contiguous(), "relaxlib: ", what, " must be contiguous");
+  (void)to_relax_dtype(t.scalar_type());
+}
+
+void* allocate(void* user, int32_t ndim, const int64_t* shape) {
+  auto* f = static_cast<InFlight*>(user);
+  f->output = at::empty(at::IntArrayRef(shape, static_cast<size_t>(ndim)), at::TensorOptions().dtype(f->dtype));
+  return f->output.data_ptr();
+}
+
+relax_request_t base_request(int32_t type, const at::Tensor& input, const std::string& name, int64_t process_set) {
+  relax_request_t r{};
+  r.type = type;
+  r.name = name.c_str();
+  r.dtype = to_relax_dtype(input.scalar_type());
+  r.ndim = static_cast<int32_t>(input.dim());
+  r.shape = input.sizes().data();
+  r.input = input.data_ptr();
+  r.prescale = 1.0;
+  r.postscale = 1.0;
+  r.process_set = static_cast<int32_t>(process_set);
+  return r;
+}
+
+[[noreturn]] void raise_submit_error() {
+  // The Python layer maps the "[relaxlib:<code>]" prefix to its exception classes.
+  TORCH_CHECK(false, "[relaxlib:", relax_last_error_code(), "] ", relax_last_error());
+}
+
+int64_t submit(const relax_request_t& request, std::unique_ptr<InFlight> flight, bool allocating) {
+  std::lock_guard<std::mutex> lock(g_mutex);  // the handle must be registered before the engine can complete it
+  const relax_handle_t h = relax_enqueue(&request, allocating ? allocate : nullptr, nullptr, flight.get());
+  if (h == 0) raise_submit_error();
+  g_in_flight.emplace(h, std::move(flight));
+  return h;
+}
+
+int64_t allreduce_async(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
+                        double prescale, double postscale, int64_t process_set) {
+  check_tensor(input, "allreduce input");
+  check_tensor(output, "allreduce output");
+  TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+              "relaxlib: allreduce output must match the input's shape and dtype");
+  relax_request_t r = base_request(RELAX_REQ_ALLREDUCE, input, name, process_set);
+  r.output = output.data_ptr();
+  r.reduce_op = static_cast<int32_t>(op);
+  r.prescale = prescale;
+  r.postscale = postscale;
+  auto flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
+  return submit(r, std::move(flight), false);
+}
+
+std::vector<int64_t> grouped_allreduce_async(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                                             const std::string& name, int64_t op, double prescale, double postscale,
+                                             int64_t process_set) {
+  TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(),
+              "relaxlib: grouped_allreduce needs the same non-zero number of inputs and outputs");
+  std::vector<std::string> names;
+  std::vector<relax_request_t> requests;
+  std::vector<std::unique_ptr<InFlight>> flights;
+  std::vector<void*> users;
+  for (size_t i = 0; i < inputs.size(); ++i) names.push_back(name + "." + std::to_string(i));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], "grouped_allreduce input");
+    check_tensor(outputs[i], "grouped_allreduce output");
+    relax_request_t r = base_request(RELAX_REQ_ALLREDUCE, inputs[i], names[i], process_set);
+    r.output = outputs[i].data_ptr();
+    r.reduce_op = static_cast<int32_t>(op);
+    r.prescale = prescale;
+    r.postscale = postscale;
+    requests.push_back(r);
+    flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], outputs[i], inputs[i].scalar_type()}));
+    users.push_back(flights.back().get());
+  }
+  std::vector<relax_handle_t> handles(inputs.size());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (relax_enqueue_group(requests.data(), static_cast<int32_t>(requests.size()), nullptr, nullptr, users.data(),
+                          handles.data()) != RELAX_OK) {
+    raise_submit_error();
+  }
+  for (size_t i = 0; i < handles.size(); ++i) g_in_flight.emplace(handles[i], std::move(flights[i]));
+  return std::vector<int64_t>(handles.begin(), handles.end());
+}
+
+int64_t allgather_async(const at::Tensor& input, const std::string& name, int64_t process_set) {
+  check_tensor(input, "allgather input");
+  relax_request_t r = base_request(RELAX_REQ_ALLGATHER, input, name, process_set);
+  return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
+}
+
+int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64_t root_rank, const std::string& name,
+                        int64_t process_set) {
+  check_tensor(input, "broadcast input");
+  check_tensor(output, "broadcast output");
+  TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+              "relaxlib: broadcast output must match the input's shape and dtype");
+  relax_request_t r = base_request(RELAX_REQ_BROADCAST, input, name, process_set);
+  r.output = output.data_ptr();
+  r.root_rank = static_cast<int32_t>(root_rank);
+  return submit(r, std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()}), false);
+}
+
+int64_t reducescatter_async(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
+                            double postscale, int64_t process_set) {
+  check_tensor(input, "reducescatter input");
+  relax_request_t r = base_request(RELAX_REQ_REDUCESCATTER, input, name, process_set);
+  r.reduce_op = static_cast<int32_t>(op);
+  r.prescale = prescale;
+  r.postscale = postscale;
+  return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
+}
+
+int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& splits, const std::string& name,
+                       int64_t process_set) {
+  check_tensor(input, "alltoall input");
+  relax_request_t r = base_request(RELAX_REQ_ALLTOALL, input, name, process_set);
+  r.nsplits = static_cast<int32_t>(splits.size());
+  r.splits = splits.data();
+  return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
+}
+
+int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
+  relax_request_t r{};
+  r.type = type;
+  r.name = name.c_str();
+  r.process_set = static_cast<int32_t>(process_set);
+  return submit(r, std::make_unique<InFlight>(InFlight{at::Tensor(), at::Tensor(), at::kFloat}), false);
+}
+
+int64_t barrier_async(const std::string& name, int64_t process_set) {
+  return control_async(RELAX_REQ_BARRIER, name, process_set);
+}
+
+int64_t join_async() { return control_async(RELAX_REQ_JOIN, "join", 0); }
+
+bool poll(int64_t handle) {
+  const int p = relax_poll(handle);
+  TORCH_CHECK(p >= 0, "relaxlib: unknown handle ", handle);
+  return p == 1;
+}
+
+// Waits (the GIL is released by the dispatcher) and returns the status code; 0 = success.
+int64_t wait(int64_t handle) { return relax_wait(handle); }
+
+std::string message(int64_t handle) { return relax_handle_message(handle); }
+
+int64_t result(int64_t handle) { return relax_handle_result(handle); }
+
+at::Tensor output(int64_t handle) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_in_flight.find(handle);
+  TORCH_CHECK(it != g_in_flight.end(), "relaxlib: unknown handle ", handle);
+  return it->second->output;
+}
+
+std::vector<int64_t> received_splits(int64_t handle) {
+  std::vector<int64_t> splits(1024);
+  const int n = relax_handle_received_splits(handle, splits.data(), static_cast<int32_t>(splits.size()));
+  if (n > static_cast<int>(splits.size())) {
+    splits.resize(static_cast<size_t>(n));
+    relax_handle_received_splits(handle, splits.data(), n);
+  }
+  splits.resize(static_cast<size_t>(std::max(n, 0)));
+  return splits;
+}
+
+void release(int64_t handle) {
+  std::unique_ptr<InFlight> flight;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_in_flight.find(handle);
+    if (it != g_in_flight.end()) {
+      flight = std::move(it->second);
+      g_in_flight.erase(it);
+    }
+  }
+  relax_release(handle);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(relaxlib, m) {
+  m.def("allreduce_async(Tensor input, Tensor(a!) output, str name, int op, float prescale, float postscale, "
+        "int process_set) -> int",
+        allreduce_async);
+  m.def("grouped_allreduce_async(Tensor[] inputs, Tensor(a!)[] outputs, str name, int op, float prescale, "
+        "float postscale, int process_set) -> int[]",
+        grouped_allreduce_async);
+  m.def("allgather_async(Tensor input, str name, int process_set) -> int", allgather_async);
+  m.def("broadcast_async(Tensor input, Tensor(a!) output, int root_rank, str name, int process_set) -> int",
+        broadcast_async);
+  m.def("reducescatter_async(Tensor input, str name, int op, float prescale, float postscale, int process_set) -> int",
+        reducescatter_async);
+  m.def("alltoall_async(Tensor input, int[] splits, str name, int process_set) -> int", alltoall_async);
+  m.def("barrier_async(str name, int process_set) -> int", barrier_async);
+  m.def("join_async() -> int", join_async);
+  m.def("poll(int handle) -> bool", poll);
+  m.def("wait(int handle) -> int", wait);
+  m.def("message(int handle) -> str", message);
+  m.def("result(int handle) -> int", result);
+  m.def("output(int handle) -> Tensor", output);
+  m.def("received_splits(int handle) -> int[]", received_splits);
+  m.def("release(int handle) -> ()", release);
+}
