@@ -1,0 +1,167 @@
+"""relaxrun: a thin, transparent front end to mpirun.
+
+It adds what running relaxlib jobs needs (``--bind-to none``, ``--oversubscribe`` when one
+machine runs more ranks than it has cores, ``--allow-run-as-root`` as root, exporting the
+``RELAX_*`` settings to every rank) and otherwise passes everything through; ``--verbose``
+prints the exact mpirun command. Scripts equally run under plain ``mpirun``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+EXPORTED_PREFIXES = ("RELAX_", "HOROVOD_", "PYTHON", "OMP_", "MKL_")
+EXPORTED_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Parses relaxrun's options; everything after them is the command to run."""
+    parser = argparse.ArgumentParser(
+        prog="relaxrun",
+        description="Launch a relaxlib training script on N ranks (a front end to mpirun).",
+        epilog="Example: relaxrun -np 4 python train.py --epochs 3",
+    )
+    parser.add_argument("-np", "--num-proc", type=int, help="number of ranks to start")
+    parser.add_argument("-H", "--hosts", help="comma-separated host:slots list, e.g. node1:2,node2:2")
+    parser.add_argument("--hostfile", help="MPI hostfile (one 'host slots=N' per line)")
+    parser.add_argument("--topology", choices=["ring", "random"],
+                        help="default neighbour topology of decentralized algorithms (RELAX_TOPOLOGY)")
+    parser.add_argument("--fusion-threshold-mb", type=float, help="tensor fusion buffer size (RELAX_FUSION_THRESHOLD)")
+    parser.add_argument("--cycle-time-ms", type=float, help="engine cycle time (RELAX_CYCLE_TIME)")
+    parser.add_argument("--log-level", help="trace, debug, info, warning, error (RELAX_LOG_LEVEL)")
+    parser.add_argument("--stall-check-time", type=float,
+                        help="seconds before a stall warning (RELAX_STALL_CHECK_TIME)")
+    parser.add_argument("--stall-shutdown-time", type=float,
+                        help="seconds before a stalled operation fails (RELAX_STALL_SHUTDOWN_TIME)")
+    parser.add_argument("--network-interface", help="restrict MPI's TCP traffic to this interface or subnet")
+    parser.add_argument("--mpi-args", default="", help="extra arguments passed to mpirun verbatim (quoted)")
+    parser.add_argument("--check-build", action="store_true", help="print which frameworks and transports are built")
+    parser.add_argument("--verbose", action="store_true", help="print the mpirun command before running it")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the program to run on every rank")
+    args = parser.parse_args(argv)
+    if not args.check_build:
+        if not args.command:
+            parser.error("no command given (e.g. relaxrun -np 2 python train.py)")
+        if args.num_proc is None:
+            parser.error("-np is required")
+        if args.num_proc < 1:
+            parser.error("-np must be at least 1")
+        if args.hosts and args.hostfile:
+            parser.error("use either -H or --hostfile, not both")
+    return args
+
+
+def relax_environment(args: argparse.Namespace) -> dict[str, str]:
+    """RELAX_* variables implied by the command-line options."""
+    env = {}
+    if args.topology:
+        env["RELAX_TOPOLOGY"] = args.topology
+    if args.fusion_threshold_mb is not None:
+        env["RELAX_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
+    if args.cycle_time_ms is not None:
+        env["RELAX_CYCLE_TIME"] = str(args.cycle_time_ms)
+    if args.log_level:
+        env["RELAX_LOG_LEVEL"] = args.log_level
+    if args.stall_check_time is not None:
+        env["RELAX_STALL_CHECK_TIME"] = str(args.stall_check_time)
+    if args.stall_shutdown_time is not None:
+        env["RELAX_STALL_SHUTDOWN_TIME"] = str(args.stall_shutdown_time)
+    return env
+
+
+def mpirun_command(args: argparse.Namespace, environ: dict[str, str]) -> list[str]:
+    """The full mpirun command line for ``args``, exporting the relevant variables of ``environ``."""
+    cmd = ["mpirun", "-np", str(args.num_proc), "--bind-to", "none", "--map-by", "slot"]
+    if args.hosts:
+        cmd += ["-H", args.hosts]
+    elif args.hostfile:
+        cmd += ["--hostfile", args.hostfile]
+    elif args.num_proc > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if args.network_interface:
+        cmd += ["--mca", "btl_tcp_if_include", args.network_interface,
+                "--mca", "oob_tcp_if_include", args.network_interface]
+    for name in sorted(environ):
+        if name.startswith(EXPORTED_PREFIXES) or name in EXPORTED_NAMES:
+            cmd += ["-x", name]
+    cmd += shlex.split(args.mpi_args)
+    return cmd + list(args.command)
+
+
+def check_build() -> str:
+    """A report of what this installation was built with (like horovodrun --check-build)."""
+    def mark(ok: bool) -> str:
+        return "[X]" if ok else "[ ]"
+
+    try:
+        from relaxlib import _build_info
+        torch_version, mpi = _build_info.TORCH_VERSION, _build_info.MPI_VERSION
+        version = _build_info.VERSION
+    except ImportError:
+        torch_version, mpi, version = None, "unknown", "unknown (not built)"
+    tf_version = getattr(_try_import("relaxlib._build_info"), "TF_VERSION", None)
+    core_ok = _core_loads()
+    lines = [
+        f"relaxlib v{version}:",
+        "",
+        "Available frameworks:",
+        f"    {mark(tf_version is not None)} TensorFlow" + (f" ({tf_version})" if tf_version else ""),
+        f"    {mark(torch_version is not None)} PyTorch" + (f" ({torch_version})" if torch_version else ""),
+        "",
+        "Available transports:",
+        f"    {mark(core_ok)} MPI ({mpi})",
+        f"    {mark(False)} Gloo",
+        f"    {mark(False)} NCCL",
+        "",
+        "Core library: " + ("loads" if core_ok else "MISSING or broken - rebuild with `make build`"),
+    ]
+    return "\n".join(lines)
+
+
+def _try_import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _core_loads() -> bool:
+    try:
+        from relaxlib import _core
+        _core.lib()
+        return True
+    except (ImportError, OSError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the relaxrun console script."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.check_build:
+        print(check_build())
+        return 0
+    if shutil.which("mpirun") is None:
+        print("relaxrun: mpirun not found; install Open MPI (Debian: apt-get install openmpi-bin libopenmpi-dev)",
+              file=sys.stderr)
+        return 127
+    environ = dict(os.environ)
+    environ.update(relax_environment(args))
+    cmd = mpirun_command(args, environ)
+    if args.verbose:
+        print("relaxrun: " + shlex.join(cmd), flush=True)
+    try:
+        return subprocess.call(cmd, env=environ)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

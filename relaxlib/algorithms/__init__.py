@@ -1,0 +1,9 @@
+"""Framework-neutral descriptions of how workers communicate ("algorithms").
+
+Pass one as ``algorithm=`` to ``relaxlib_torch.DistributedOptimizer``. ``None`` (or
+:class:`AllReduce`) is the Horovod/DDP baseline: gradients averaged by all-reduce each step.
+"""
+
+from relaxlib.algorithms.base import Algorithm, AllReduce
+
+__all__ = ["Algorithm", "AllReduce"]

@@ -1,0 +1,474 @@
+"""Collectives on torch tensors with Horovod's API (``horovod.torch.mpi_ops`` 0.28).
+
+Every operation is submitted to the core engine by name and returns a handle; ``synchronize``
+waits for it. The synchronous and autograd-aware variants are thin wrappers. Inputs may be
+non-contiguous (they are copied); in-place variants write back into the caller's tensor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from relaxlib import basics
+from relaxlib.basics import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - re-exported
+from relaxlib.errors import InvalidArgumentError, RelaxError, error_for
+from relaxlib.process_sets import ProcessSet, global_process_set, process_set_id
+from relaxlib_torch import _extension
+from relaxlib_torch.compression import Compression
+
+_extension.load()
+_ops = torch.ops.relaxlib
+
+_SUBMIT_ERROR = re.compile(r"\[relaxlib:(\d+)\] (.*)", re.S)
+
+
+@dataclass
+class _Pending:
+    """Core handles behind one user-visible handle, and how to turn them into the result."""
+
+    core_handles: list[int]
+    finish: Callable[[list[int]], object]
+    keep_alive: list = field(default_factory=list)
+
+
+_handle_map: dict[int, _Pending] = {}
+_handle_counter = itertools.count(1)
+_name_counters: dict[str, itertools.count] = {}
+_lock = threading.Lock()
+
+
+def _auto_name(kind: str, name: str | None) -> str:
+    if name:
+        return name
+    with _lock:
+        counter = _name_counters.setdefault(kind, itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+def _submit(fn: Callable, *args) -> object:
+    """Calls a torch.ops.relaxlib submit op, mapping core errors to relaxlib exceptions."""
+    try:
+        return fn(*args)
+    except RuntimeError as exc:
+        match = _SUBMIT_ERROR.search(str(exc))
+        if match is None:
+            raise
+        raise error_for(int(match.group(1)), match.group(2).splitlines()[0]) from None
+
+
+def _register(core_handles: list[int], finish: Callable[[list[int]], object], keep_alive: list | None = None) -> int:
+    handle = next(_handle_counter)
+    _handle_map[handle] = _Pending(core_handles, finish, keep_alive or [])
+    return handle
+
+
+def _wait_core(core_handle: int) -> None:
+    status = _ops.wait(core_handle)
+    if status != 0:
+        message = _ops.message(core_handle)
+        _ops.release(core_handle)
+        raise error_for(status, message)
+
+
+def _resolve_op(op, average, tensor: torch.Tensor | None) -> int:
+    op = _handle_average_backwards_compatibility(op, average)
+    if op == Adasum:
+        raise NotImplementedError("relaxlib does not implement the Adasum reduction; use op=Average or op=Sum.")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, Sum, Min, Max or Product")
+    return op
+
+
+def _handle_average_backwards_compatibility(op, average):
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        return Average if average else Sum
+    return Average
+
+
+def _process_set_id(process_set: ProcessSet) -> int:
+    return process_set_id(process_set)
+
+
+def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach() if tensor.is_contiguous() else tensor.detach().contiguous()
+
+
+# ---- allreduce -------------------------------------------------------------------------------
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set) -> int:
+    source = _contiguous(tensor)
+    target = output.detach() if output.is_contiguous() else torch.empty_like(source)
+    core = _submit(_ops.allreduce_async, source, target, _auto_name("allreduce", name), op,
+                   float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
+
+    def finish(handles):
+        _wait_core(handles[0])
+        _ops.release(handles[0])
+        if target is not output and target.data_ptr() != output.data_ptr():
+            output.detach().copy_(target)
+        return output
+
+    return _register([core], finish, [source, target])
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set) -> int:
+    """Starts averaging (or summing, ...) ``tensor`` over all ranks; returns a handle.
+
+    The input is not modified; ``synchronize(handle)`` returns a new tensor with the result.
+    The operation is keyed by ``name``: every rank must submit the same name with the same
+    shape and dtype (unnamed operations are named by call order).
+    """
+    op = _resolve_op(op, average, tensor)
+    return _allreduce_async(tensor, torch.empty_like(tensor, memory_format=torch.contiguous_format), name, op,
+                            prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set) -> int:
+    """In-place variant of :func:`allreduce_async`: ``tensor`` receives the result."""
+    op = _resolve_op(op, average, tensor)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class _AllreduceFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale_factor, postscale_factor, process_set
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale, postscale_factor=ctx.postscale,
+                         process_set=ctx.process_set)
+        return grad, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set) -> torch.Tensor:
+    """Averages (or sums, ...) ``tensor`` over all ranks and returns the result; differentiable."""
+    op = _resolve_op(op, average, tensor)
+    compressed, ctx = compression.compress(tensor)
+    reduced = _AllreduceFunction.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set) -> torch.Tensor:
+    """In-place allreduce; returns ``tensor``."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+# ---- grouped allreduce -----------------------------------------------------------------------
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set) -> int:
+    if not tensors:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    sources = [_contiguous(t) for t in tensors]
+    targets = [o.detach() if o.is_contiguous() else torch.empty_like(s) for o, s in zip(outputs, sources)]
+    cores = _submit(_ops.grouped_allreduce_async, sources, targets, _auto_name("grouped_allreduce", name), op,
+                    float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
+
+    def finish(handles):
+        errors = []
+        for h in handles:
+            try:
+                _wait_core(h)
+                _ops.release(h)
+            except RelaxError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        for out, target in zip(outputs, targets):
+            if target.data_ptr() != out.data_ptr():
+                out.detach().copy_(target)
+        return list(outputs)
+
+    return _register(list(cores), finish, [sources, targets])
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set) -> int:
+    """Starts one atomic, fused allreduce of several tensors; ``synchronize`` returns a list."""
+    op = _resolve_op(op, average, None)
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set) -> int:
+    """In-place variant of :func:`grouped_allreduce_async`."""
+    op = _resolve_op(op, average, None)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class _GroupedAllreduceFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale_factor, postscale_factor, process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op, prescale_factor,
+                                                         postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allreduce(list(grad_outputs), op=ctx.op, prescale_factor=ctx.prescale,
+                                  postscale_factor=ctx.postscale, process_set=ctx.process_set)
+        return (None, None, None, None, None, *grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set) -> list[torch.Tensor]:
+    """Allreduces a list of tensors as one atomic, fused operation; differentiable."""
+    op = _resolve_op(op, average, None)
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _GroupedAllreduceFunction.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                              *[c for c, _ in compressed])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set) -> list[torch.Tensor]:
+    """In-place grouped allreduce; returns the tensors."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# ---- allgather -------------------------------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
+    """Starts concatenating ``tensor`` from every rank along dimension 0 (sizes may differ)."""
+    source = _contiguous(tensor)
+    core = _submit(_ops.allgather_async, source, _auto_name("allgather", name), _process_set_id(process_set))
+
+    def finish(handles):
+        _wait_core(handles[0])
+        out = _ops.output(handles[0])
+        _ops.release(handles[0])
+        return out
+
+    return _register([core], finish, [source])
+
+
+class _AllgatherFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim0 = tensor.shape[0]
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64), process_set=ctx.process_set)
+        offset = int(dims[: ctx.process_set.rank()].sum())
+        return grad_reduced.narrow(0, offset, ctx.dim0), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor:
+    """Concatenates ``tensor`` from every rank along dimension 0; differentiable."""
+    if tensor.dim() == 0:
+        raise InvalidArgumentError("allgather needs a tensor with at least one dimension, got a scalar")
+    return _AllgatherFunction.apply(tensor, name, process_set)
+
+
+# ---- broadcast -------------------------------------------------------------------------------
+
+def _broadcast_async(tensor, output, root_rank, name, process_set) -> int:
+    source = _contiguous(tensor)
+    target = output.detach() if output.is_contiguous() else torch.empty_like(source)
+    core = _submit(_ops.broadcast_async, source, target, int(root_rank), _auto_name("broadcast", name),
+                   _process_set_id(process_set))
+
+    def finish(handles):
+        _wait_core(handles[0])
+        _ops.release(handles[0])
+        if target.data_ptr() != output.data_ptr():
+            output.detach().copy_(target)
+        return output
+
+    return _register([core], finish, [source, target])
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    """Starts sending ``tensor`` from ``root_rank`` to every rank; the input is not modified."""
+    return _broadcast_async(tensor, torch.empty_like(tensor, memory_format=torch.contiguous_format), root_rank,
+                            name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    """In-place variant of :func:`broadcast_async`."""
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
+
+
+class _BroadcastFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+        if ctx.process_set.rank() != ctx.root_rank:
+            grad_reduced = grad_reduced * 0
+        return grad_reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
+    """Returns ``root_rank``'s ``tensor`` on every rank; differentiable."""
+    return _BroadcastFunction.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set) -> torch.Tensor:
+    """In-place broadcast; returns ``tensor``."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---- reducescatter ---------------------------------------------------------------------------
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0) -> int:
+    """Starts reducing ``tensor`` over ranks and scattering dim-0 blocks: rank i gets block i
+    (blocks differ by at most one row, the first ranks taking the extra rows)."""
+    op = _resolve_op(op, None, tensor)
+    source = _contiguous(tensor)
+    core = _submit(_ops.reducescatter_async, source, _auto_name("reducescatter", name), op, float(prescale_factor),
+                   float(postscale_factor), _process_set_id(process_set))
+
+    def finish(handles):
+        _wait_core(handles[0])
+        out = _ops.output(handles[0])
+        _ops.release(handles[0])
+        return out
+
+    return _register([core], finish, [source])
+
+
+class _ReducescatterFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.scale = prescale_factor * postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allgather(grad_output.contiguous(), process_set=ctx.process_set)
+        scale = ctx.scale / (ctx.process_set.size() if ctx.op == Average else 1)
+        return grad * scale if scale != 1 else grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0) -> torch.Tensor:
+    """Reduces ``tensor`` over ranks and returns this rank's dim-0 block; differentiable."""
+    compressed, ctx = compression.compress(tensor)
+    out = _ReducescatterFunction.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+# ---- alltoall --------------------------------------------------------------------------------
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
+    """Starts scattering dim-0 slices of ``tensor`` to every rank (``splits[j]`` rows to rank j;
+    equal parts when None) and gathering what every rank sends here."""
+    source = _contiguous(tensor)
+    split_list = [] if splits is None else [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
+    core = _submit(_ops.alltoall_async, source, split_list, _auto_name("alltoall", name), _process_set_id(process_set))
+
+    def finish(handles):
+        _wait_core(handles[0])
+        out = _ops.output(handles[0])
+        received = torch.tensor(_ops.received_splits(handles[0]), dtype=torch.int32)
+        _ops.release(handles[0])
+        return out, received
+
+    return _register([core], finish, [source])
+
+
+class _AlltoallFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received, ctx.process_set = received, process_set
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_received):
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received, process_set=ctx.process_set)
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Exchanges dim-0 slices between all ranks; differentiable.
+
+    Returns the received tensor, and also the rows received from each rank when ``splits``
+    is given (as Horovod does).
+    """
+    output, received = _AlltoallFunction.apply(tensor, splits, name, process_set)
+    return output if splits is None else (output, received)
+
+
+# ---- control ---------------------------------------------------------------------------------
+
+def poll(handle: int) -> bool:
+    """True when the operation behind ``handle`` has completed (``synchronize`` will not block)."""
+    pending = _handle_map.get(handle)
+    if pending is None:
+        raise ValueError(f"unknown or already synchronized handle {handle}")
+    return all(_ops.poll(h) for h in pending.core_handles)
+
+
+def synchronize(handle: int):
+    """Waits for ``handle`` and returns its result; raises the operation's error, if any."""
+    pending = _handle_map.pop(handle, None)
+    if pending is None:
+        raise ValueError(f"unknown or already synchronized handle {handle}")
+    return pending.finish(pending.core_handles)
+
+
+def join(device: int = -1) -> int:
+    """Signals that this rank has no more data. Other ranks' collectives proceed with this rank
+    contributing zeros (allreduce) or nothing (allgather) until every rank has joined.
+    Returns the rank that joined last."""
+    core = _submit(_ops.join_async)
+    _wait_core(core)
+    last = _ops.result(core)
+    _ops.release(core)
+    return int(last)
+
+
+def barrier(process_set=global_process_set) -> None:
+    """Blocks until every rank of the process set has reached the barrier."""
+    core = _submit(_ops.barrier_async, _auto_name("barrier", None), _process_set_id(process_set))
+    _wait_core(core)
+    _ops.release(core)
+
+
+def size_op(process_set=global_process_set) -> int:
+    """Number of ranks in ``process_set``."""
+    return process_set.size()
+
+
+def rank_op(process_set=global_process_set) -> int:
+    """This rank within ``process_set``."""
+    return process_set.rank()
+
+
+__all__ = [
+    "Adasum", "Average", "Max", "Min", "Product", "Sum",
+    "allgather", "allgather_async", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
+    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "join", "poll",
+    "reducescatter", "reducescatter_async", "synchronize", "basics",
+]

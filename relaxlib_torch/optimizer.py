@@ -1,0 +1,247 @@
+"""DistributedOptimizer: wraps any torch.optim optimizer so gradients are averaged over ranks.
+
+As in Horovod, the wrapped object is an instance of a subclass of the original optimizer's
+class (isinstance, LR schedulers, state_dict and param_groups keep working). Gradients are
+submitted for all-reduce as soon as each one is accumulated (post-accumulate-grad hooks), so
+communication overlaps the rest of backward; ``step()`` waits for them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from relaxlib import basics
+from relaxlib.algorithms import AllReduce
+from relaxlib.process_sets import global_process_set
+from relaxlib_torch import mpi_ops
+from relaxlib_torch.compression import Compression
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Mixin installed between the user's optimizer class and the instance (see DistributedOptimizer)."""
+
+    def _relax_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                     groups, sparse_as_dense, process_set, algorithm, model) -> None:
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
+        self._process_set = process_set
+        self.backward_passes_per_step = backward_passes_per_step
+        self.algorithm = algorithm
+        self.model = model
+        self._parameter_names = self._name_parameters(named_parameters)
+        self._groups = self._resolve_groups(groups)
+        self._handles: dict = {}
+        self._group_ready: dict[int, list] = {}
+        self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
+        self._requires_update = {p for p in self._parameter_names if p.requires_grad}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hook_handles = []
+        if process_set.size() > 1:
+            self._register_hooks()
+
+    def _name_parameters(self, named_parameters) -> dict:
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is None:
+            return {p: f"allreduce.noname.{i}.{j}" for i, group in enumerate(self.param_groups)
+                    for j, p in enumerate(group["params"])}
+        named = list(named_parameters)
+        if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
+            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                             "usually model.named_parameters()")
+        names = [name for name, _ in named]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"Parameter names in named_parameters must be unique; duplicates: {duplicates}")
+        by_param = {p: name for name, p in named}
+        unnamed = [p for p in all_params if p not in by_param]
+        if unnamed:
+            raise ValueError(f"named_parameters was specified, but {len(unnamed)} optimizer parameter(s) were not "
+                             f"named (shapes {[tuple(p.shape) for p in unnamed][:5]}). Pass "
+                             "model.named_parameters() for the model whose parameters the optimizer holds.")
+        return {p: by_param[p] for p in all_params}
+
+    def _resolve_groups(self, groups) -> dict:
+        """Maps parameter -> group index for grouped (atomic) allreduce; empty when ungrouped."""
+        params = [p for p in self._parameter_names if p.requires_grad]
+        if groups is None or groups == 0:
+            return {}
+        if isinstance(groups, int):
+            if groups < 0:
+                raise ValueError("groups must be a non-negative int or a list of lists of parameters")
+            size = -(-len(params) // groups)
+            return {p: i // size for i, p in enumerate(params)}
+        mapping = {}
+        for index, group in enumerate(groups):
+            for p in group:
+                if p not in self._parameter_names:
+                    raise ValueError("groups contains a tensor that is not a parameter of this optimizer")
+                mapping[p] = index
+        return mapping
+
+    def _register_hooks(self) -> None:
+        for p in self._parameter_names:
+            if p.requires_grad:
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+
+    def _make_hook(self, p):
+        def hook(param: torch.Tensor) -> None:
+            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError(
+                    "Gradients were computed more than backward_passes_per_step times before call to step(). "
+                    "Increase backward_passes_per_step to accumulate gradients locally.")
+            self._allreduce_delay[p] -= 1
+            handle, ctx = None, None
+            if self._allreduce_delay[p] == 0:
+                if p in self._groups:
+                    self._group_ready.setdefault(self._groups[p], []).append(p)
+                    self._submit_group_if_complete(self._groups[p])
+                    return
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def _scale_factors(self) -> tuple[float, float]:
+        if self._op == mpi_ops.Average:
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
+    def _dense_grad(self, p: torch.Tensor) -> torch.Tensor:
+        if p.grad is None:
+            # Another rank may have used this parameter (dynamic graphs): contribute zeros.
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            if not self._sparse_as_dense:
+                raise NotImplementedError(
+                    f"parameter '{self._parameter_names[p]}' has a sparse gradient; pass sparse_as_dense=True "
+                    "to DistributedOptimizer (sparse allreduce is not supported yet)")
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _allreduce_grad_async(self, p: torch.Tensor):
+        compressed, ctx = self._compression.compress(self._dense_grad(p))
+        prescale, postscale = self._scale_factors()
+        handle = mpi_ops.allreduce_async_(compressed, name=self._parameter_names[p], op=self._op,
+                                          prescale_factor=prescale, postscale_factor=postscale,
+                                          process_set=self._process_set)
+        return handle, ctx
+
+    def _submit_group_if_complete(self, index: int) -> None:
+        members = [p for p, g in self._groups.items() if g == index]
+        ready = self._group_ready.get(index, [])
+        if len(ready) < len(members):
+            return
+        grads = [self._compression.compress(self._dense_grad(p)) for p in members]
+        prescale, postscale = self._scale_factors()
+        handle = mpi_ops.grouped_allreduce_async_([g for g, _ in grads], name=f"allreduce.group.{index}",
+                                                  op=self._op, prescale_factor=prescale, postscale_factor=postscale,
+                                                  process_set=self._process_set)
+        self._handles[tuple(members)] = (handle, [ctx for _, ctx in grads])
+        self._group_ready[index] = []
+
+    def synchronize(self) -> None:
+        """Waits for every gradient's allreduce (submitting those whose hooks did not fire)."""
+        if not self._process_set.included() or self._process_set.size() == 1:
+            self._synchronized = True
+            return
+        done = set()
+        for key in self._handles:
+            done.update(key if isinstance(key, tuple) else (key,))
+        for index in sorted({self._groups[p] for p in self._requires_update - done if p in self._groups}):
+            members = [p for p, g in self._groups.items() if g == index]
+            self._group_ready[index] = members
+            self._submit_group_if_complete(index)
+        for p in sorted(self._requires_update - done - set(self._groups), key=lambda q: self._parameter_names[q]):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for key, (handle, _) in list(self._handles.items()):
+            if handle is None:
+                self._handles[key] = self._allreduce_grad_async(key)
+        for key, (handle, ctx) in self._handles.items():
+            outputs = mpi_ops.synchronize(handle)
+            if isinstance(key, tuple):
+                for p, out, c in zip(key, outputs, ctx):
+                    self._allreduce_delay[p] = self.backward_passes_per_step
+                    self._set_grad(p, self._compression.decompress(out, c))
+            else:
+                self._allreduce_delay[key] = self.backward_passes_per_step
+                self._set_grad(key, self._compression.decompress(outputs, ctx))
+        self._handles.clear()
+        self._synchronized = True
+
+    @staticmethod
+    def _set_grad(p: torch.Tensor, value: torch.Tensor) -> None:
+        if value.data_ptr() != p.grad.data_ptr():
+            p.grad.copy_(value)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Inside this context ``step()`` does not synchronize (call ``synchronize()`` yourself first,
+        e.g. to clip the averaged gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        """Synchronizes the gradients (unless inside ``skip_synchronize()``), then steps."""
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without a new backward pass since synchronize(); call "
+                              "step() inside optimizer.skip_synchronize() after an explicit synchronize()",
+                              stacklevel=2)
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none: bool = True):
+        """Clears gradients; refuses while allreduces are pending (that would race with them)."""
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
+                                 "a race condition.")
+        return super(self.__class__, self).zero_grad(set_to_none)
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step: int = 1, op=mpi_ops.Average, gradient_predivide_factor: float = 1.0,
+                         num_groups: int = 0, groups=None, sparse_as_dense: bool = False,
+                         process_set=global_process_set, algorithm=None, model=None):
+    """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
+
+    Arguments follow Horovod 0.28: ``named_parameters`` (names for negotiation and errors),
+    ``compression`` (``Compression.none``/``fp16``), ``backward_passes_per_step`` (local
+    accumulation), ``op`` (Average, Sum, ...), ``gradient_predivide_factor`` (split the averaging
+    before/after the sum), ``groups`` (int or list of parameter lists, reduced atomically),
+    ``sparse_as_dense``, ``process_set``. relaxlib adds ``algorithm`` (a
+    :mod:`relaxlib.algorithms` object; None = all-reduce) and ``model`` (needed by algorithms
+    that hook module forward passes).
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"DistributedOptimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("this optimizer is already a DistributedOptimizer")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    if gradient_predivide_factor != 1.0 and op != mpi_ops.Average:
+        raise ValueError("gradient_predivide_factor requires op == Average")
+    if op == mpi_ops.Adasum:
+        raise NotImplementedError("relaxlib does not implement Adasum; use op=Average or op=Sum.")
+    algorithm = algorithm if algorithm is not None else AllReduce()
+    if not isinstance(algorithm, AllReduce):
+        raise NotImplementedError(f"algorithm {algorithm!r} is not available for PyTorch yet")
+    if algorithm.needs_model and model is None:
+        raise ValueError(f"algorithm {algorithm.name} hooks module forward passes: pass model=<your nn.Module>")
+    basics.size()  # raises NotInitializedError before any hook is installed
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)  # same param_groups, state, defaults, hooks
+    wrapped._relax_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                         groups if groups is not None else (num_groups or None), sparse_as_dense, process_set,
+                         algorithm, model)
+    return wrapped

@@ -1,0 +1,6 @@
+"""Shared pytest configuration: makes tests/ importable for the launch helpers."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,76 @@
+"""Launching real MPI ranks from tests: every multi-rank test goes through ``run_ranks``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RankRun:
+    """Outcome of one mpirun: exit code and each rank's captured output."""
+
+    returncode: int
+    outputs: list[str]
+    launcher_output: str
+    timed_out: bool
+
+    def report(self) -> str:
+        """All output, rank by rank, for assertion messages."""
+        parts = [f"mpirun exit code {self.returncode}{' (TIMED OUT)' if self.timed_out else ''}",
+                 "--- mpirun ---", self.launcher_output[-4000:]]
+        for rank, text in enumerate(self.outputs):
+            parts += [f"--- rank {rank} ---", text[-8000:]]
+        return "\n".join(parts)
+
+
+def mpirun_prefix(np: int, extra_args: list[str] | None = None) -> list[str]:
+    """mpirun with the options every test launch needs on this kind of machine."""
+    cmd = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd + list(extra_args or [])
+
+
+def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
+              mpi_args: list[str] | None = None) -> RankRun:
+    """Runs ``argv`` on ``np`` ranks; kills the whole job if it outlives ``timeout`` seconds."""
+    full_env = dict(os.environ)
+    full_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                     "PYTHONPATH": str(REPO) + os.pathsep + full_env.get("PYTHONPATH", ""),
+                     "PYTHONUNBUFFERED": "1", "RELAX_STALL_CHECK_TIME": full_env.get("RELAX_STALL_CHECK_TIME", "20")})
+    full_env.update(env or {})
+    with tempfile.TemporaryDirectory(prefix="relax-ranks-") as out_dir:
+        cmd = mpirun_prefix(np, mpi_args) + ["--output-filename", out_dir] + argv
+        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        timed_out = False
+        try:
+            launcher_output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            launcher_output, _ = proc.communicate()
+        outputs = []
+        for rank in range(np):
+            texts = []
+            for stream in ("stdout", "stderr"):
+                files = list(Path(out_dir).glob(f"*/rank.{rank}/{stream}"))
+                texts += [f.read_text(errors="replace") for f in files]
+            outputs.append("\n".join(texts))
+    return RankRun(proc.returncode, outputs, launcher_output or "", timed_out)
+
+
+def run_pytest_on_ranks(np: int, module: str, *, env: dict[str, str] | None = None, timeout: float = 600,
+                        per_test_timeout: int = 120) -> RankRun:
+    """Runs a tests/parallel module under pytest on every rank (each rank asserts its own results)."""
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "--color=no",
+            f"--timeout={per_test_timeout}", str(REPO / "tests" / "parallel" / module)]
+    return run_ranks(np, argv, env=env, timeout=timeout)

@@ -1,0 +1,256 @@
+"""Collectives on real ranks against numpy: every rank runs every test and checks its own result.
+
+Launched by tests/test_torch_parallel.py under mpirun with 2, 3 and 4 ranks.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+import relaxlib_torch as hvd
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8,
+          torch.int8]
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+SHAPES = [(0,), (1,), (SIZE - 1 if SIZE > 1 else 2,), (17,), (1031,), (3, 5, 7)]
+
+
+def rank_data(rank: int, shape, dtype: torch.dtype, seed: int, small: bool = False) -> torch.Tensor:
+    """The tensor rank ``rank`` contributes; every rank can recompute every other rank's data."""
+    gen = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype.is_floating_point:
+        values = torch.rand(shape, generator=gen, dtype=torch.float64)
+        values = 0.5 + values if small else values * 20 - 10
+    else:
+        low, high = (1, 3) if small else ((0, 40) if dtype == torch.uint8 else (-20, 20))
+        values = torch.randint(low, high, shape, generator=gen, dtype=torch.int64)
+    return values.to(dtype)
+
+
+def reference(dtype, op, tensors):
+    """Expected allreduce result computed locally from every rank's input."""
+    if dtype == torch.bfloat16 or dtype == torch.float16:
+        acc = tensors[0].to(torch.float64)
+        for t in tensors[1:]:
+            acc = {hvd.Sum: torch.add, hvd.Average: torch.add, hvd.Min: torch.minimum, hvd.Max: torch.maximum,
+                   hvd.Product: torch.mul}[op](acc, t.to(torch.float64))
+        if op == hvd.Average:
+            acc = acc / SIZE
+        return acc.to(dtype)
+    arrays = [t.numpy() for t in tensors]
+    reduce = {hvd.Sum: np.add, hvd.Average: np.add, hvd.Min: np.minimum, hvd.Max: np.maximum,
+              hvd.Product: np.multiply}[op]
+    acc = arrays[0].copy()
+    for a in arrays[1:]:
+        acc = reduce(acc, a, dtype=acc.dtype)
+    if op == hvd.Average:
+        if np.issubdtype(acc.dtype, np.integer):
+            acc = np.trunc(acc.astype(np.float64) * (1.0 / SIZE)).astype(acc.dtype)
+        else:
+            acc = acc / SIZE
+    return torch.from_numpy(np.asarray(acc))
+
+
+def assert_matches(result: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    assert result.dtype == dtype and result.shape == expected.shape
+    if dtype.is_floating_point:
+        tol = {torch.float16: 2e-2, torch.bfloat16: 1e-1}.get(dtype, 1e-5)
+        torch.testing.assert_close(result.to(torch.float64), expected.to(torch.float64), rtol=tol, atol=tol)
+    else:
+        assert torch.equal(result, expected), f"{result} != {expected}"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_allreduce_matches_numpy(dtype, op_name, shape):
+    op = OPS[op_name]
+    seed = zlib.crc32(f"{dtype}{op_name}{shape}".encode()) % 10_000  # same on every rank
+    small = op_name == "product"
+    tensors = [rank_data(r, shape, dtype, seed, small) for r in range(SIZE)]
+    result = hvd.allreduce(tensors[RANK], op=op, name=f"ar.{dtype}.{op_name}.{shape}")
+    assert_matches(result, reference(dtype, op, tensors), dtype)
+
+
+def test_allreduce_does_not_modify_input_and_inplace_does():
+    x = torch.full((5,), float(RANK + 1))
+    before = x.clone()
+    out = hvd.allreduce(x, op=hvd.Sum)
+    assert torch.equal(x, before)
+    expected = sum(range(1, SIZE + 1))
+    assert torch.equal(out, torch.full((5,), float(expected)))
+    returned = hvd.allreduce_(x, op=hvd.Sum)
+    assert returned is x and torch.equal(x, torch.full((5,), float(expected)))
+
+
+def test_non_contiguous_inputs_and_inplace_outputs():
+    base = torch.arange(12.0).reshape(3, 4) * (RANK + 1)
+    view = base.t()  # non-contiguous
+    assert not view.is_contiguous()
+    out = hvd.allreduce(view, op=hvd.Sum)
+    total = sum(range(1, SIZE + 1))
+    assert torch.equal(out, torch.arange(12.0).reshape(3, 4).t() * total)
+    hvd.allreduce_(view, op=hvd.Sum)
+    assert torch.equal(base, torch.arange(12.0).reshape(3, 4) * total)
+
+
+def test_async_handles_poll_and_synchronize_many_small_tensors():
+    handles = [hvd.allreduce_async(torch.full((i % 7 + 1,), float(RANK + i)), name=f"many.{i}", op=hvd.Sum)
+               for i in range(300)]
+    results = [hvd.synchronize(h) for h in handles]
+    for i, r in enumerate(results):
+        assert torch.equal(r, torch.full((i % 7 + 1,), float(sum(range(SIZE)) + SIZE * i)))
+    h = hvd.allreduce_async(torch.ones(3), name="polled")
+    while not hvd.poll(h):
+        pass
+    assert torch.equal(hvd.synchronize(h), torch.ones(3))
+    with pytest.raises(ValueError):
+        hvd.synchronize(h)
+
+
+def test_large_tensor_uses_ring_path_correctly():
+    n = 3_000_017  # > 8 MiB MPI threshold, prime
+    x = torch.arange(n, dtype=torch.float64) * (RANK + 1)
+    out = hvd.allreduce(x, op=hvd.Sum, name="large")
+    total = sum(range(1, SIZE + 1))
+    assert torch.equal(out, torch.arange(n, dtype=torch.float64) * total)
+    half = hvd.allreduce(torch.ones(n, dtype=torch.float16), op=hvd.Average, name="large.half")
+    assert torch.equal(half, torch.ones(n, dtype=torch.float16))
+
+
+def test_prescale_and_postscale():
+    x = torch.full((4,), float(RANK + 1), dtype=torch.float64)
+    out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0)
+    assert torch.allclose(out, torch.full((4,), 0.5 * 3.0 * sum(range(1, SIZE + 1)), dtype=torch.float64))
+
+
+def test_grouped_allreduce_in_and_out_of_place():
+    tensors = [torch.full((i + 1,), float(RANK)) for i in range(5)]
+    outs = hvd.grouped_allreduce(tensors, op=hvd.Sum)
+    for i, o in enumerate(outs):
+        assert torch.equal(o, torch.full((i + 1,), float(sum(range(SIZE)))))
+    hvd.grouped_allreduce_(tensors, op=hvd.Average)
+    for i, t in enumerate(tensors):
+        assert torch.allclose(t, torch.full((i + 1,), sum(range(SIZE)) / SIZE))
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool], ids=str)
+def test_allgather_with_different_first_dimensions(dtype):
+    rows = [r % 3 for r in range(SIZE)]  # includes ranks with zero rows
+    parts = [rank_data(r, (rows[r], 2, 3), dtype if dtype != torch.bool else torch.int32, 5) for r in range(SIZE)]
+    if dtype == torch.bool:
+        parts = [p > 0 for p in parts]
+    out = hvd.allgather(parts[RANK], name=f"ag.{dtype}")
+    assert out.dtype == dtype
+    assert torch.equal(out, torch.cat(parts))
+
+
+def test_allgather_one_dimensional_and_autograd():
+    x = torch.full((RANK + 1,), float(RANK), requires_grad=True)
+    y = hvd.allgather(x)
+    assert y.shape == (sum(r + 1 for r in range(SIZE)),)
+    (y * 2).sum().backward()
+    assert torch.equal(x.grad, torch.full((RANK + 1,), 2.0 * SIZE))
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool], ids=str)
+def test_broadcast_from_every_root(dtype):
+    for root in range(SIZE):
+        data = rank_data(root, (4, 3), dtype if dtype != torch.bool else torch.int32, 11)
+        if dtype == torch.bool:
+            data = data > 0
+        mine = data if RANK == root else torch.zeros_like(data)
+        out = hvd.broadcast(mine, root_rank=root, name=f"bc.{dtype}.{root}")
+        assert torch.equal(out, data)
+        hvd.broadcast_(mine, root_rank=root, name=f"bc_.{dtype}.{root}")
+        assert torch.equal(mine, data)
+
+
+def test_broadcast_autograd_routes_gradient_to_root():
+    x = torch.ones(3, requires_grad=True)
+    hvd.broadcast(x, root_rank=0).sum().backward()
+    expected = float(SIZE) if RANK == 0 else 0.0
+    assert torch.equal(x.grad, torch.full((3,), expected))
+
+
+def test_allreduce_autograd():
+    x = torch.full((2,), float(RANK), requires_grad=True)
+    (hvd.allreduce(x, op=hvd.Sum) * 3).sum().backward()
+    assert torch.equal(x.grad, torch.full((2,), 3.0 * SIZE))
+
+
+@pytest.mark.parametrize("rows", [0, 1, SIZE - 1, SIZE + 1, 2 * SIZE + 3])
+@pytest.mark.parametrize("op_name", ["sum", "average"])
+def test_reducescatter_blocks(rows, op_name):
+    op = OPS[op_name]
+    tensors = [rank_data(r, (rows, 3), torch.float64, 17) for r in range(SIZE)]
+    out = hvd.reducescatter(tensors[RANK], op=op, name=f"rs.{rows}.{op_name}")
+    full = reference(torch.float64, op, tensors)
+    counts = [rows // SIZE + (1 if r < rows % SIZE else 0) for r in range(SIZE)]
+    start = sum(counts[:RANK])
+    torch.testing.assert_close(out, full[start:start + counts[RANK]])
+
+
+def test_reducescatter_autograd_is_allgather():
+    x = torch.ones(SIZE * 2, 2, requires_grad=True)
+    hvd.reducescatter(x, op=hvd.Sum).sum().backward()
+    assert torch.equal(x.grad, torch.ones(SIZE * 2, 2))
+
+
+def test_alltoall_with_and_without_splits():
+    splits = [(RANK + j) % 3 for j in range(SIZE)]
+    data = torch.arange(sum(splits) * 2, dtype=torch.float32).reshape(-1, 2) + 100 * RANK
+    out, received = hvd.alltoall(data, splits=splits, name="a2a")
+    expected_parts, expected_splits = [], []
+    for src in range(SIZE):
+        src_splits = [(src + j) % 3 for j in range(SIZE)]
+        src_data = torch.arange(sum(src_splits) * 2, dtype=torch.float32).reshape(-1, 2) + 100 * src
+        offset = sum(src_splits[:RANK])
+        expected_parts.append(src_data[offset:offset + src_splits[RANK]])
+        expected_splits.append(src_splits[RANK])
+    assert torch.equal(out, torch.cat(expected_parts))
+    assert received.tolist() == expected_splits
+    even = hvd.alltoall(torch.full((SIZE * 2,), float(RANK)), name="a2a.even")
+    assert torch.equal(even, torch.arange(SIZE, dtype=torch.float32).repeat_interleave(2))
+
+
+def test_barrier_and_join_return():
+    hvd.barrier()
+    assert hvd.join() in range(SIZE)
+
+
+def test_broadcast_parameters_and_optimizer_state():
+    torch.manual_seed(RANK)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (RANK + 1))
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = hvd.allgather(flat.unsqueeze(0))
+    assert all(torch.equal(gathered[0], gathered[r]) for r in range(SIZE))
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.01)
+    exp_avg = torch.cat([opt.state[p]["exp_avg"].flatten() for p in model.parameters()])
+    gathered_state = hvd.allgather(exp_avg.unsqueeze(0))
+    assert all(torch.equal(gathered_state[0], gathered_state[r]) for r in range(SIZE))
+
+
+def test_broadcast_and_allgather_objects():
+    obj = {"rank": RANK, "payload": list(range(RANK + 1))} if RANK == 1 % SIZE else None
+    got = hvd.broadcast_object(obj, root_rank=1 % SIZE)
+    assert got == {"rank": 1 % SIZE, "payload": list(range(1 % SIZE + 1))}
+    assert hvd.allgather_object(("r", RANK)) == [("r", r) for r in range(SIZE)]
+
+
+def test_topology_queries():
+    assert hvd.size() == SIZE and 0 <= hvd.rank() < SIZE
+    assert hvd.local_size() * hvd.cross_size() == SIZE
+    assert 0 <= hvd.local_rank() < hvd.local_size()
+    assert hvd.is_initialized() and hvd.mpi_enabled() and hvd.mpi_built()
+    assert not hvd.nccl_built() and not hvd.gloo_enabled()

@@ -1,0 +1,92 @@
+"""Bad input on real ranks: every rank gets a clear exception naming the tensor; nothing hangs,
+and the engine keeps working afterwards."""
+
+import pytest
+import torch
+
+import relaxlib
+import relaxlib_torch as hvd
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+
+
+def still_works():
+    assert torch.equal(hvd.allreduce(torch.ones(3), op=hvd.Sum), torch.full((3,), float(SIZE)))
+
+
+def test_shape_mismatch_raises_on_every_rank_naming_the_tensor():
+    shape = (3,) if RANK == 0 else (4,)
+    with pytest.raises(hvd.HorovodInternalError) as info:
+        hvd.allreduce(torch.ones(shape), name="grad.weight")
+    message = str(info.value)
+    assert isinstance(info.value, relaxlib.MismatchError)
+    assert "'grad.weight'" in message and "shapes" in message
+    assert "rank 0 sent [3]" in message
+    still_works()
+
+
+def test_dtype_mismatch():
+    dtype = torch.float32 if RANK == 0 else torch.float64
+    with pytest.raises(relaxlib.MismatchError, match=r"data types for 'mixed'.*float64"):
+        hvd.allreduce(torch.ones(2, dtype=dtype), name="mixed")
+    still_works()
+
+
+def test_op_mismatch():
+    op = hvd.Sum if RANK == 0 else hvd.Max
+    with pytest.raises(relaxlib.MismatchError, match="reduction ops for 'ops'"):
+        hvd.allreduce(torch.ones(2), name="ops", op=op)
+    still_works()
+
+
+def test_collective_type_mismatch():
+    with pytest.raises(relaxlib.MismatchError, match="collective operations for 'kind'"):
+        if RANK == 0:
+            hvd.broadcast(torch.ones(2), root_rank=0, name="kind")
+        else:
+            hvd.allreduce(torch.ones(2), name="kind")
+    still_works()
+
+
+def test_broadcast_root_mismatch():
+    with pytest.raises(relaxlib.MismatchError, match="root ranks for 'rooted'"):
+        hvd.broadcast(torch.ones(2), root_rank=RANK % 2, name="rooted")
+    still_works()
+
+
+def test_allgather_trailing_shape_mismatch():
+    with pytest.raises(relaxlib.MismatchError, match="beyond the first dimension"):
+        hvd.allgather(torch.ones(2, 3 + RANK % 2), name="gathered")
+    still_works()
+
+
+def test_duplicate_pending_name_is_refused_locally():
+    # Rank 0 submits first; the others only after the barrier, so rank 0's request stays pending.
+    if RANK == 0:
+        h = hvd.allreduce_async(torch.ones(2), name="twice")
+        with pytest.raises(relaxlib.DuplicateNameError, match="'twice' is already pending"):
+            hvd.allreduce_async(torch.ones(2), name="twice")
+    hvd.barrier()
+    if RANK != 0:
+        h = hvd.allreduce_async(torch.ones(2), name="twice")
+    assert torch.equal(hvd.synchronize(h), torch.ones(2))
+    assert torch.equal(hvd.synchronize(hvd.allreduce_async(torch.ones(2), name="twice")), torch.ones(2))
+
+
+def test_local_argument_errors():
+    with pytest.raises(TypeError, match="does not support tensors of type"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="root rank 99 is out of range"):
+        hvd.broadcast(torch.ones(2), root_rank=99)
+    with pytest.raises(ValueError, match="splits"):
+        hvd.alltoall(torch.ones(SIZE + 1), splits=[1] * SIZE)
+    with pytest.raises(ValueError, match="cannot reduce tensors of type bool"):
+        hvd.allreduce(torch.ones(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="scalar"):
+        hvd.allgather(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="supersedes average"):
+        hvd.allreduce(torch.ones(1), average=True, op=hvd.Sum)
+    still_works()

@@ -1,0 +1,71 @@
+"""relaxrun: the mpirun command it builds, its options, --check-build, and a real launch."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpi_launch import REPO
+from relaxlib_launch import relaxrun
+
+RELAXRUN = [sys.executable, "-m", "relaxlib_launch.relaxrun"]
+
+
+def command_for(argv, environ=None):
+    args = relaxrun.parse_args(argv)
+    env = dict(environ or {})
+    env.update(relaxrun.relax_environment(args))
+    return relaxrun.mpirun_command(args, env), env
+
+
+def test_local_launch_binds_none_and_oversubscribes_beyond_cores():
+    cores = os.cpu_count() or 1
+    cmd, _ = command_for(["-np", str(cores + 2), "python", "train.py", "--lr", "0.1"])
+    assert cmd[:3] == ["mpirun", "-np", str(cores + 2)]
+    assert "--bind-to" in cmd and cmd[cmd.index("--bind-to") + 1] == "none"
+    assert "--oversubscribe" in cmd
+    assert cmd[-4:] == ["python", "train.py", "--lr", "0.1"]
+    if os.geteuid() == 0:
+        assert "--allow-run-as-root" in cmd
+
+
+def test_hosts_are_passed_through_without_oversubscribe():
+    cmd, _ = command_for(["-np", "4", "-H", "a:2,b:2", "python", "t.py"])
+    assert cmd[cmd.index("-H") + 1] == "a:2,b:2"
+    assert "--oversubscribe" not in cmd
+
+
+def test_options_become_exported_relax_variables():
+    cmd, env = command_for(["-np", "2", "--topology", "ring", "--fusion-threshold-mb", "2", "--cycle-time-ms", "3",
+                            "--network-interface", "10.0.0.0/24", "--mpi-args", "--mca btl tcp,self", "python", "t.py"],
+                           {"RELAX_LOG_LEVEL": "debug", "HOME": "/root"})
+    assert env["RELAX_TOPOLOGY"] == "ring" and env["RELAX_FUSION_THRESHOLD"] == str(2 * 1024 * 1024)
+    for name in ("RELAX_TOPOLOGY", "RELAX_FUSION_THRESHOLD", "RELAX_CYCLE_TIME", "RELAX_LOG_LEVEL"):
+        assert cmd[cmd.index(name) - 1] == "-x"
+    assert "HOME" not in cmd
+    assert "btl_tcp_if_include" in cmd and cmd[-5:-2] == ["--mca", "btl", "tcp,self"]
+
+
+@pytest.mark.parametrize("argv", [[], ["python", "t.py"], ["-np", "0", "python", "t.py"],
+                                  ["-np", "2", "-H", "a:1", "--hostfile", "f", "python", "t.py"]])
+def test_bad_command_lines_exit_with_usage(argv):
+    with pytest.raises(SystemExit) as info:
+        relaxrun.parse_args(argv)
+    assert info.value.code == 2
+
+
+def test_check_build_reports_frameworks_and_transport():
+    out = subprocess.run(RELAXRUN + ["--check-build"], capture_output=True, text=True, timeout=60).stdout
+    assert "[X] PyTorch" in out and "[X] MPI" in out and "Core library: loads" in out
+
+
+@pytest.mark.mpi
+def test_real_launch_exports_settings_to_every_rank():
+    code = ("import os, relaxlib_torch as hvd; hvd.init(); "
+            "print('RANK', hvd.rank(), hvd.size(), os.environ['RELAX_CYCLE_TIME'], flush=True)")
+    out = subprocess.run(RELAXRUN + ["-np", "2", "--verbose", "--cycle-time-ms", "2", sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("relaxrun: mpirun -np 2")
+    assert "RANK 0 2 2.0" in out.stdout and "RANK 1 2 2.0" in out.stdout

@@ -1,0 +1,29 @@
+"""Runs the torch parallel modules on real ranks (2, 3 and 4) and fails with every rank's output."""
+
+import pytest
+
+from mpi_launch import run_pytest_on_ranks
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("np_, env", [
+    (2, {}),
+    (3, {"RELAX_MPI_ALLREDUCE_MAX_BYTES": "0"}),  # odd world size, every allreduce on our ring
+    (4, {"RELAX_FUSION_THRESHOLD": "65536"}),     # small fusion buffer: many fused batches
+], ids=["np2", "np3-ring", "np4-small-fusion"])
+def test_collectives(np_, env):
+    run = run_pytest_on_ranks(np_, "torch_collectives.py", env=env)
+    assert run.returncode == 0, run.report()
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_distributed_optimizer(np_):
+    run = run_pytest_on_ranks(np_, "torch_optimizer.py")
+    assert run.returncode == 0, run.report()
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_bad_input_errors(np_):
+    run = run_pytest_on_ranks(np_, "torch_errors.py")
+    assert run.returncode == 0, run.report()
