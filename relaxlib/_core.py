@@ -39,6 +39,13 @@ class Request(ctypes.Structure):
     ]
 
 
+class Stats(ctypes.Structure):
+    """relax_stats_t."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in
+                ("rounds", "completed", "bytes_sent", "bytes_received", "negotiation_ns", "execution_ns")]
+
+
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64))
 DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p)
 
@@ -67,7 +74,7 @@ _SIGNATURES = {
     "relax_release": ([ctypes.c_int64], None),
     "relax_set_fusion_threshold": ([ctypes.c_int64], ctypes.c_int),
     "relax_set_cycle_time_ms": ([ctypes.c_double], ctypes.c_int),
-    "relax_stats": ([ctypes.POINTER(ctypes.c_int64)] * 4, ctypes.c_int),
+    "relax_get_stats": ([ctypes.POINTER(Stats)], ctypes.c_int),
 }
 
 _lib: ctypes.CDLL | None = None

@@ -167,11 +167,11 @@ def set_cycle_time(milliseconds: float) -> None:
 
 
 def engine_stats() -> dict:
-    """Counters since init: negotiation rounds, completed requests, bytes sent and received."""
-    values = [ctypes.c_int64() for _ in range(4)]
-    _core.check(_core.lib().relax_stats(*[ctypes.byref(v) for v in values]))
-    keys = ("rounds", "completed", "bytes_sent", "bytes_received")
-    return {k: v.value for k, v in zip(keys, values)}
+    """Engine counters since init: negotiation rounds, completed requests, bytes sent and received,
+    and nanoseconds spent negotiating (including waiting for peers) and executing collectives."""
+    stats = _core.Stats()
+    _core.check(_core.lib().relax_get_stats(ctypes.byref(stats)))
+    return {name: getattr(stats, name) for name, _ in _core.Stats._fields_}
 
 
 def version() -> str:

@@ -64,16 +64,17 @@ Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), 
 
 Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv,
                              int64_t recv_bytes, int source) {
+  const int64_t chunk = kMaxMessageBytes;
   std::vector<MPI_Request> requests;
-  for (int64_t off = 0; off < recv_bytes; off += kMaxMessageBytes) {
+  for (int64_t off = 0; off < recv_bytes; off += chunk) {
     requests.emplace_back();
-    const int n = static_cast<int>(std::min(kMaxMessageBytes, recv_bytes - off));
+    const int n = static_cast<int>(std::min(chunk, recv_bytes - off));
     int rc = MPI_Irecv(recv + off, n, MPI_BYTE, source, kRingTag, comm_, &requests.back());
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
   }
-  for (int64_t off = 0; off < send_bytes; off += kMaxMessageBytes) {
+  for (int64_t off = 0; off < send_bytes; off += chunk) {
     requests.emplace_back();
-    const int n = static_cast<int>(std::min(kMaxMessageBytes, send_bytes - off));
+    const int n = static_cast<int>(std::min(chunk, send_bytes - off));
     int rc = MPI_Isend(send + off, n, MPI_BYTE, dest, kRingTag, comm_, &requests.back());
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
   }
@@ -84,9 +85,10 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
 }
 
 // Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from
-// the left one, reducing each received segment into `recv_into` while the next is in flight.
-Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count, uint8_t* recv_into,
-                                        int64_t recv_count, int32_t dtype, int32_t op) {
+// the left one; each received segment is combined with this rank's `own` elements into `result`
+// while the next segment is in flight.
+Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own,
+                                        uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
   const size_t esize = dtype_size(dtype);
   const int right = mod(rank_ + 1, size_);
   const int left = mod(rank_ - 1, size_);
@@ -117,7 +119,8 @@ Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count,
     int rc = MPI_Wait(&recvs[k % 2], MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Wait");
     const int64_t n = std::min(seg, recv_count - k * seg);
-    reduce_into(recv_into + k * seg * esize, scratch_.data() + (k % 2) * seg * esize, n, dtype, op);
+    reduce_pair(result + k * seg * esize, own + k * seg * esize, scratch_.data() + (k % 2) * seg * esize, n,
+                dtype, op);
     if (k + 2 < nrecv) {
       rc = post(k + 2);
       if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
@@ -129,18 +132,24 @@ Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count,
                     "MPI_Waitall");
 }
 
-Status Collectives::ring_reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype,
-                                        int32_t op) {
-  if (size_ == 1) return Status::ok();
-  auto* bytes = static_cast<uint8_t*>(buf);
+Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts,
+                                        int32_t dtype, int32_t op) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
   const size_t esize = dtype_size(dtype);
   const std::vector<int64_t> offsets = block_offsets(counts);
+  if (size_ == 1) {
+    if (in != out && counts[0] > 0) std::memcpy(out, in, static_cast<size_t>(counts[0]) * esize);
+    return Status::ok();
+  }
   // Step s sends block (r-s-1) and reduces block (r-s-2); after n-1 steps block r is complete.
+  // The block sent at step 0 is still this rank's input; later ones were reduced a step before.
   for (int s = 0; s < size_ - 1; ++s) {
     const size_t send_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
     const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 2, size_));
-    Status st = exchange_and_reduce(bytes + offsets[send_block] * esize, counts[send_block],
-                                    bytes + offsets[recv_block] * esize, counts[recv_block], dtype, op);
+    const uint8_t* send = (s == 0 ? in : out) + offsets[send_block] * esize;
+    Status st = exchange_and_reduce(send, counts[send_block], in + offsets[recv_block] * esize,
+                                    out + offsets[recv_block] * esize, counts[recv_block], dtype, op);
     if (!st.is_ok()) return st;
   }
   return Status::ok();
@@ -164,44 +173,49 @@ Status Collectives::ring_allgather(void* buf, const std::vector<int64_t>& counts
   return Status::ok();
 }
 
-Status Collectives::mpi_allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale) {
-  int rc = MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_type(dtype), mpi_op(op), comm_);
+Status Collectives::mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
+                                  double postscale) {
+  int rc = MPI_Allreduce(src == dst ? MPI_IN_PLACE : src, dst, static_cast<int>(count), mpi_type(dtype), mpi_op(op),
+                         comm_);
   if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Allreduce");
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   traffic_.bytes_sent += 2 * bytes * (size_ - 1) / size_;
   traffic_.bytes_received += 2 * bytes * (size_ - 1) / size_;
-  scale_buffer(buf, count, dtype, postscale);
+  scale_buffer(dst, count, dtype, postscale);
   return Status::ok();
 }
 
-Status Collectives::allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale) {
+Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
+                              double postscale) {
   if (count == 0) return Status::ok();
-  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  const size_t esize = dtype_size(dtype);
+  const int64_t bytes = count * static_cast<int64_t>(esize);
   if (size_ == 1) {
-    scale_buffer(buf, count, dtype, postscale);
+    if (src != dst) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    scale_buffer(dst, count, dtype, postscale);
     return Status::ok();
   }
   if (bytes <= config_.mpi_allreduce_max_bytes && count <= INT_MAX && mpi_type(dtype) != MPI_DATATYPE_NULL) {
-    return mpi_allreduce(buf, count, dtype, op, postscale);
+    return mpi_allreduce(src, dst, count, dtype, op, postscale);
   }
   const std::vector<int64_t> counts = even_counts(count, size_);
-  Status st = ring_reduce_scatter(buf, counts, dtype, op);
+  Status st = ring_reduce_scatter(src, dst, counts, dtype, op);
   if (!st.is_ok()) return st;
   const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
-  scale_buffer(static_cast<uint8_t*>(buf) + own_offset * static_cast<int64_t>(dtype_size(dtype)),
+  scale_buffer(static_cast<uint8_t*>(dst) + own_offset * static_cast<int64_t>(esize),
                counts[static_cast<size_t>(rank_)], dtype, postscale);
-  return ring_allgather(buf, counts, dtype_size(dtype));
+  return ring_allgather(dst, counts, esize);
 }
 
-Status Collectives::reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
-                                   double postscale, void* out) {
+Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
+                                   int32_t op, double postscale, void* out) {
   const size_t esize = dtype_size(dtype);
-  Status st = ring_reduce_scatter(buf, counts, dtype, op);
+  Status st = ring_reduce_scatter(src, work, counts, dtype, op);
   if (!st.is_ok()) return st;
   const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
   const int64_t own_count = counts[static_cast<size_t>(rank_)];
   if (own_count > 0) {
-    std::memmove(out, static_cast<uint8_t*>(buf) + own_offset * static_cast<int64_t>(esize),
+    std::memmove(out, static_cast<uint8_t*>(work) + own_offset * static_cast<int64_t>(esize),
                  static_cast<size_t>(own_count) * esize);
     scale_buffer(out, own_count, dtype, postscale);
   }

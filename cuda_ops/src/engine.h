@@ -27,6 +27,8 @@ struct EngineStats {
   int64_t completed = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  int64_t negotiation_ns = 0;
+  int64_t execution_ns = 0;
 };
 
 class Engine {
@@ -69,6 +71,7 @@ class Engine {
   std::vector<LocalRequest> incoming_;
   std::unordered_set<std::string> active_names_;
   bool stop_requested_ = false;
+  std::string stop_reason_;  // why the engine stopped (for later submissions)
   std::atomic<bool> running_{false};
   std::thread thread_;
 
@@ -77,6 +80,8 @@ class Engine {
   double last_stall_check_ = 0;
   std::atomic<int64_t> rounds_{0};
   std::atomic<int64_t> completed_{0};
+  std::atomic<int64_t> negotiation_ns_{0};
+  std::atomic<int64_t> execution_ns_{0};
   const double start_time_;
 };
 

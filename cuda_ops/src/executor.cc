@@ -133,11 +133,16 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
   for (const Item& item : items) total += item.tensor->first().num_elements();
 
   void* buf;
+  const void* src;
   const bool fused = items.size() > 1 || !items.front().local;
   if (!fused) {
     LocalRequest& local = *items.front().local;
     buf = local.output;
-    if (local.input != local.output && total > 0) std::memcpy(local.output, local.input, static_cast<size_t>(total) * esize);
+    src = local.input;
+    if (d.prescale != 1.0 && src != buf) {  // the input must not be modified: scale a copy
+      std::memcpy(buf, src, static_cast<size_t>(total) * esize);
+      src = buf;
+    }
   } else {
     if (fusion_buffer_.size() < static_cast<size_t>(total) * esize) fusion_buffer_.resize(static_cast<size_t>(total) * esize);
     uint8_t* p = fusion_buffer_.data();
@@ -151,9 +156,10 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
       p += n * static_cast<int64_t>(esize);
     }
     buf = fusion_buffer_.data();
+    src = buf;
   }
-  scale_buffer(buf, total, d.dtype, d.prescale);
-  Status status = collectives_.allreduce(buf, total, d.dtype, op, postscale_of(d, collectives_.size()));
+  if (d.prescale != 1.0) scale_buffer(buf, total, d.dtype, d.prescale);
+  Status status = collectives_.allreduce(src, buf, total, d.dtype, op, postscale_of(d, collectives_.size()));
   if (fused && status.is_ok()) {
     const uint8_t* p = fusion_buffer_.data();
     for (const Item& item : items) {
@@ -232,17 +238,20 @@ Status Executor::run_reducescatter(Item& item) {
     out_shape = with_dim0(d.shape, rows[static_cast<size_t>(me)]);
   }
   if (work_buffer_.size() < static_cast<size_t>(numel) * esize) work_buffer_.resize(static_cast<size_t>(numel) * esize);
-  if (item.local) {
-    if (numel > 0) std::memcpy(work_buffer_.data(), item.local->input, static_cast<size_t>(numel) * esize);
-  } else {
+  const void* src = item.local ? item.local->input : nullptr;
+  if (!item.local) {
     fill_identity(work_buffer_.data(), numel, d.dtype, op);
+    src = work_buffer_.data();
+  } else if (d.prescale != 1.0) {  // the input must not be modified: scale a copy
+    if (numel > 0) std::memcpy(work_buffer_.data(), src, static_cast<size_t>(numel) * esize);
+    scale_buffer(work_buffer_.data(), numel, d.dtype, d.prescale);
+    src = work_buffer_.data();
   }
-  scale_buffer(work_buffer_.data(), numel, d.dtype, d.prescale);
   const int64_t out_bytes = counts[static_cast<size_t>(me)] * static_cast<int64_t>(esize);
   std::vector<uint8_t> fallback;
   void* out = allocate_output(item, out_shape, fallback, out_bytes);
   if (!out && out_bytes > 0) return Status::error(RELAX_ERR_INTERNAL, "could not allocate the reducescatter output for '" + d.name + "'");
-  return collectives_.reduce_scatter(work_buffer_.data(), counts, d.dtype, op, postscale_of(d, size), out);
+  return collectives_.reduce_scatter(src, work_buffer_.data(), counts, d.dtype, op, postscale_of(d, size), out);
 }
 
 Status Executor::run_alltoall(Item& item, std::vector<int64_t>& received_splits) {

@@ -11,70 +11,50 @@
 namespace relax {
 namespace {
 
-// Plain loops over restrict pointers: GCC vectorizes them at -O3 (the sum is memory bound).
-template <typename T>
-void sum_into(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-template <typename T>
-void product_into(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] *= src[i];
-}
-template <typename T>
-void min_into(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] < dst[i] ? src[i] : dst[i];
-}
-template <typename T>
-void max_into(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] > dst[i] ? src[i] : dst[i];
-}
-
-// NaN-propagating min/max for floats (torch and numpy propagate NaN).
-template <typename T>
-void fmin_into(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T a = dst[i], b = src[i];
-    dst[i] = (a != a || b != b) ? a + b : (b < a ? b : a);
-  }
-}
-template <typename T>
-void fmax_into(T* __restrict dst, const T* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T a = dst[i], b = src[i];
-    dst[i] = (a != a || b != b) ? a + b : (b > a ? b : a);
-  }
+// Plain loops: GCC vectorizes them at -O3 (with a runtime overlap check, since dst may alias a);
+// the reduction is memory bound.
+template <typename T, typename F>
+void combine(T* dst, const T* a, const T* b, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f(a[i], b[i]);
 }
 
 template <typename T>
-void reduce_typed(void* dst, const void* src, int64_t n, int32_t op) {
+void reduce_typed(void* dst, const void* a, const void* b, int64_t n, int32_t op) {
   T* d = static_cast<T*>(dst);
-  const T* s = static_cast<const T*>(src);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
   constexpr bool floating = std::is_floating_point<T>::value;
   switch (op) {
     case RELAX_OP_SUM:
-    case RELAX_OP_AVERAGE: sum_into(d, s, n); break;
-    case RELAX_OP_PRODUCT: product_into(d, s, n); break;
-    case RELAX_OP_MIN: floating ? fmin_into(d, s, n) : min_into(d, s, n); break;
-    case RELAX_OP_MAX: floating ? fmax_into(d, s, n) : max_into(d, s, n); break;
+    case RELAX_OP_AVERAGE: combine(d, x, y, n, [](T u, T v) { return static_cast<T>(u + v); }); break;
+    case RELAX_OP_PRODUCT: combine(d, x, y, n, [](T u, T v) { return static_cast<T>(u * v); }); break;
+    case RELAX_OP_MIN:
+      // Floats propagate NaN, as torch and numpy do.
+      combine(d, x, y, n, [](T u, T v) { return floating && (u != u || v != v) ? static_cast<T>(u + v) : (v < u ? v : u); });
+      break;
+    case RELAX_OP_MAX:
+      combine(d, x, y, n, [](T u, T v) { return floating && (u != u || v != v) ? static_cast<T>(u + v) : (v > u ? v : u); });
+      break;
     default: throw std::invalid_argument("unsupported reduction op");
   }
 }
 
 // 16-bit floats: widen in blocks so the float loop vectorizes, then round once.
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void reduce_16bit(void* dst, const void* src, int64_t n, int32_t op) {
+void reduce_16bit(void* dst, const void* a, const void* b, int64_t n, int32_t op) {
   uint16_t* d = static_cast<uint16_t*>(dst);
-  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
   constexpr int64_t kBlock = 1024;
-  float a[kBlock], b[kBlock];
+  float fx[kBlock], fy[kBlock];
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t m = std::min(kBlock, n - start);
     for (int64_t i = 0; i < m; ++i) {
-      a[i] = ToFloat(d[start + i]);
-      b[i] = ToFloat(s[start + i]);
+      fx[i] = ToFloat(x[start + i]);
+      fy[i] = ToFloat(y[start + i]);
     }
-    reduce_typed<float>(a, b, m, op);
-    for (int64_t i = 0; i < m; ++i) d[start + i] = FromFloat(a[i]);
+    reduce_typed<float>(fx, fx, fy, m, op);
+    for (int64_t i = 0; i < m; ++i) d[start + i] = FromFloat(fx[i]);
   }
 }
 
@@ -117,17 +97,17 @@ T identity_of(int32_t op) {
 
 }  // namespace
 
-void reduce_into(void* dst, const void* src, int64_t count, int32_t dtype, int32_t op) {
+void reduce_pair(void* dst, const void* a, const void* b, int64_t count, int32_t dtype, int32_t op) {
   if (count <= 0) return;
   switch (dtype) {
-    case RELAX_FLOAT32: reduce_typed<float>(dst, src, count, op); break;
-    case RELAX_FLOAT64: reduce_typed<double>(dst, src, count, op); break;
-    case RELAX_INT32: reduce_typed<int32_t>(dst, src, count, op); break;
-    case RELAX_INT64: reduce_typed<int64_t>(dst, src, count, op); break;
-    case RELAX_UINT8: reduce_typed<uint8_t>(dst, src, count, op); break;
-    case RELAX_INT8: reduce_typed<int8_t>(dst, src, count, op); break;
-    case RELAX_FLOAT16: reduce_16bit<half_to_float, float_to_half>(dst, src, count, op); break;
-    case RELAX_BFLOAT16: reduce_16bit<bf16_to_float, float_to_bf16>(dst, src, count, op); break;
+    case RELAX_FLOAT32: reduce_typed<float>(dst, a, b, count, op); break;
+    case RELAX_FLOAT64: reduce_typed<double>(dst, a, b, count, op); break;
+    case RELAX_INT32: reduce_typed<int32_t>(dst, a, b, count, op); break;
+    case RELAX_INT64: reduce_typed<int64_t>(dst, a, b, count, op); break;
+    case RELAX_UINT8: reduce_typed<uint8_t>(dst, a, b, count, op); break;
+    case RELAX_INT8: reduce_typed<int8_t>(dst, a, b, count, op); break;
+    case RELAX_FLOAT16: reduce_16bit<half_to_float, float_to_half>(dst, a, b, count, op); break;
+    case RELAX_BFLOAT16: reduce_16bit<bf16_to_float, float_to_bf16>(dst, a, b, count, op); break;
     default: throw std::invalid_argument("unsupported dtype for reduction");
   }
 }

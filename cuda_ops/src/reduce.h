@@ -5,9 +5,15 @@
 
 namespace relax {
 
-// dst[i] = dst[i] (op) src[i] for i < count. `op` is Sum, Min, Max or Product (Average reduces
-// as Sum; the caller scales afterwards). float16/bfloat16 compute in float32 and round once.
-void reduce_into(void* dst, const void* src, int64_t count, int32_t dtype, int32_t op);
+// dst[i] = a[i] (op) b[i] for i < count; `dst` may equal `a`. `op` is Sum, Min, Max or Product
+// (Average reduces as Sum; the caller scales afterwards). float16/bfloat16 compute in float32
+// and round once.
+void reduce_pair(void* dst, const void* a, const void* b, int64_t count, int32_t dtype, int32_t op);
+
+// In place: dst[i] = dst[i] (op) src[i].
+inline void reduce_into(void* dst, const void* src, int64_t count, int32_t dtype, int32_t op) {
+  reduce_pair(dst, dst, src, count, dtype, op);
+}
 
 // buf[i] = factor * buf[i]. Integers are computed in double and truncated toward zero, matching
 // Horovod's integer averaging. A factor of exactly 1.0 is a no-op.

@@ -25,7 +25,7 @@ int wait_with_backoff(MPI_Request* request) {
     if (rc != MPI_SUCCESS || done) return rc;
     const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - start).count();
     if (waited < 50) continue;  // peers usually arrive within microseconds: spin
-    const auto pause = std::min<long long>(200, std::max<long long>(5, waited / 8));
+    const auto pause = std::min<long long>(100, std::max<long long>(5, waited / 4));
     std::this_thread::sleep_for(std::chrono::microseconds(pause));
   }
 }

@@ -42,10 +42,9 @@ int not_initialized() {
                             "relaxlib has not been initialized (or was shut down); call init() first."));
 }
 
-Engine* live_engine() {
-  Runtime& rt = runtime();
-  return (rt.engine && rt.engine->running()) ? rt.engine.get() : nullptr;
-}
+// The engine between init() and this rank's shutdown(). It may have stopped running because a
+// peer shut down; rank and size stay available then, and submissions fail with the reason.
+Engine* current_engine() { return runtime().engine.get(); }
 
 void stop_engine() {
   Runtime& rt = runtime();
@@ -94,7 +93,8 @@ int initialize() {
 int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,
             void* const* users, relax_handle_t* handles_out) {
   Runtime& rt = runtime();
-  Engine* engine = live_engine();
+  std::lock_guard<std::mutex> lock(rt.mutex);  // shutdown() cannot free the engine under us
+  Engine* engine = current_engine();
   if (!engine) return not_initialized();
   if (count <= 0 || !requests) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "empty request group"));
   std::vector<LocalRequest> locals(static_cast<size_t>(count));
@@ -140,11 +140,14 @@ int relax_shutdown(void) {
   return RELAX_OK;
 }
 
-int relax_is_initialized(void) { return relax::live_engine() != nullptr; }
+int relax_is_initialized(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  return relax::current_engine() != nullptr;
+}
 
 #define RELAX_TOPOLOGY_GETTER(fn, field)                                   \
   int fn(void) {                                                           \
-    if (!relax::live_engine()) return -relax::not_initialized();           \
+    if (!relax_is_initialized()) return -relax::not_initialized();         \
     return runtime().mpi.topology().field;                                 \
   }
 RELAX_TOPOLOGY_GETTER(relax_rank, rank)
@@ -156,7 +159,7 @@ RELAX_TOPOLOGY_GETTER(relax_cross_size, cross_size)
 #undef RELAX_TOPOLOGY_GETTER
 
 int relax_mpi_threads_supported(void) {
-  if (!relax::live_engine()) return -relax::not_initialized();
+  if (!relax_is_initialized()) return -relax::not_initialized();
   return runtime().mpi.thread_level() >= MPI_THREAD_MULTIPLE;
 }
 
@@ -203,7 +206,8 @@ int relax_handle_received_splits(relax_handle_t handle, int64_t* out, int32_t ca
 void relax_release(relax_handle_t handle) { runtime().handles.release(handle); }
 
 int relax_set_fusion_threshold(int64_t bytes) {
-  relax::Engine* engine = relax::live_engine();
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
   if (!engine) return relax::not_initialized();
   if (bytes < 0) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "fusion threshold must be >= 0"));
   engine->set_fusion_threshold(bytes);
@@ -211,21 +215,21 @@ int relax_set_fusion_threshold(int64_t bytes) {
 }
 
 int relax_set_cycle_time_ms(double ms) {
-  relax::Engine* engine = relax::live_engine();
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
   if (!engine) return relax::not_initialized();
   if (!(ms >= 0)) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "cycle time must be >= 0"));
   engine->set_cycle_time_ms(ms);
   return RELAX_OK;
 }
 
-int relax_stats(int64_t* rounds, int64_t* completed, int64_t* bytes_sent, int64_t* bytes_received) {
-  relax::Engine* engine = relax::live_engine();
+int relax_get_stats(relax_stats_t* out) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
   if (!engine) return relax::not_initialized();
+  if (!out) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_get_stats: NULL output"));
   const relax::EngineStats s = engine->stats();
-  if (rounds) *rounds = s.rounds;
-  if (completed) *completed = s.completed;
-  if (bytes_sent) *bytes_sent = s.bytes_sent;
-  if (bytes_received) *bytes_received = s.bytes_received;
+  *out = relax_stats_t{s.rounds, s.completed, s.bytes_sent, s.bytes_received, s.negotiation_ns, s.execution_ns};
   return RELAX_OK;
 }
 

@@ -114,7 +114,7 @@ def test_async_handles_poll_and_synchronize_many_small_tensors():
 
 
 def test_large_tensor_uses_ring_path_correctly():
-    n = 3_000_017  # > 8 MiB MPI threshold, prime
+    n = 5_000_011  # > 16 MiB MPI threshold in float64, prime
     x = torch.arange(n, dtype=torch.float64) * (RANK + 1)
     out = hvd.allreduce(x, op=hvd.Sum, name="large")
     total = sum(range(1, SIZE + 1))

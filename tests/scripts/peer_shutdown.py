@@ -16,4 +16,10 @@ else:
     except relaxlib.ShutdownError as exc:
         assert "rank 0" in str(exc), str(exc)
         print("PEER-SHUTDOWN-OK", flush=True)
-    assert not hvd.is_initialized()
+    # rank and size stay usable (e.g. for a final `if hvd.rank() == 0: save()`); collectives fail.
+    assert hvd.is_initialized() and hvd.rank() == 1 and hvd.size() == 2
+    try:
+        hvd.allreduce(torch.ones(1), name="after")
+        raise SystemExit("expected ShutdownError")
+    except relaxlib.ShutdownError as exc:
+        assert "rank 0 shut down" in str(exc), str(exc)

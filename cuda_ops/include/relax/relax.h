@@ -164,8 +164,16 @@ RELAX_API void relax_release(relax_handle_t handle);
  * RELAX_CYCLE_TIME). Take effect on the next cycle. */
 RELAX_API int relax_set_fusion_threshold(int64_t bytes);
 RELAX_API int relax_set_cycle_time_ms(double ms);
-/* Counters since init: rounds run, requests completed, bytes sent by collectives. */
-RELAX_API int relax_stats(int64_t* rounds, int64_t* completed, int64_t* bytes_sent, int64_t* bytes_received);
+/* Engine counters since init. */
+typedef struct {
+  int64_t rounds;          /* negotiation rounds */
+  int64_t completed;       /* requests completed (ok or failed) */
+  int64_t bytes_sent;      /* by this rank's collectives */
+  int64_t bytes_received;
+  int64_t negotiation_ns;  /* engine time inside negotiation rounds (includes waiting for peers) */
+  int64_t execution_ns;    /* engine time executing collectives */
+} relax_stats_t;
+RELAX_API int relax_get_stats(relax_stats_t* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,0 +1,343 @@
+"""Collective micro-benchmark: relaxlib beside MPI's own collectives (mpi4py) and torch.distributed
+gloo, in nccl-tests columns (size count dtype time_us algbw busbw).
+
+Each library runs in its own mpirun job (their background threads would otherwise compete
+for the cores and distort each other), the jobs alternate, and the table quotes medians.
+Ratios between libraries are medians of *paired* ratios (job i of one library against the
+adjacent job i of the other), which cancels the slow drift of a shared or virtual machine.
+
+    python benchmarks/collectives.py --np 2 --reps 3
+
+Writes benchmarks/results/collectives_np<N>.json and a PNG of bus bandwidth per size.
+busbw = algbw * 2(n-1)/n for allreduce and algbw * (n-1)/n for reduce_scatter / allgather,
+where `size` is the full (unscattered) buffer, as nccl-tests defines them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+LIBRARIES = ("relaxlib", "mpi", "gloo")
+OPS = ("allreduce", "reduce_scatter", "allgather")
+BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+              "allgather": lambda n: (n - 1) / n}
+MiB = 1 << 20
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("B").rstrip("I")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+def default_sizes(low: int, high: int) -> list[int]:
+    sizes, s = [], low
+    while s <= high:
+        sizes.append(s)
+        s *= 4
+    return sizes
+
+
+# ---- worker: runs under mpirun, one library per job -----------------------------------------
+
+class Library:
+    """One library's collectives on float32 torch tensors (numpy views for mpi4py)."""
+
+    def __init__(self, name: str, port: int) -> None:
+        import torch
+        self.torch = torch
+        self.name = name
+        if name == "relaxlib":
+            import relaxlib_torch as hvd
+            hvd.init()
+            self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
+        elif name == "mpi":
+            from mpi4py import MPI
+            self.MPI, self.comm = MPI, MPI.COMM_WORLD
+            self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        elif name == "gloo":
+            import torch.distributed as dist
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ["MASTER_PORT"] = str(port)
+            self.rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+            self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+            dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
+            self.dist = dist
+        else:
+            raise ValueError(name)
+
+    def barrier(self) -> None:
+        if self.name == "relaxlib":
+            self.hvd.barrier()
+        elif self.name == "mpi":
+            self.comm.Barrier()
+        else:
+            self.dist.barrier()
+
+    def max_over_ranks(self, value: float) -> float:
+        t = self.torch.tensor([value], dtype=self.torch.float64)
+        if self.name == "relaxlib":
+            return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").item()
+        if self.name == "mpi":
+            return self.comm.allreduce(value, op=self.MPI.MAX)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return t.item()
+
+    def operation(self, op: str, count: int):
+        """A zero-argument callable running `op` once on `count` float32 elements (full buffer)."""
+        torch, n = self.torch, self.size
+        full = torch.ones(count, dtype=torch.float32)
+        chunk = torch.ones(count // n, dtype=torch.float32)
+        if self.name == "relaxlib":
+            hvd = self.hvd
+            return {"allreduce": lambda: hvd.allreduce_(full, op=hvd.Sum, name="bench.allreduce"),
+                    "reduce_scatter": lambda: hvd.reducescatter(full, op=hvd.Sum, name="bench.reduce_scatter"),
+                    "allgather": lambda: hvd.allgather(chunk, name="bench.allgather")}[op]
+        if self.name == "mpi":
+            comm, MPI = self.comm, self.MPI
+            fa, ca = full.numpy(), chunk.numpy()
+            return {"allreduce": lambda: comm.Allreduce(MPI.IN_PLACE, fa),
+                    "reduce_scatter": lambda: comm.Reduce_scatter_block(fa, ca),
+                    "allgather": lambda: comm.Allgather(ca, fa)}[op]
+        dist = self.dist
+        return {"allreduce": lambda: dist.all_reduce(full),
+                "reduce_scatter": lambda: dist.reduce_scatter_tensor(chunk, full),
+                "allgather": lambda: dist.all_gather_into_tensor(full, chunk)}[op]
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    lib = Library(args.worker, args.port)
+    results = []
+    for op in args.ops.split(","):
+        for size in [int(s) for s in args.sizes.split(",")]:
+            count = size // 4
+            try:
+                fn = lib.operation(op, count)
+                for _ in range(3 if size < 64 * MiB else 1):
+                    fn()
+                lib.barrier()
+                start = time.perf_counter()
+                fn()
+                once = time.perf_counter() - start
+                iters = int(max(3, min(2000, args.seconds_per_size / max(once, 1e-6))))
+                iters = int(lib.max_over_ranks(iters))  # every rank must run the same count
+                lib.barrier()
+                start = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                elapsed = lib.max_over_ranks(time.perf_counter() - start)
+                results.append({"op": op, "size": size, "time_us": elapsed / iters * 1e6, "iters": iters})
+            except (RuntimeError, NotImplementedError, ValueError) as exc:
+                results.append({"op": op, "size": size, "time_us": None, "error": str(exc).splitlines()[0][:200]})
+    if lib.rank == 0:
+        Path(args.out).write_text(json.dumps({"library": args.worker, "np": lib.size, "results": results}))
+
+
+# ---- driver ---------------------------------------------------------------------------------
+
+def mpirun(np_: int, extra: list[str]) -> list[str]:
+    cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"]
+    if np_ > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd + extra
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: str, rep: int) -> dict:
+    out = os.path.join(out_dir, f"{lib}.{rep}.json")
+    cmd = mpirun(args.np, args.mpi_args.split()) + [
+        sys.executable, __file__, "--worker", lib, "--ops", ",".join(args.ops), "--port", str(free_port()),
+        "--sizes", ",".join(map(str, sizes)), "--seconds-per-size", str(args.seconds_per_size), "--out", out]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0 or not os.path.exists(out):
+        print(f"  {lib} run {rep} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        return {"library": lib, "results": []}
+    return json.loads(Path(out).read_text())
+
+
+def aggregate(runs: dict[str, list[dict]], np_: int) -> list[dict]:
+    rows = []
+    for lib, lib_runs in runs.items():
+        samples: dict[tuple[str, int], list[float]] = {}
+        errors: dict[tuple[str, int], str] = {}
+        for run in lib_runs:
+            for r in run["results"]:
+                key = (r["op"], r["size"])
+                if r.get("time_us") is None:
+                    errors[key] = r.get("error", "failed")
+                else:
+                    samples.setdefault(key, []).append(r["time_us"])
+        for key in sorted(set(samples) | set(errors), key=lambda k: (OPS.index(k[0]), k[1])):
+            op, size = key
+            row = {"library": lib, "op": op, "size": size, "count": size // 4, "dtype": "float32"}
+            if key in samples:
+                t = statistics.median(samples[key])
+                algbw = size / (t * 1e-6) / 1e9
+                row.update(time_us=t, time_us_runs=samples[key], algbw=algbw, busbw=algbw * BUS_FACTOR[op](np_))
+            else:
+                row.update(time_us=None, error=errors[key])
+            rows.append(row)
+    return rows
+
+
+def lookup(rows: list[dict], lib: str, op: str, size: int) -> dict | None:
+    return next((r for r in rows if r["library"] == lib and r["op"] == op and r["size"] == size), None)
+
+
+def ratio(rows, op, size, peer="mpi") -> float | None:
+    """Median over repetitions of relaxlib's busbw / peer's busbw in adjacent jobs."""
+    ours, theirs = lookup(rows, "relaxlib", op, size), lookup(rows, peer, op, size)
+    if not ours or not theirs or not ours.get("time_us_runs") or not theirs.get("time_us_runs"):
+        return None
+    pairs = [t / o for o, t in zip(ours["time_us_runs"], theirs["time_us_runs"])]
+    return statistics.median(pairs)
+
+
+def evaluate_targets(rows: list[dict], sizes: list[int]) -> list[dict]:
+    """The issue's performance targets, each with the measured figures and whether it is met."""
+    def check(name, op, chosen, threshold, peer="mpi"):
+        ratios = {str(s): ratio(rows, op, s, peer) for s in chosen if s in sizes}
+        values = [v for v in ratios.values() if v is not None]
+        return {"target": name, "ratios": ratios, "threshold": threshold,
+                "met": bool(values) and all(v >= threshold for v in values)}
+
+    targets = [
+        check("allreduce busbw >= 0.9x MPI from 1 to 16 MiB", "allreduce", [MiB, 4 * MiB, 16 * MiB], 0.9),
+        check("allreduce busbw >= 1.5x MPI at 64 and 256 MiB", "allreduce", [64 * MiB, 256 * MiB], 1.5),
+        check("reduce_scatter busbw clearly above MPI's (>= 1.2x) from 1 MiB", "reduce_scatter",
+              [s for s in sizes if s >= MiB], 1.2),
+    ]
+    for op in OPS:
+        targets.append(check(f"{op} ahead of gloo everywhere", op, sizes, 1.0, peer="gloo"))
+    small = lookup(rows, "relaxlib", "allreduce", 4096)
+    targets.append({"target": "lone 4 KiB allreduce <= 100 us", "time_us": small and small.get("time_us"),
+                    "met": bool(small and small.get("time_us") and small["time_us"] <= 100)})
+    return targets
+
+
+def print_table(rows: list[dict], libs: list[str], np_: int) -> None:
+    for op in OPS:
+        op_rows = [r for r in rows if r["op"] == op]
+        if not op_rows:
+            continue
+        print(f"\n# {op}, {np_} ranks (median of runs; algbw/busbw in GB/s)")
+        header = f"{'size':>12} {'count':>10} {'dtype':>8}"
+        for lib in libs:
+            header += f" | {lib + ' time_us':>18} {'algbw':>7} {'busbw':>7}"
+        print(header + " | relax/mpi")
+        for size in sorted({r["size"] for r in op_rows}):
+            line = f"{size:>12} {size // 4:>10} {'float32':>8}"
+            for lib in libs:
+                r = lookup(rows, lib, op, size)
+                if r and r.get("time_us"):
+                    line += f" | {r['time_us']:>18.1f} {r['algbw']:>7.2f} {r['busbw']:>7.2f}"
+                else:
+                    line += f" | {'n/a':>18} {'':>7} {'':>7}"
+            rr = ratio(rows, op, size)
+            print(line + (f" | {rr:9.2f}" if rr else " |       n/a"))
+    print("\n(relax/mpi: median of paired busbw ratios of adjacent jobs)")
+
+
+def plot(rows: list[dict], libs: list[str], np_: int, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(OPS), figsize=(5 * len(OPS), 4), sharey=True)
+    for ax, op in zip(axes, OPS):
+        for lib in libs:
+            pts = sorted((r["size"], r["busbw"]) for r in rows if r["library"] == lib and r["op"] == op
+                         and r.get("busbw"))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lib)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{op} ({np_} ranks)")
+        ax.set_xlabel("size (bytes)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("bus bandwidth (GB/s)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_driver(args: argparse.Namespace) -> None:
+    sizes = default_sizes(parse_size(args.min_bytes), parse_size(args.max_bytes))
+    libs = args.libs.split(",")
+    runs: dict[str, list[dict]] = {lib: [] for lib in libs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            for lib in (libs if rep % 2 == 0 else list(reversed(libs))):  # alternate the order
+                print(f"run {rep + 1}/{args.reps}: {lib}", flush=True)
+                runs[lib].append(run_library(lib, args, sizes, tmp, rep))
+    rows = aggregate(runs, args.np)
+    print_table(rows, libs, args.np)
+    targets = evaluate_targets(rows, sizes)
+    print()
+    for t in targets:
+        figures = t.get("ratios") or {"time_us": t.get("time_us")}
+        shown = ", ".join(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}" for k, v in figures.items())
+        print(f"[{'met' if t['met'] else 'MISSED'}] {t['target']}  ({shown})")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else RESULTS / f"collectives_np{args.np}.json"
+    report = {
+        "benchmark": "collectives", "framework": "torch", "np": args.np, "reps": args.reps,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
+        "mpi": subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
+        "method": "each library in its own mpirun job, jobs alternated; time_us = median over jobs of the "
+                  "per-iteration time (max over ranks); ratios = median of paired ratios of adjacent jobs",
+        "peers_not_measured": {"horovod": "0.28.1 does not build against torch 2.13 (see ENVIRONMENT.md)"},
+        "results": rows, "targets": targets,
+    }
+    out.write_text(json.dumps(report, indent=1))
+    plot(rows, libs, args.np, out.with_suffix(".png"))
+    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=5, help="jobs per library (alternated); medians are reported")
+    parser.add_argument("--libs", default=",".join(LIBRARIES))
+    parser.add_argument("--ops", type=lambda s: s.split(","), default=list(OPS))
+    parser.add_argument("--min-bytes", default="4K")
+    parser.add_argument("--max-bytes", default="256M")
+    parser.add_argument("--seconds-per-size", type=float, default=0.2)
+    parser.add_argument("--mpi-args", default="", help="extra mpirun arguments, e.g. '--mca btl tcp,self'")
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--out")
+    parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=29500, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.ops = ",".join(args.ops)
+        run_worker(args)
+    else:
+        run_driver(args)
+
+
+if __name__ == "__main__":
+    main()
