@@ -9,7 +9,8 @@ pytestmark = pytest.mark.mpi
 
 @pytest.mark.parametrize("np_, env", [
     (2, {}),
-    (3, {"RELAX_MPI_ALLREDUCE_MAX_BYTES": "0"}),  # odd world size, every allreduce on our ring
+    (3, {"RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # odd world size, every allreduce and
+         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0"}),  # allgather on our ring
     (4, {"RELAX_FUSION_THRESHOLD": "65536"}),     # small fusion buffer: many fused batches
 ], ids=["np2", "np3-ring", "np4-small-fusion"])
 def test_collectives(np_, env):

@@ -244,6 +244,19 @@ Status Collectives::allgatherv(const void* in, void* out, const std::vector<int6
     std::memcpy(static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize, in,
                 static_cast<size_t>(own));
   }
+  const int64_t total = (offsets.back() + counts.back()) * static_cast<int64_t>(esize);
+  if (size_ > 1 && total <= config_.mpi_allgather_max_bytes && total <= INT_MAX) {
+    std::vector<int> byte_counts, byte_displs;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      byte_counts.push_back(static_cast<int>(counts[r] * static_cast<int64_t>(esize)));
+      byte_displs.push_back(static_cast<int>(offsets[r] * static_cast<int64_t>(esize)));
+    }
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, byte_counts.data(), byte_displs.data(), MPI_BYTE, comm_);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Allgatherv");
+    traffic_.bytes_sent += own * (size_ - 1);
+    traffic_.bytes_received += total - own;
+    return Status::ok();
+  }
   return ring_allgather(out, counts, esize);
 }
 

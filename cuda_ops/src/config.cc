@@ -37,6 +37,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0.0, error);
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
   read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);
+  read("RELAX_MPI_ALLGATHER_MAX_BYTES", nullptr, c.mpi_allgather_max_bytes, int64_t{0}, error);
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
   if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
   return c;

@@ -16,6 +16,7 @@ struct EngineConfig {
   int64_t ring_segment_bytes = 1ll << 20;       // RELAX_RING_SEGMENT_BYTES
   // Open MPI's own allreduce measured as fast as our ring up to 16 MiB here, and 2x slower beyond.
   int64_t mpi_allreduce_max_bytes = 16ll << 20;  // RELAX_MPI_ALLREDUCE_MAX_BYTES
+  int64_t mpi_allgather_max_bytes = 16ll << 20;  // RELAX_MPI_ALLGATHER_MAX_BYTES (same reason)
 
   // Reads the environment; invalid values produce a message in `error` and keep the default.
   static EngineConfig from_environment(std::string& error);

@@ -28,6 +28,7 @@ CollectiveConfig collective_config(const EngineConfig& c) {
   CollectiveConfig cc;
   cc.segment_bytes = c.ring_segment_bytes;
   cc.mpi_allreduce_max_bytes = c.mpi_allreduce_max_bytes;
+  cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
   return cc;
 }
 
