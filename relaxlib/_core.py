@@ -13,7 +13,8 @@ LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 # relax_dtype_t / relax_reduce_op_t / relax_request_type_t values
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8, BOOL = range(9)
-REQ_ALLREDUCE, REQ_ALLGATHER, REQ_BROADCAST, REQ_REDUCESCATTER, REQ_ALLTOALL, REQ_BARRIER, REQ_JOIN = range(7)
+(REQ_ALLREDUCE, REQ_ALLGATHER, REQ_BROADCAST, REQ_REDUCESCATTER, REQ_ALLTOALL, REQ_BARRIER, REQ_JOIN,
+ REQ_ADD_PROCESS_SET, REQ_REMOVE_PROCESS_SET) = range(9)
 
 
 class Request(ctypes.Structure):
@@ -75,6 +76,11 @@ _SIGNATURES = {
     "relax_set_fusion_threshold": ([ctypes.c_int64], ctypes.c_int),
     "relax_set_cycle_time_ms": ([ctypes.c_double], ctypes.c_int),
     "relax_get_stats": ([ctypes.POINTER(Stats)], ctypes.c_int),
+    "relax_process_set_size": ([ctypes.c_int32], ctypes.c_int),
+    "relax_process_set_rank": ([ctypes.c_int32], ctypes.c_int),
+    "relax_process_set_ranks": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32], ctypes.c_int),
+    "relax_start_timeline": ([ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
+    "relax_stop_timeline": ([], ctypes.c_int),
 }
 
 _lib: ctypes.CDLL | None = None

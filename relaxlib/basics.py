@@ -36,11 +36,12 @@ def _configure_logging() -> None:
 _configure_logging()
 
 
-def init(comm=None) -> None:
+def init(comm=None, process_sets=None) -> None:
     """Initializes relaxlib (and MPI, unless the application already did). Idempotent.
 
     ``comm`` is accepted for Horovod compatibility; only ``None`` or MPI's world communicator is
-    supported.
+    supported. ``process_sets`` registers ProcessSet objects (the same list on every rank);
+    ``"dynamic"`` is accepted and changes nothing (sets can always be added later).
     """
     global _atexit_registered
     if comm is not None and not _is_world_communicator(comm):
@@ -49,6 +50,16 @@ def init(comm=None) -> None:
     if not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered = True
+    if process_sets is not None and process_sets != "dynamic":
+        from relaxlib import process_sets as sets
+        for index, ps in enumerate(process_sets):
+            if isinstance(ps, sets.ProcessSet) and ps.process_set_id is not None:
+                continue  # already registered (init called twice)
+            try:
+                sets.add_process_set(ps)
+            except ValueError as exc:
+                raise ValueError(f"relaxlib could not register process_sets entry number {index} ({ps}): "
+                                 f"{exc}") from None
 
 
 def _is_world_communicator(comm) -> bool:
@@ -62,6 +73,24 @@ def _is_world_communicator(comm) -> bool:
 def shutdown() -> None:
     """Stops the engine on every rank. Pending operations fail with ShutdownError."""
     _core.lib().relax_shutdown()
+    from relaxlib import process_sets
+    process_sets._reset_after_shutdown()
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Starts writing a Chrome-trace timeline (rank 0 writes; a no-op elsewhere); also started by
+    RELAX_TIMELINE=path at init. Open it in chrome://tracing or https://ui.perfetto.dev."""
+    _core.check(_core.lib().relax_start_timeline(str(file_path).encode(), int(bool(mark_cycles))))
+
+
+def stop_timeline() -> None:
+    """Finishes and closes the timeline file."""
+    _core.check(_core.lib().relax_stop_timeline())
+
+
+def is_homogeneous() -> bool:
+    """True when every node runs the same number of ranks."""
+    return size() == local_size() * cross_size()
 
 
 def is_initialized() -> bool:
@@ -131,9 +160,9 @@ def gloo_enabled() -> bool:
     return False
 
 
-def nccl_built() -> bool:
-    """This is a CPU build."""
-    return False
+def nccl_built() -> int:
+    """NCCL version built against (0: this is a CPU build), as in Horovod."""
+    return 0
 
 
 def ddl_built() -> bool:

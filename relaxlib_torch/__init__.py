@@ -15,6 +15,7 @@ from relaxlib.basics import (
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -28,9 +29,11 @@ from relaxlib.basics import (
     set_fusion_threshold,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
 )
 from relaxlib.errors import NotInitializedError, RelaxError
-from relaxlib.process_sets import ProcessSet, global_process_set
+from relaxlib.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from relaxlib_torch.compression import Compression
 from relaxlib_torch.functions import (
     allgather_object,
@@ -58,23 +61,31 @@ from relaxlib_torch.mpi_ops import (
     broadcast_,
     broadcast_async,
     broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
     grouped_allreduce,
     grouped_allreduce_,
     grouped_allreduce_async,
     grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
     join,
     poll,
     reducescatter,
     reducescatter_async,
+    sparse_allreduce_async,
     synchronize,
 )
 from relaxlib_torch.optimizer import DistributedOptimizer
+from relaxlib_torch.sync_batch_norm import SyncBatchNorm
 
 HorovodInternalError = RelaxError
 
 __all__ = [
     "Adasum", "Average", "Compression", "DistributedOptimizer", "HorovodInternalError", "Max", "Min",
-    "NotInitializedError", "ProcessSet", "Product", "RelaxError", "Sum",
+    "NotInitializedError", "ProcessSet", "Product", "RelaxError", "Sum", "SyncBatchNorm", "add_process_set",
+    "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "is_homogeneous", "remove_process_set", "sparse_allreduce_async", "start_timeline", "stop_timeline",
     "allgather", "allgather_async", "allgather_object", "allreduce", "allreduce_", "allreduce_async",
     "allreduce_async_", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "ccl_built",

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import cloudpickle
 import torch
 
+from relaxlib import basics
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
 
@@ -21,7 +22,8 @@ def broadcast_parameters(params, root_rank: int, prefix: str = "Parameter.", pro
     elif isinstance(params, Iterable):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
-        raise TypeError(f"broadcast_parameters expects a dict or an iterable of tensors, got {type(params).__name__}")
+        raise ValueError(f"invalid params of type: {type(params).__name__} (expected a state_dict, "
+                         "named_parameters() or a list of tensors)")
     handles = []
     for index, (name, tensor) in enumerate(items):
         if tensor is None:
@@ -34,10 +36,14 @@ def broadcast_parameters(params, root_rank: int, prefix: str = "Parameter.", pro
         mpi_ops.synchronize(handle)
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, process_set=global_process_set) -> None:
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model=None,
+                              process_set=global_process_set) -> None:
     """Makes every rank's optimizer state (per-parameter state and param_group options such as
-    lr and momentum) equal to ``root_rank``'s."""
-    state = optimizer.state_dict() if process_set.rank() == root_rank else None
+    lr and momentum) equal to ``root_rank``'s (a world rank). ``model`` is accepted for Horovod
+    compatibility and not needed."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    state = optimizer.state_dict() if basics.rank() == root_rank else None
     state = broadcast_object(state, root_rank, name="optimizer_state", process_set=process_set)
     optimizer.load_state_dict(state)
 
@@ -56,7 +62,7 @@ def broadcast_object(obj=None, root_rank: int = 0, name: str | None = None, proc
     """Returns ``root_rank``'s ``obj`` (any picklable object) on every rank."""
     # Named by call order when unnamed: the object's type may differ between root and receivers.
     label = mpi_ops._auto_name("broadcast_object", f"broadcast_object.{name}" if name else None)
-    if process_set.rank() == root_rank:
+    if basics.rank() == root_rank:
         payload = _to_bytes(obj)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
@@ -66,7 +72,7 @@ def broadcast_object(obj=None, root_rank: int = 0, name: str | None = None, proc
     if payload is None:
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
     mpi_ops.broadcast_(payload, root_rank, name=label + ".data", process_set=process_set)
-    return obj if process_set.rank() == root_rank else _from_bytes(payload)
+    return obj if basics.rank() == root_rank else _from_bytes(payload)
 
 
 def allgather_object(obj, name: str | None = None, process_set=global_process_set) -> list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -91,6 +92,8 @@ def _handle_average_backwards_compatibility(op, average):
             raise ValueError("The op parameter supersedes average. Please provide only one of them.")
         return op
     if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed", DeprecationWarning,
+                      stacklevel=4)
         return Average if average else Sum
     return Average
 
@@ -319,7 +322,7 @@ class _BroadcastFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad_reduced = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
-        if ctx.process_set.rank() != ctx.root_rank:
+        if basics.rank() != ctx.root_rank:  # roots are world ranks
             grad_reduced = grad_reduced * 0
         return grad_reduced, None, None, None
 
@@ -376,6 +379,126 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     return compression.decompress(out, ctx)
 
 
+# ---- grouped allgather / reducescatter -------------------------------------------------------
+
+def _grouped_outputs(cores: list[int]) -> list[torch.Tensor]:
+    errors, outputs = [], []
+    for h in cores:
+        try:
+            _wait_core(h)
+            outputs.append(_ops.output(h))
+            _ops.release(h)
+        except RelaxError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return outputs
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
+    """Starts one atomic allgather of several tensors; ``synchronize`` returns a tuple."""
+    if not tensors:
+        raise ValueError("grouped_allgather needs at least one tensor")
+    sources = [_contiguous(t) for t in tensors]
+    cores = _submit(_ops.grouped_allgather_async, sources, _auto_name("grouped_allgather", name),
+                    _process_set_id(process_set))
+    return _register(list(cores), lambda handles: tuple(_grouped_outputs(handles)), [sources])
+
+
+class _GroupedAllgatherFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return synchronize(grouped_allgather_async(list(tensors), name, process_set))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=Sum, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dims], dtype=torch.int64), process_set=ctx.process_set)
+        offsets = dims[: ctx.process_set.rank()].sum(dim=0) if ctx.process_set.rank() > 0 else [0] * len(ctx.dims)
+        return (None, None, *[g.narrow(0, int(o), d) for g, o, d in zip(reduced, offsets, ctx.dims)])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set) -> tuple:
+    """Allgathers several tensors as one atomic operation; differentiable. Returns a tuple."""
+    for t in tensors:
+        if t.dim() == 0:
+            raise InvalidArgumentError("allgather needs tensors with at least one dimension, got a scalar")
+    return _GroupedAllgatherFunction.apply(name, process_set, *tensors)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0) -> int:
+    """Starts one atomic reducescatter of several tensors; ``synchronize`` returns a list."""
+    op = _resolve_op(op, None, None)
+    if not tensors:
+        raise ValueError("grouped_reducescatter needs at least one tensor")
+    sources = [_contiguous(t) for t in tensors]
+    cores = _submit(_ops.grouped_reducescatter_async, sources, _auto_name("grouped_reducescatter", name), op,
+                    float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
+    return _register(list(cores), _grouped_outputs, [sources])
+
+
+class _GroupedReducescatterFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.scale = prescale_factor * postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor,
+                                                             postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gathered = grouped_allgather([g.contiguous() for g in grads], process_set=ctx.process_set)
+        scale = ctx.scale / (ctx.process_set.size() if ctx.op == Average else 1)
+        return (None, None, None, None, None, *[g * scale if scale != 1 else g for g in gathered])
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0) -> list[torch.Tensor]:
+    """Reducescatters several tensors as one atomic operation; differentiable. Returns a list."""
+    compressed = [compression.compress(t) for t in tensors]
+    outs = _GroupedReducescatterFunction.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                               *[c for c, _ in compressed])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]
+
+
+# ---- sparse allreduce ------------------------------------------------------------------------
+
+class _SparseHandle:
+    """Handle of a sparse allreduce: call it (or pass it to ``synchronize``) for the result."""
+
+    def __init__(self, values: int, indices: int, template: torch.Tensor, op: int, process_set) -> None:
+        self._values, self._indices, self._template = values, indices, template
+        self._op, self._process_set = op, process_set
+
+    def __call__(self) -> torch.Tensor:
+        values = synchronize(self._values)
+        indices = synchronize(self._indices)
+        if self._op == Average:
+            values = values / self._process_set.size()
+        return torch.sparse_coo_tensor(indices.t(), values, self._template.size(), check_invariants=False).coalesce()
+
+    def poll(self) -> bool:
+        return poll(self._values) and poll(self._indices)
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set) -> _SparseHandle:
+    """Starts summing (op=Sum) or averaging (op=Average) a sparse COO tensor over ranks by
+    allgathering its indices and values; the result is coalesced."""
+    if not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async expects a sparse tensor; use allreduce_async for dense ones")
+    op = _resolve_op(op, None, tensor)
+    if op not in (Average, Sum):
+        raise ValueError("sparse allreduce supports op=Average and op=Sum")
+    t = tensor.coalesce()
+    base = _auto_name("sparse_allreduce", name)
+    values = allgather_async(t._values().contiguous(), name=f"{base}.values", process_set=process_set)
+    indices = allgather_async(t._indices().t().contiguous(), name=f"{base}.indices", process_set=process_set)
+    return _SparseHandle(values, indices, t, op, process_set)
+
+
 # ---- alltoall --------------------------------------------------------------------------------
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
@@ -421,16 +544,20 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ---- control ---------------------------------------------------------------------------------
 
-def poll(handle: int) -> bool:
+def poll(handle) -> bool:
     """True when the operation behind ``handle`` has completed (``synchronize`` will not block)."""
+    if isinstance(handle, _SparseHandle):
+        return handle.poll()
     pending = _handle_map.get(handle)
     if pending is None:
         raise ValueError(f"unknown or already synchronized handle {handle}")
     return all(_ops.poll(h) for h in pending.core_handles)
 
 
-def synchronize(handle: int):
+def synchronize(handle):
     """Waits for ``handle`` and returns its result; raises the operation's error, if any."""
+    if isinstance(handle, _SparseHandle):
+        return handle()
     pending = _handle_map.pop(handle, None)
     if pending is None:
         raise ValueError(f"unknown or already synchronized handle {handle}")
@@ -469,6 +596,7 @@ __all__ = [
     "Adasum", "Average", "Max", "Min", "Product", "Sum",
     "allgather", "allgather_async", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "join", "poll",
-    "reducescatter", "reducescatter_async", "synchronize", "basics",
+    "grouped_allgather", "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async",
+    "join", "poll", "reducescatter", "reducescatter_async", "sparse_allreduce_async", "synchronize", "basics",
 ]

@@ -19,6 +19,15 @@ from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
 from relaxlib_torch.compression import Compression
 
+_SPARSE = object()  # context marker: the gradient went through sparse allreduce
+
+
+class _SparseAsDense:
+    """Context of a sparse gradient reduced densely (sparse_as_dense=True): restore sparsity."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixin installed between the user's optimizer class and the instance (see DistributedOptimizer)."""
@@ -42,7 +51,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._hook_handles = []
-        if process_set.size() > 1:
+        if process_set.included() and process_set.size() > 1:
             self._register_hooks()
 
     def _name_parameters(self, named_parameters) -> dict:
@@ -116,20 +125,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Another rank may have used this parameter (dynamic graphs): contribute zeros.
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
-            if not self._sparse_as_dense:
-                raise NotImplementedError(
-                    f"parameter '{self._parameter_names[p]}' has a sparse gradient; pass sparse_as_dense=True "
-                    "to DistributedOptimizer (sparse allreduce is not supported yet)")
             p.grad = p.grad.to_dense()
         return p.grad
 
     def _allreduce_grad_async(self, p: torch.Tensor):
+        if p.grad is not None and p.grad.is_sparse and not self._sparse_as_dense:
+            handle = mpi_ops.sparse_allreduce_async(p.grad, name=self._parameter_names[p], op=self._op,
+                                                    process_set=self._process_set)
+            return handle, _SPARSE
+        was_sparse = p.grad is not None and p.grad.is_sparse
         compressed, ctx = self._compression.compress(self._dense_grad(p))
         prescale, postscale = self._scale_factors()
         handle = mpi_ops.allreduce_async_(compressed, name=self._parameter_names[p], op=self._op,
                                           prescale_factor=prescale, postscale_factor=postscale,
                                           process_set=self._process_set)
-        return handle, ctx
+        return handle, (_SparseAsDense(ctx) if was_sparse else ctx)
 
     def _submit_group_if_complete(self, index: int) -> None:
         members = [p for p, g in self._groups.items() if g == index]
@@ -169,7 +179,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     self._set_grad(p, self._compression.decompress(out, c))
             else:
                 self._allreduce_delay[key] = self.backward_passes_per_step
-                self._set_grad(key, self._compression.decompress(outputs, ctx))
+                if ctx is _SPARSE:
+                    key.grad = outputs
+                elif isinstance(ctx, _SparseAsDense):
+                    self._set_grad(key, self._compression.decompress(outputs, ctx.inner))
+                    key.grad = key.grad.to_sparse()
+                else:
+                    self._set_grad(key, self._compression.decompress(outputs, ctx))
         self._handles.clear()
         self._synchronized = True
 

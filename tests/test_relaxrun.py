@@ -62,8 +62,8 @@ def test_check_build_reports_frameworks_and_transport():
 
 @pytest.mark.mpi
 def test_real_launch_exports_settings_to_every_rank():
-    code = ("import os, relaxlib_torch as hvd; hvd.init(); "
-            "print('RANK', hvd.rank(), hvd.size(), os.environ['RELAX_CYCLE_TIME'], flush=True)")
+    code = ("import os, sys, relaxlib_torch as hvd; hvd.init(); "
+            "sys.stdout.write(f'RANK {hvd.rank()} {hvd.size()} {os.environ[\"RELAX_CYCLE_TIME\"]}\\n')")
     out = subprocess.run(RELAXRUN + ["-np", "2", "--verbose", "--cycle-time-ms", "2", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -28,3 +28,9 @@ def test_distributed_optimizer(np_):
 def test_bad_input_errors(np_):
     run = run_pytest_on_ranks(np_, "torch_errors.py")
     assert run.returncode == 0, run.report()
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_horovod_api_parity(np_):
+    run = run_pytest_on_ranks(np_, "torch_api_parity.py")
+    assert run.returncode == 0, run.report()

@@ -41,8 +41,21 @@ const Descriptor& ResponseTensor::first() const {
   return empty;
 }
 
-Coordinator::Coordinator(int size, size_t cache_capacity)
-    : size_(size), cache_capacity_(cache_capacity), joined_(static_cast<size_t>(size), false) {}
+Coordinator::Coordinator(int size, size_t cache_capacity, std::vector<int> world_ranks)
+    : size_(size),
+      cache_capacity_(cache_capacity),
+      world_ranks_(std::move(world_ranks)),
+      joined_(static_cast<size_t>(size), false) {}
+
+int Coordinator::world_rank(int rank) const {
+  return world_ranks_.empty() ? rank : world_ranks_[static_cast<size_t>(rank)];
+}
+
+std::vector<int> Coordinator::world_ranks_of(const std::vector<int>& ranks) const {
+  std::vector<int> out;
+  for (int r : ranks) out.push_back(world_rank(r));
+  return out;
+}
 
 int Coordinator::cache_lookup(const Descriptor& d) const {
   std::string key;
@@ -97,16 +110,17 @@ std::string rank_list(const std::vector<int>& ranks) {
   return os.str();
 }
 
-// "rank 0: [2, 3]; rank 1: [4]" — groups ranks by the value of one field.
-std::string describe_by_rank(const ResponseTensor& t,
-                             const std::function<std::string(const Descriptor&)>& field) {
+// "rank 0 sent [2, 3]; ranks [1, 2] sent [4]" — groups ranks (named by `rank_name`) by the
+// value of one field.
+std::string describe_by_rank(const ResponseTensor& t, const std::function<std::string(const Descriptor&)>& field,
+                             const std::function<int(int)>& rank_name) {
   std::map<std::string, std::vector<int>> by_value;
   std::vector<std::string> order;
   for (size_t r = 0; r < t.per_rank.size(); ++r) {
     if (!t.per_rank[r]) continue;
     std::string v = field(*t.per_rank[r]);
     if (!by_value.count(v)) order.push_back(v);
-    by_value[v].push_back(static_cast<int>(r));
+    by_value[v].push_back(rank_name(static_cast<int>(r)));
   }
   std::ostringstream os;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -139,8 +153,9 @@ std::vector<int64_t> tail(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& joined) {
+Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& joined) const {
   using F = std::function<std::string(const Descriptor&)>;
+  const std::function<int(int)> name = [this](int r) { return world_rank(r); };
   const std::string quoted = "'" + t.name + "'";
   struct Check {
     const char* what;
@@ -149,7 +164,7 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
   const F type = [](const Descriptor& d) { return request_type_name(d.type); };
   if (!all_equal(t, type)) {
     return Status::error(RELAX_ERR_MISMATCH, "Mismatched collective operations for " + quoted + ": " +
-                                                 describe_by_rank(t, type) + ".");
+                                                 describe_by_rank(t, type, name) + ".");
   }
   const Descriptor& d0 = t.first();
   const std::string op = request_type_name(d0.type);
@@ -163,12 +178,16 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
     checks.push_back({"prescale factors", [](const Descriptor& d) { return std::to_string(d.prescale); }});
     checks.push_back({"postscale factors", [](const Descriptor& d) { return std::to_string(d.postscale); }});
   }
-  if (d0.type == RELAX_REQ_ALLGATHER || d0.type == RELAX_REQ_ALLTOALL) {
+  if (d0.type == RELAX_REQ_ADD_PROCESS_SET) {
+    checks.push_back({"process set ranks", [](const Descriptor& d) { return shape_string(d.splits); }});
+  } else if (d0.type == RELAX_REQ_REMOVE_PROCESS_SET) {
+    checks.push_back({"process set ids", [](const Descriptor& d) { return std::to_string(d.root_rank); }});
+  } else if (d0.type == RELAX_REQ_ALLGATHER || d0.type == RELAX_REQ_ALLTOALL) {
     checks.push_back({"tensor ranks (number of dimensions)",
                       [](const Descriptor& d) { return std::to_string(d.shape.size()); }});
     checks.push_back({"shapes beyond the first dimension",
                       [](const Descriptor& d) { return shape_string(tail(d.shape)); }});
-  } else if (d0.type != RELAX_REQ_BARRIER && d0.type != RELAX_REQ_JOIN) {
+  } else if (d0.type != RELAX_REQ_BARRIER && d0.type != RELAX_REQ_JOIN) {  // other data ops
     checks.push_back({"shapes", [](const Descriptor& d) { return shape_string(d.shape); }});
   }
   if (d0.type == RELAX_REQ_BROADCAST) {
@@ -180,12 +199,12 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
   for (const Check& c : checks) {
     if (!all_equal(t, c.field)) {
       return Status::error(RELAX_ERR_MISMATCH, "Mismatched " + op + " " + c.what + " for " + quoted +
-                                                   ": " + describe_by_rank(t, c.field) + ".");
+                                                   ": " + describe_by_rank(t, c.field, name) + ".");
     }
   }
   std::vector<int> joined_ranks;
   for (size_t r = 0; r < joined.size(); ++r) {
-    if (joined[r] && !t.per_rank[r]) joined_ranks.push_back(static_cast<int>(r));
+    if (joined[r] && !t.per_rank[r]) joined_ranks.push_back(world_rank(static_cast<int>(r)));
   }
   if (!joined_ranks.empty()) {
     if (d0.type == RELAX_REQ_BROADCAST && joined[static_cast<size_t>(d0.root_rank)] &&
@@ -263,7 +282,7 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
     response.status = RELAX_ERR_STALLED;
     response.type = e.tensor.first().type;
     response.message = "Stalled " + request_type_name(response.type) + " '" + name + "': ranks " +
-                       rank_list(missing) +
+                       rank_list(world_ranks_of(missing)) +
                        " never submitted it within RELAX_STALL_SHUTDOWN_TIME; one or more ranks "
                        "may have skipped this operation or stopped.";
     response.tensors.push_back(std::move(e.tensor));
@@ -318,9 +337,9 @@ std::vector<StallInfo> Coordinator::stalled(double now, double age) const {
     info.waited_seconds = now - entry.first_seen;
     for (int r = 0; r < size_; ++r) {
       if (entry.tensor.per_rank[static_cast<size_t>(r)]) {
-        info.submitted.push_back(r);
+        info.submitted.push_back(world_rank(r));
       } else if (!joined_[static_cast<size_t>(r)]) {
-        info.missing.push_back(r);
+        info.missing.push_back(world_rank(r));
       }
     }
     result.push_back(std::move(info));

@@ -26,6 +26,7 @@ struct RankMessage {
   std::vector<uint32_t> cached;           // response-cache ids of newly submitted requests
   std::vector<Descriptor> descriptors;    // newly submitted requests that are not cached
   std::vector<std::string> stall_aborts;  // (rank 0 only) names to fail as stalled
+  std::vector<uint32_t> active_sets;      // (global set only) other process sets with work here
 };
 
 // Serialization of the part of a RankMessage that travels in the variable-size payload
@@ -59,7 +60,9 @@ struct StallInfo {
 
 class Coordinator {
  public:
-  Coordinator(int size, size_t cache_capacity);
+  // `world_ranks` names the members in messages (set rank i is world rank world_ranks[i]);
+  // empty means the identity.
+  Coordinator(int size, size_t cache_capacity, std::vector<int> world_ranks = {});
 
   int size() const { return size_; }
   // Cache id of a descriptor, or -1 when it is not cached.
@@ -81,7 +84,7 @@ class Coordinator {
   size_t pending_count() const { return entries_.size(); }
 
   // Checks that all present descriptors of a tensor agree; returns the error otherwise.
-  static Status validate(const ResponseTensor& tensor, const std::vector<bool>& joined);
+  Status validate(const ResponseTensor& tensor, const std::vector<bool>& joined) const;
 
  private:
   struct Entry {
@@ -96,8 +99,12 @@ class Coordinator {
   void add_to_cache(const Descriptor& d);
   Response make_response(std::vector<Entry*>& members);
 
+  int world_rank(int rank) const;
+  std::vector<int> world_ranks_of(const std::vector<int>& ranks) const;
+
   int size_;
   size_t cache_capacity_;
+  std::vector<int> world_ranks_;
   uint64_t next_seq_ = 1;
   std::map<uint64_t, Entry> entries_;  // ordered by first announcement
   std::unordered_map<std::string, uint64_t> seq_by_name_;

@@ -1,11 +1,16 @@
 // The background engine: one thread that owns every MPI call. Framework threads submit requests
 // (submit() never blocks on MPI); the thread runs negotiation rounds — woken at once by a
-// submission, otherwise every cycle — and executes what every rank has submitted.
+// submission, otherwise every cycle — and executes what every member has submitted.
+//
+// Process sets: each set negotiates on its own communicator. Every cycle starts with a round of
+// the global set whose header flags which sets have work; the members of those sets then run
+// their rounds in ascending id order, so a rank in several sets never waits in two orders.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
-#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -13,12 +18,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collectives.h"
 #include "config.h"
-#include "coordinator.h"
-#include "executor.h"
 #include "handles.h"
 #include "mpi_context.h"
+#include "process_set.h"
+#include "timeline.h"
 
 namespace relax {
 
@@ -29,6 +33,12 @@ struct EngineStats {
   int64_t bytes_received = 0;
   int64_t negotiation_ns = 0;
   int64_t execution_ns = 0;
+};
+
+// Members of a process set, as seen by threads other than the engine's.
+struct ProcessSetInfo {
+  std::vector<int> world_ranks;
+  int rank = -1;  // this process within the set, -1 if not a member
 };
 
 class Engine {
@@ -43,41 +53,55 @@ class Engine {
   void stop();
   bool running() const { return running_.load(); }
 
-  // Accepts all `requests` (a group is negotiated atomically) or none: fails on a duplicate
-  // pending name or when the engine is not running.
-  Status submit(std::vector<LocalRequest> requests);
+  // Accepts all `requests` (a group is negotiated atomically; all in `process_set`) or none:
+  // fails on a duplicate pending name, an unknown set, or when the engine is not running.
+  Status submit(int32_t process_set, std::vector<LocalRequest> requests);
+  // Members of a registered process set; false if unknown.
+  bool process_set_info(int32_t process_set, ProcessSetInfo& out) const;
 
   void set_fusion_threshold(int64_t bytes);
   void set_cycle_time_ms(double ms);
   EngineStats stats() const;
+  Timeline& timeline() { return timeline_; }
 
  private:
   void loop();
-  RankMessage announce(std::vector<LocalRequest>& fresh, bool stopping, double now);
-  void inspect_stalls(RankMessage& mine, double now);
+  bool cycle(std::vector<RankMessage>& messages);
+  Status run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,
+                   bool& progress);
+  RankMessage announce(ProcessSetState& set, bool stopping, double now);
+  void inspect_stalls(ProcessSetState& set, RankMessage& mine, double now);
+  void apply_membership(std::vector<Response>& responses);
+  void add_process_set(const Response& response);
+  void remove_process_set(const Response& response);
+  void finish_membership(const Response& response, ProcessSetState& global, const Status& status, int64_t result);
+  std::unique_ptr<ProcessSetState> make_set(int32_t id, std::vector<int> ranks, int rank, MPI_Comm control,
+                                            MPI_Comm data, bool owns);
+  void fail_set(ProcessSetState& set, int32_t status, const std::string& message);
   void fail_everything(int32_t status, const std::string& message);
-  void retire(const std::string& name);
+  void retire(const std::string& key);
   double seconds_since_start() const;
 
   MpiContext& mpi_;
   HandleTable& handles_;
   EngineConfig config_;
-  Coordinator coordinator_;
-  Collectives collectives_;
-  Executor executor_;
+  CollectiveConfig collective_config_;
+  Timeline timeline_;
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::vector<LocalRequest> incoming_;
-  std::unordered_set<std::string> active_names_;
+  std::vector<std::pair<int32_t, LocalRequest>> incoming_;
+  std::unordered_set<std::string> active_keys_;  // request_key(set, name) of pending requests
+  std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
   std::string stop_reason_;  // why the engine stopped (for later submissions)
   std::atomic<bool> running_{false};
   std::thread thread_;
 
-  PendingMap pending_;  // engine thread only
-  std::unordered_map<std::string, double> last_stall_warning_;
-  double last_stall_check_ = 0;
+  // Engine thread only.
+  std::map<int32_t, std::unique_ptr<ProcessSetState>> sets_;
+  int32_t next_set_id_ = 1;
+  double throttle_ms_ = 0;
   std::atomic<int64_t> rounds_{0};
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> negotiation_ns_{0};

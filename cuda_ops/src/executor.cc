@@ -1,5 +1,6 @@
 #include "executor.h"
 
+#include <cctype>
 #include <cstring>
 #include <exception>
 
@@ -36,9 +37,17 @@ void finish_request(HandleTable& handles, const LocalRequest& request, int32_t s
   if (request.done) request.done(request.user, request.handle, status, message.c_str());
 }
 
-Executor::Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config,
+Executor::Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config, Timeline& timeline,
                    std::function<void(const std::string&)> retire)
-    : collectives_(collectives), handles_(handles), config_(config), retire_(std::move(retire)) {}
+    : collectives_(collectives), handles_(handles), config_(config), timeline_(timeline), retire_(std::move(retire)) {}
+
+void Executor::trace(const std::vector<Item>& items, const char* phase, double start) {
+  if (!timeline_.active()) return;
+  const double end = steady_seconds();
+  for (const Item& item : items) {
+    timeline_.record(item.tensor->name, request_type_name(item.tensor->first().type), phase, start, end);
+  }
+}
 
 void Executor::complete(Item& item, const Status& status, int64_t result, std::vector<int64_t> splits) {
   if (!item.local) return;
@@ -84,6 +93,7 @@ void Executor::run(std::vector<Response>& responses, PendingMap& pending) {
       Item item{&t, find(t.name)};
       Status status;
       std::vector<int64_t> extra;
+      const double start = steady_seconds();
       try {
         switch (response.type) {
           case RELAX_REQ_ALLGATHER: status = run_allgather(item, extra); break;
@@ -95,6 +105,11 @@ void Executor::run(std::vector<Response>& responses, PendingMap& pending) {
         }
       } catch (const std::exception& e) {
         status = Status::error(RELAX_ERR_INTERNAL, e.what());
+      }
+      if (response.type != RELAX_REQ_BARRIER) {
+        std::string phase = request_type_name(response.type);
+        for (char& c : phase) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        trace({item}, phase.c_str(), start);
       }
       complete(item, status, -1, response.type == RELAX_REQ_ALLTOALL ? extra : std::vector<int64_t>{});
     }
@@ -135,6 +150,7 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
   void* buf;
   const void* src;
   const bool fused = items.size() > 1 || !items.front().local;
+  double phase_start = steady_seconds();
   if (!fused) {
     LocalRequest& local = *items.front().local;
     buf = local.output;
@@ -157,16 +173,21 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
     }
     buf = fusion_buffer_.data();
     src = buf;
+    trace(items, "MEMCPY_IN_FUSION_BUFFER", phase_start);
+    phase_start = steady_seconds();
   }
   if (d.prescale != 1.0) scale_buffer(buf, total, d.dtype, d.prescale);
   Status status = collectives_.allreduce(src, buf, total, d.dtype, op, postscale_of(d, collectives_.size()));
+  trace(items, "ALLREDUCE", phase_start);
   if (fused && status.is_ok()) {
+    phase_start = steady_seconds();
     const uint8_t* p = fusion_buffer_.data();
     for (const Item& item : items) {
       const int64_t n = item.tensor->first().num_elements();
       if (item.local && n > 0) std::memcpy(item.local->output, p, static_cast<size_t>(n) * esize);
       p += n * static_cast<int64_t>(esize);
     }
+    trace(items, "MEMCPY_OUT_FUSION_BUFFER", phase_start);
   }
   return status;
 }

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "coordinator.h"
 #include "handles.h"
+#include "timeline.h"
 
 namespace relax {
 
@@ -40,7 +41,7 @@ class Executor {
  public:
   // `retire` runs before a local request's handle completes (the engine forgets its name, so the
   // caller may reuse the name as soon as it observes completion).
-  Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config,
+  Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config, Timeline& timeline,
            std::function<void(const std::string&)> retire);
 
   // Executes `responses` in order; removes completed requests from `pending`.
@@ -61,10 +62,13 @@ class Executor {
   void* allocate_output(Item& item, const std::vector<int64_t>& shape, std::vector<uint8_t>& fallback,
                         int64_t bytes);
   void complete(Item& item, const Status& status, int64_t result = -1, std::vector<int64_t> splits = {});
+  // Records phase [start, now) for every item in the timeline (no-op when it is off).
+  void trace(const std::vector<Item>& items, const char* phase, double start);
 
   Collectives& collectives_;
   HandleTable& handles_;
   const EngineConfig& config_;
+  Timeline& timeline_;
   std::function<void(const std::string&)> retire_;
   std::vector<uint8_t> fusion_buffer_;
   std::vector<uint8_t> work_buffer_;

@@ -30,11 +30,39 @@ int wait_with_backoff(MPI_Request* request) {
   }
 }
 
-Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size, std::vector<RankMessage>& all) {
+namespace {
+
+void set_bits(uint8_t* words, const std::vector<uint32_t>& ids) {
+  for (uint32_t id : ids) {
+    uint64_t word;
+    std::memcpy(&word, words + 8 * (id / 64), 8);
+    word |= 1ull << (id % 64);
+    std::memcpy(words + 8 * (id / 64), &word, 8);
+  }
+}
+
+std::vector<uint32_t> read_bits(const uint8_t* words, size_t count) {
+  std::vector<uint32_t> ids;
+  for (size_t w = 0; w < count; ++w) {
+    uint64_t word;
+    std::memcpy(&word, words + 8 * w, 8);
+    while (word) {
+      ids.push_back(static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word))));
+      word &= word - 1;
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size, size_t set_count,
+                      std::vector<RankMessage>& all) {
   int size = 1;
   MPI_Comm_size(comm, &size);
   const size_t words = bit_words(cache_size);
-  const size_t record = kHeaderBytes + 8 * words;
+  const size_t set_words = bit_words(set_count);
+  const size_t record = kHeaderBytes + 8 * (words + set_words);
 
   const std::string payload =
       (mine.descriptors.empty() && mine.stall_aborts.empty()) ? std::string() : encode_payload(mine);
@@ -42,8 +70,8 @@ Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size,
   const uint32_t payload_bytes = static_cast<uint32_t>(payload.size());
   std::memcpy(send.data(), &mine.flags, 4);
   std::memcpy(send.data() + 4, &payload_bytes, 4);
-  auto* bits = reinterpret_cast<uint64_t*>(send.data() + kHeaderBytes);
-  for (uint32_t id : mine.cached) bits[id / 64] |= (1ull << (id % 64));
+  set_bits(send.data() + kHeaderBytes, mine.cached);
+  set_bits(send.data() + kHeaderBytes + 8 * words, mine.active_sets);
 
   std::vector<uint8_t> recv(record * static_cast<size_t>(size));
   MPI_Request request;
@@ -64,15 +92,8 @@ Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size,
     lengths[static_cast<size_t>(r)] = static_cast<int>(len);
     displs[static_cast<size_t>(r)] = static_cast<int>(total_payload);
     total_payload += len;
-    for (size_t w = 0; w < words; ++w) {
-      uint64_t word;
-      std::memcpy(&word, rec + kHeaderBytes + 8 * w, 8);
-      while (word) {
-        const int bit = __builtin_ctzll(word);
-        m.cached.push_back(static_cast<uint32_t>(w * 64 + static_cast<size_t>(bit)));
-        word &= word - 1;
-      }
-    }
+    m.cached = read_bits(rec + kHeaderBytes, words);
+    m.active_sets = read_bits(rec + kHeaderBytes + 8 * words, set_words);
   }
   if (total_payload == 0) return Status::ok();
 

@@ -1,4 +1,6 @@
 // The C ABI: process-wide runtime state (MPI context, handle table, engine) behind relax.h.
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,6 +86,14 @@ int initialize() {
   if (!s.is_ok()) return fail(s);
   register_finalize_hook();
   rt.engine = std::make_unique<Engine>(rt.mpi, rt.handles, config);
+  const char* timeline = std::getenv("RELAX_TIMELINE");
+  if (!timeline || !*timeline) timeline = std::getenv("HOROVOD_TIMELINE");
+  if (timeline && *timeline && rt.mpi.topology().rank == 0) {
+    const char* marks = std::getenv("RELAX_TIMELINE_MARK_CYCLES");
+    if (!marks) marks = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
+    Status t = rt.engine->timeline().start(timeline, marks && std::string(marks) == "1");
+    if (!t.is_ok()) RELAX_LOG(Warning, t.message);
+  }
   rt.engine->start();
   RELAX_LOG(Debug, "initialized: rank " << rt.mpi.topology().rank << " of " << rt.mpi.topology().size);
   return RELAX_OK;
@@ -97,13 +107,34 @@ int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc
   Engine* engine = current_engine();
   if (!engine) return not_initialized();
   if (count <= 0 || !requests) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "empty request group"));
+  const int32_t process_set = requests[0].process_set;
+  ProcessSetInfo info;
+  if (!engine->process_set_info(process_set, info)) {
+    return fail(Status::error(RELAX_ERR_PROCESS_SET, "process set " + std::to_string(process_set) +
+                                                         " does not exist (never added, or removed)"));
+  }
   std::vector<LocalRequest> locals(static_cast<size_t>(count));
   const std::string group =
       count > 1 ? "group:" + std::string(requests[0].name ? requests[0].name : "") + ":" + std::to_string(count) : "";
   for (int32_t i = 0; i < count; ++i) {
-    const relax_request_t& r = requests[i];
+    relax_request_t r = requests[i];
     LocalRequest& local = locals[static_cast<size_t>(i)];
-    Status s = make_descriptor(r, rt.mpi.topology().size, alloc != nullptr, local.desc);
+    if (r.type == RELAX_REQ_BROADCAST) {  // roots are world ranks (as in Horovod): translate
+      const auto& members = info.world_ranks;
+      const auto it = std::find(members.begin(), members.end(), r.root_rank);
+      if (it == members.end()) {
+        return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                                  "broadcast '" + std::string(r.name ? r.name : "") + "': root rank " +
+                                      std::to_string(r.root_rank) + (process_set == 0 ? " is out of range [0, " +
+                                      std::to_string(members.size()) + ")" : " is not a member of process set " +
+                                      std::to_string(process_set))));
+      }
+      r.root_rank = static_cast<int32_t>(it - members.begin());
+    }
+    if (r.process_set != process_set) {
+      return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "all requests of a group must use one process set"));
+    }
+    Status s = make_descriptor(r, static_cast<int>(info.world_ranks.size()), alloc != nullptr, local.desc);
     if (!s.is_ok()) return fail(s);
     if (r.type == RELAX_REQ_JOIN) local.desc.name = kJoinRequestName;
     local.desc.group = group;
@@ -117,7 +148,7 @@ int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc
   for (int32_t i = 0; i < count; ++i) locals[static_cast<size_t>(i)].handle = rt.handles.create();
   std::vector<relax_handle_t> created;
   for (const LocalRequest& l : locals) created.push_back(l.handle);
-  Status s = engine->submit(std::move(locals));
+  Status s = engine->submit(process_set, std::move(locals));
   if (!s.is_ok()) {
     for (relax_handle_t h : created) rt.handles.release(h);
     return fail(s);
@@ -204,6 +235,65 @@ int relax_handle_received_splits(relax_handle_t handle, int64_t* out, int32_t ca
 }
 
 void relax_release(relax_handle_t handle) { runtime().handles.release(handle); }
+
+int relax_process_set_size(int32_t process_set) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return -relax::not_initialized();
+  relax::ProcessSetInfo info;
+  if (!engine->process_set_info(process_set, info)) {
+    return -relax::fail(relax::Status::error(RELAX_ERR_PROCESS_SET,
+                                             "process set " + std::to_string(process_set) + " does not exist"));
+  }
+  return static_cast<int>(info.world_ranks.size());
+}
+
+int relax_process_set_rank(int32_t process_set) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return -relax::not_initialized();
+  relax::ProcessSetInfo info;
+  if (!engine->process_set_info(process_set, info)) {
+    return -relax::fail(relax::Status::error(RELAX_ERR_PROCESS_SET,
+                                             "process set " + std::to_string(process_set) + " does not exist"));
+  }
+  return info.rank;
+}
+
+int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return -relax::not_initialized();
+  relax::ProcessSetInfo info;
+  if (!engine->process_set_info(process_set, info)) {
+    return -relax::fail(relax::Status::error(RELAX_ERR_PROCESS_SET,
+                                             "process set " + std::to_string(process_set) + " does not exist"));
+  }
+  for (size_t i = 0; i < info.world_ranks.size() && static_cast<int32_t>(i) < capacity; ++i) {
+    out[i] = info.world_ranks[i];
+  }
+  return static_cast<int>(info.world_ranks.size());
+}
+
+int relax_start_timeline(const char* path, int mark_cycles) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  if (!path || !*path) {
+    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "start_timeline needs a file path"));
+  }
+  if (runtime().mpi.topology().rank != 0) return RELAX_OK;  // rank 0 writes the timeline
+  relax::Status s = engine->timeline().start(path, mark_cycles != 0);
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_stop_timeline(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  engine->timeline().stop();
+  return RELAX_OK;
+}
 
 int relax_set_fusion_threshold(int64_t bytes) {
   std::lock_guard<std::mutex> lock(runtime().mutex);

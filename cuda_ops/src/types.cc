@@ -1,9 +1,14 @@
 #include "types.h"
 
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
 namespace relax {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 size_t dtype_size(int32_t dtype) {
   switch (dtype) {
@@ -63,6 +68,8 @@ std::string request_type_name(int32_t type) {
     case RELAX_REQ_ALLTOALL: return "alltoall";
     case RELAX_REQ_BARRIER: return "barrier";
     case RELAX_REQ_JOIN: return "join";
+    case RELAX_REQ_ADD_PROCESS_SET: return "add_process_set";
+    case RELAX_REQ_REMOVE_PROCESS_SET: return "remove_process_set";
     default: return "request(" + std::to_string(type) + ")";
   }
 }

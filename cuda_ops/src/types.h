@@ -19,6 +19,9 @@ struct Status {
   bool is_ok() const { return code == RELAX_OK; }
 };
 
+// Monotonic clock in seconds (shared time base of timings and the timeline).
+double steady_seconds();
+
 // Size in bytes of one element, or 0 for an unknown dtype.
 size_t dtype_size(int32_t dtype);
 // Human-readable dtype name ("float32", ...); "dtype(<n>)" if unknown.

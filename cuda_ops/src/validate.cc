@@ -1,5 +1,6 @@
 #include "validate.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace relax {
@@ -10,7 +11,7 @@ Status invalid(const std::string& message) { return Status::error(RELAX_ERR_INVA
 }  // namespace
 
 Status make_descriptor(const relax_request_t& r, int world_size, bool has_alloc, Descriptor& d) {
-  if (r.type < RELAX_REQ_ALLREDUCE || r.type > RELAX_REQ_JOIN) {
+  if (r.type < RELAX_REQ_ALLREDUCE || r.type > RELAX_REQ_REMOVE_PROCESS_SET) {
     return invalid("unknown request type " + std::to_string(r.type));
   }
   d = Descriptor{};
@@ -18,10 +19,34 @@ Status make_descriptor(const relax_request_t& r, int world_size, bool has_alloc,
   d.name = r.name ? r.name : "";
   const std::string what = request_type_name(r.type) + " '" + d.name + "'";
   if (d.name.empty()) return invalid(request_type_name(r.type) + " needs a non-empty name");
-  if (r.process_set != 0) {
-    return Status::error(RELAX_ERR_PROCESS_SET, what + ": unknown process set " + std::to_string(r.process_set));
+  const bool global_only = r.type == RELAX_REQ_JOIN || r.type == RELAX_REQ_ADD_PROCESS_SET ||
+                           r.type == RELAX_REQ_REMOVE_PROCESS_SET;
+  if (global_only && r.process_set != 0) {
+    return Status::error(RELAX_ERR_PROCESS_SET, what + " runs over all ranks; it takes no process set");
   }
   if (r.type == RELAX_REQ_BARRIER || r.type == RELAX_REQ_JOIN) return Status::ok();
+  if (r.type == RELAX_REQ_ADD_PROCESS_SET) {
+    if (r.nsplits <= 0 || !r.splits) return invalid("a process set needs at least one rank");
+    d.splits.assign(r.splits, r.splits + r.nsplits);
+    std::sort(d.splits.begin(), d.splits.end());
+    for (size_t i = 0; i < d.splits.size(); ++i) {
+      if (d.splits[i] < 0 || d.splits[i] >= world_size) {
+        return invalid("process set rank " + std::to_string(d.splits[i]) + " is out of range [0, " +
+                       std::to_string(world_size) + ")");
+      }
+      if (i > 0 && d.splits[i] == d.splits[i - 1]) {
+        return invalid("process set ranks " + shape_string(d.splits) + " contain duplicates");
+      }
+    }
+    return Status::ok();
+  }
+  if (r.type == RELAX_REQ_REMOVE_PROCESS_SET) {
+    if (r.root_rank == 0) {
+      return Status::error(RELAX_ERR_PROCESS_SET, "the global process set (id 0) cannot be removed");
+    }
+    d.root_rank = r.root_rank;
+    return Status::ok();
+  }
 
   if (!dtype_is_valid(r.dtype)) return invalid(what + ": unsupported data type " + dtype_name(r.dtype));
   d.dtype = r.dtype;

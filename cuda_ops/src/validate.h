@@ -7,7 +7,8 @@
 
 namespace relax {
 
-// Converts and checks a C request; `world_size` bounds roots and split counts.
+// Converts and checks a C request; `world_size` is the size of the request's process set and
+// bounds roots and split counts (process set membership requests: the world).
 Status make_descriptor(const relax_request_t& request, int world_size, bool has_alloc, Descriptor& out);
 
 }  // namespace relax

@@ -173,16 +173,35 @@ int64_t allreduce_async(const at::Tensor& input, const at::Tensor& output, const
   return submit(r, std::move(flight), false);
 }
 
+// Submits `requests` as one atomic group; `flights` keep their tensors alive until completion.
+std::vector<int64_t> submit_group(std::vector<relax_request_t>& requests, std::vector<std::unique_ptr<InFlight>>& flights,
+                                  bool allocating) {
+  std::vector<void*> users;
+  for (auto& f : flights) users.push_back(f.get());
+  std::vector<relax_handle_t> handles(requests.size());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (relax_enqueue_group(requests.data(), static_cast<int32_t>(requests.size()), allocating ? allocate : nullptr,
+                          nullptr, users.data(), handles.data()) != RELAX_OK) {
+    raise_submit_error();
+  }
+  for (size_t i = 0; i < handles.size(); ++i) g_in_flight.emplace(handles[i], std::move(flights[i]));
+  return std::vector<int64_t>(handles.begin(), handles.end());
+}
+
+std::vector<std::string> member_names(const std::string& name, size_t count) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) names.push_back(name + "." + std::to_string(i) + "of" + std::to_string(count));
+  return names;
+}
+
 std::vector<int64_t> grouped_allreduce_async(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                                              const std::string& name, int64_t op, double prescale, double postscale,
                                              int64_t process_set) {
   TORCH_CHECK(!inputs.empty() && inputs.size() == outputs.size(),
               "relaxlib: grouped_allreduce needs the same non-zero number of inputs and outputs");
-  std::vector<std::string> names;
+  const std::vector<std::string> names = member_names(name, inputs.size());
   std::vector<relax_request_t> requests;
   std::vector<std::unique_ptr<InFlight>> flights;
-  std::vector<void*> users;
-  for (size_t i = 0; i < inputs.size(); ++i) names.push_back(name + "." + std::to_string(i));
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_tensor(inputs[i], "grouped_allreduce input");
     check_tensor(outputs[i], "grouped_allreduce output");
@@ -193,16 +212,39 @@ std::vector<int64_t> grouped_allreduce_async(const std::vector<at::Tensor>& inpu
     r.postscale = postscale;
     requests.push_back(r);
     flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], outputs[i], inputs[i].scalar_type()}));
-    users.push_back(flights.back().get());
   }
-  std::vector<relax_handle_t> handles(inputs.size());
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (relax_enqueue_group(requests.data(), static_cast<int32_t>(requests.size()), nullptr, nullptr, users.data(),
-                          handles.data()) != RELAX_OK) {
-    raise_submit_error();
+  return submit_group(requests, flights, false);
+}
+
+// Grouped ops whose outputs the engine allocates (allgather, reducescatter).
+std::vector<int64_t> grouped_allocating_async(int32_t type, const std::vector<at::Tensor>& inputs,
+                                              const std::string& name, int64_t op, double prescale, double postscale,
+                                              int64_t process_set) {
+  TORCH_CHECK(!inputs.empty(), "relaxlib: a grouped ", type == RELAX_REQ_ALLGATHER ? "allgather" : "reducescatter",
+              " needs at least one tensor");
+  const std::vector<std::string> names = member_names(name, inputs.size());
+  std::vector<relax_request_t> requests;
+  std::vector<std::unique_ptr<InFlight>> flights;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_tensor(inputs[i], "grouped input");
+    relax_request_t r = base_request(type, inputs[i], names[i], process_set);
+    r.reduce_op = static_cast<int32_t>(op);
+    r.prescale = prescale;
+    r.postscale = postscale;
+    requests.push_back(r);
+    flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], at::Tensor(), inputs[i].scalar_type()}));
   }
-  for (size_t i = 0; i < handles.size(); ++i) g_in_flight.emplace(handles[i], std::move(flights[i]));
-  return std::vector<int64_t>(handles.begin(), handles.end());
+  return submit_group(requests, flights, true);
+}
+
+std::vector<int64_t> grouped_allgather_async(const std::vector<at::Tensor>& inputs, const std::string& name,
+                                             int64_t process_set) {
+  return grouped_allocating_async(RELAX_REQ_ALLGATHER, inputs, name, RELAX_OP_SUM, 1.0, 1.0, process_set);
+}
+
+std::vector<int64_t> grouped_reducescatter_async(const std::vector<at::Tensor>& inputs, const std::string& name,
+                                                 int64_t op, double prescale, double postscale, int64_t process_set) {
+  return grouped_allocating_async(RELAX_REQ_REDUCESCATTER, inputs, name, op, prescale, postscale, process_set);
 }
 
 int64_t allgather_async(const at::Tensor& input, const std::string& name, int64_t process_set) {
@@ -310,6 +352,10 @@ TORCH_LIBRARY(relaxlib, m) {
         "float postscale, int process_set) -> int[]",
         grouped_allreduce_async);
   m.def("allgather_async(Tensor input, str name, int process_set) -> int", allgather_async);
+  m.def("grouped_allgather_async(Tensor[] inputs, str name, int process_set) -> int[]", grouped_allgather_async);
+  m.def("grouped_reducescatter_async(Tensor[] inputs, str name, int op, float prescale, float postscale, "
+        "int process_set) -> int[]",
+        grouped_reducescatter_async);
   m.def("broadcast_async(Tensor input, Tensor(a!) output, int root_rank, str name, int process_set) -> int",
         broadcast_async);
   m.def("reducescatter_async(Tensor input, str name, int op, float prescale, float postscale, int process_set) -> int",

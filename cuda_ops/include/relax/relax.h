@@ -74,7 +74,9 @@ typedef enum {
   RELAX_REQ_REDUCESCATTER = 3, /* rank i receives block i of the reduced tensor (see below) */
   RELAX_REQ_ALLTOALL = 4,      /* dim-0 rows sent per destination given by `splits` */
   RELAX_REQ_BARRIER = 5,
-  RELAX_REQ_JOIN = 6
+  RELAX_REQ_JOIN = 6,
+  RELAX_REQ_ADD_PROCESS_SET = 7,    /* collective over all ranks: `splits` holds the member ranks */
+  RELAX_REQ_REMOVE_PROCESS_SET = 8  /* collective over all ranks: `root_rank` holds the set id */
 } relax_request_type_t;
 
 /*
@@ -102,12 +104,12 @@ typedef struct {
   void* output;
   double prescale;    /* multiply inputs before reducing (1.0 = none) */
   double postscale;   /* multiply results after reducing (1.0 = none) */
-  int32_t root_rank;  /* broadcast root, as a rank of the process set */
+  int32_t root_rank;  /* broadcast root: a world rank, which must belong to the process set */
   int32_t nsplits;    /* alltoall: number of entries in `splits` (0: equal split of dim 0) */
   const int64_t* splits;
   int32_t ncounts;    /* reducescatter: number of entries in `recv_counts` (0: default) */
   const int64_t* recv_counts;
-  int32_t process_set; /* 0 = all ranks */
+  int32_t process_set; /* 0 = all ranks; roots, splits and counts are relative to the set */
 } relax_request_t;
 
 typedef int64_t relax_handle_t;
@@ -158,6 +160,20 @@ RELAX_API int64_t relax_handle_result(relax_handle_t handle);
 RELAX_API int relax_handle_received_splits(relax_handle_t handle, int64_t* out, int32_t capacity);
 /* Forget a completed handle. */
 RELAX_API void relax_release(relax_handle_t handle);
+
+/* ---- process sets ---- */
+/* Size of a process set, this process's rank in it (-1 if not a member), and its world ranks
+ * (returns the number of ranks, copying at most `capacity`); RELAX_ERR_PROCESS_SET if unknown. */
+RELAX_API int relax_process_set_size(int32_t process_set);
+RELAX_API int relax_process_set_rank(int32_t process_set);
+RELAX_API int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity);
+
+/* ---- timeline ---- */
+/* Starts (on rank 0; a no-op elsewhere) a Chrome-trace JSON timeline at `path`, replacing an
+ * active one; also started by RELAX_TIMELINE=path at init. `mark_cycles` adds an event per
+ * negotiation round. stop completes the JSON document. */
+RELAX_API int relax_start_timeline(const char* path, int mark_cycles);
+RELAX_API int relax_stop_timeline(void);
 
 /* ---- configuration & introspection ---- */
 /* Fusion buffer threshold in bytes and cycle time in milliseconds (also RELAX_FUSION_THRESHOLD,
