@@ -8,16 +8,18 @@ communication overlaps the rest of backward; ``step()`` waits for them.
 
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import contextmanager
 
 import torch
 
 from relaxlib import basics
-from relaxlib.algorithms import AllReduce
+from relaxlib.algorithms import Algorithm, AllReduce
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
 from relaxlib_torch.compression import Compression
+from relaxlib_torch.context import TorchContext
 
 _SPARSE = object()  # context marker: the gradient went through sparse allreduce
 
@@ -33,7 +35,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixin installed between the user's optimizer class and the instance (see DistributedOptimizer)."""
 
     def _relax_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                     groups, sparse_as_dense, process_set, algorithm, model) -> None:
+                     groups, sparse_as_dense, process_set, algorithm, model, max_grad_norm) -> None:
+        self.max_grad_norm = max_grad_norm
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -213,7 +216,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               stacklevel=2)
             self.synchronize()
         self._synchronized = False
+        if self.max_grad_norm:
+            clip_by_global_norm([p for p in self._parameter_names if p.grad is not None], self.max_grad_norm)
         return super(self.__class__, self).step(closure)
+
+    def flush(self) -> None:
+        """All-reduce applies updates at once: nothing is ever pending."""
 
     def zero_grad(self, set_to_none: bool = True):
         """Clears gradients; refuses while allreduces are pending (that would race with them)."""
@@ -224,10 +232,89 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(set_to_none)
 
 
+def clip_by_global_norm(params: list[torch.Tensor], max_norm: float) -> float:
+    """Scales the gradients so their global L2 norm is at most ``max_norm``; the norm is
+    accumulated in float64 (so every algorithm computes the same coefficient). Returns the norm."""
+    total = 0.0
+    for p in params:
+        g = p.grad.detach().to(torch.float64).reshape(-1)
+        total += float(torch.dot(g, g))
+    norm = math.sqrt(total)
+    coefficient = max_norm / (norm + 1e-6)
+    if coefficient < 1.0:
+        for p in params:
+            p.grad.mul_(coefficient)
+    return norm
+
+
+class _AlgorithmOptimizer(torch.optim.Optimizer):
+    """Mixin for relaxed algorithms: hooks call the Algorithm; step() hands it the step."""
+
+    def _relax_setup_algorithm(self, names: dict, algorithm, model, backward_passes_per_step: int, process_set,
+                               max_grad_norm, optimizer_class: type) -> None:
+        self.algorithm = algorithm
+        self.model = model
+        self.backward_passes_per_step = backward_passes_per_step
+        self.max_grad_norm = max_grad_norm
+        self._process_set = process_set
+        self._ctx = TorchContext(self, optimizer_class, names, algorithm, model, process_set, max_grad_norm)
+        self._delay = {}
+        self._hook_handles = []
+        for index, p in enumerate(p for group in self.param_groups for p in group["params"]):
+            self._delay[p] = backward_passes_per_step
+            if p.requires_grad:
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(index)))
+        if model is not None:
+            self._hook_handles.append(model.register_state_dict_pre_hook(lambda *args, **kwargs: self.flush()))
+        algorithm.setup(self._ctx)
+
+    def _make_hook(self, index: int):
+        def hook(param: torch.Tensor) -> None:
+            self._delay[param] -= 1
+            if self._delay[param] < 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
+                                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                                     "locally.")
+            if self._delay[param] == 0:
+                self.algorithm.on_gradient(self._ctx, index)
+        return hook
+
+    def step(self, closure=None):
+        """Hands the step to the algorithm (which communicates and applies or schedules the update)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._ctx.stop_recording()
+        self.algorithm.step(self._ctx)
+        self._ctx.step_count += 1
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+        return loss
+
+    def flush(self) -> None:
+        """Applies every deferred update (before evaluation, checkpoints, or the end of training)."""
+        self.algorithm.flush(self._ctx)
+
+    def synchronize(self) -> None:
+        """For relaxed algorithms: the same as flush()."""
+        self.flush()
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Accepted for Horovod compatibility; relaxed algorithms always communicate in step()."""
+        yield
+
+    def state_dict(self):
+        """The optimizer state after applying pending updates."""
+        self.flush()
+        return super(self.__class__, self).state_dict()
+
+
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step: int = 1, op=mpi_ops.Average, gradient_predivide_factor: float = 1.0,
                          num_groups: int = 0, groups=None, sparse_as_dense: bool = False,
-                         process_set=global_process_set, algorithm=None, model=None):
+                         process_set=global_process_set, algorithm=None, model=None, max_grad_norm=None):
     """Wraps ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
     Arguments follow Horovod 0.28: ``named_parameters`` (names for negotiation and errors),
@@ -236,7 +323,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     before/after the sum), ``groups`` (int or list of parameter lists, reduced atomically),
     ``sparse_as_dense``, ``process_set``. relaxlib adds ``algorithm`` (a
     :mod:`relaxlib.algorithms` object; None = all-reduce) and ``model`` (needed by algorithms
-    that hook module forward passes).
+    that hook module forward passes), and ``max_grad_norm`` (clip the averaged gradients to this
+    global L2 norm before the update, the same way for every algorithm).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"DistributedOptimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
@@ -248,16 +336,33 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         raise ValueError("gradient_predivide_factor requires op == Average")
     if op == mpi_ops.Adasum:
         raise NotImplementedError("relaxlib does not implement Adasum; use op=Average or op=Sum.")
+    if max_grad_norm is not None and max_grad_norm <= 0:
+        raise ValueError("max_grad_norm must be positive")
     algorithm = algorithm if algorithm is not None else AllReduce()
-    if not isinstance(algorithm, AllReduce):
-        raise NotImplementedError(f"algorithm {algorithm!r} is not available for PyTorch yet")
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"algorithm must be a relaxlib.algorithms.Algorithm, got {type(algorithm).__name__}")
     if algorithm.needs_model and model is None:
         raise ValueError(f"algorithm {algorithm.name} hooks module forward passes: pass model=<your nn.Module>")
+    if not isinstance(model, (torch.nn.Module, type(None))):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     basics.size()  # raises NotInitializedError before any hook is installed
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    if isinstance(algorithm, AllReduce):
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+        wrapped = cls.__new__(cls)
+        wrapped.__dict__.update(optimizer.__dict__)  # same param_groups, state, defaults, hooks
+        wrapped._relax_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                             groups if groups is not None else (num_groups or None), sparse_as_dense, process_set,
+                             algorithm, model, max_grad_norm)
+        return wrapped
+    if compression is not Compression.none or op != mpi_ops.Average or groups or num_groups or sparse_as_dense:
+        raise ValueError(f"algorithm {algorithm.name} decides what is communicated: compression, op, groups and "
+                         "sparse_as_dense apply to the all-reduce algorithm only")
+    if not process_set.included():
+        raise ValueError(f"rank {basics.rank()} is not a member of {process_set}")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_AlgorithmOptimizer.__dict__))
     wrapped = cls.__new__(cls)
-    wrapped.__dict__.update(optimizer.__dict__)  # same param_groups, state, defaults, hooks
-    wrapped._relax_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
-                         groups if groups is not None else (num_groups or None), sparse_as_dense, process_set,
-                         algorithm, model)
+    wrapped.__dict__.update(optimizer.__dict__)
+    names = _DistributedOptimizer._name_parameters(wrapped, named_parameters)
+    wrapped._relax_setup_algorithm(names, algorithm, model, backward_passes_per_step, process_set, max_grad_norm,
+                                   optimizer.__class__)
     return wrapped

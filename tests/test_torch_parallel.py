@@ -34,3 +34,9 @@ def test_bad_input_errors(np_):
 def test_horovod_api_parity(np_):
     run = run_pytest_on_ranks(np_, "torch_api_parity.py")
     assert run.returncode == 0, run.report()
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_dear(np_):
+    run = run_pytest_on_ranks(np_, "torch_dear.py")
+    assert run.returncode == 0, run.report()

@@ -4,6 +4,7 @@ Pass one as ``algorithm=`` to ``relaxlib_torch.DistributedOptimizer``. ``None`` 
 :class:`AllReduce`) is the Horovod/DDP baseline: gradients averaged by all-reduce each step.
 """
 
-from relaxlib.algorithms.base import Algorithm, AllReduce
+from relaxlib.algorithms.base import Algorithm, AllReduce, ParamRef, TrainingContext
+from relaxlib.algorithms.dear import DeAR
 
-__all__ = ["Algorithm", "AllReduce"]
+__all__ = ["Algorithm", "AllReduce", "DeAR", "ParamRef", "TrainingContext"]

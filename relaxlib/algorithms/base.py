@@ -1,22 +1,148 @@
-"""The algorithm specification shared by every framework binding."""
+"""The algorithm interface shared by every framework binding.
+
+An :class:`Algorithm` decides *what* is communicated and *when* during a training step. The
+framework binding (``relaxlib_torch.DistributedOptimizer``, later the TensorFlow tape/optimizer)
+calls its hooks and hands it a :class:`TrainingContext`, which is the only way an algorithm touches
+tensors, the network or the optimizer. Every built-in relaxation is written against this
+interface, and so can yours: see docs/write-your-own-relaxation.md.
+
+Hook order in one training step::
+
+    before_forward(ctx, bucket)   # (needs_model only) a module of `bucket` is about to run
+    on_gradient(ctx, index)       # parameter `index` has its gradient (once per backward)
+    step(ctx)                     # optimizer.step(): communicate and/or apply updates
+    flush(ctx)                    # make every deferred update visible (eval, checkpoint, end)
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """A parameter as algorithms see it: its position in the optimizer and its size."""
+
+    index: int
+    name: str
+    numel: int
+    itemsize: int
+    dtype: str
+
+
+class TrainingContext(ABC):
+    """What a framework binding offers algorithms. ``Tensor`` means the framework's tensor type;
+    ``Handle`` is an opaque token of a started collective."""
+
+    rank: int
+    size: int
+    step_count: int            # completed optimizer steps
+    max_grad_norm: float | None  # clip averaged gradients to this global L2 norm (None: no clipping)
+
+    @abstractmethod
+    def parameters(self) -> list[ParamRef]:
+        """Optimizer parameters in optimizer order."""
+
+    @abstractmethod
+    def forward_order(self) -> list[tuple[int, int]] | None:
+        """(parameter index, module id) in recorded forward execution order, once recorded
+        (needs the model); parameters no module uses directly are absent. None before."""
+
+    @abstractmethod
+    def watch_buckets(self, buckets: list[list[int]]) -> None:
+        """From now on call ``before_forward(ctx, b)`` before any module owning a parameter of
+        bucket ``b`` runs forward."""
+
+    # -- tensors --
+    @abstractmethod
+    def flatten_grads(self, indices: list[int], out: Any = None) -> Any:
+        """The gradients of ``indices`` concatenated into one flat tensor (missing ones as zeros)."""
+
+    @abstractmethod
+    def sum_of_squares(self, tensor: Any) -> float:
+        """Sum of squared elements, accumulated in float64."""
+
+    @abstractmethod
+    def scale_(self, tensor: Any, factor: float) -> None:
+        """Multiplies ``tensor`` in place."""
+
+    # -- communication --
+    @abstractmethod
+    def reduce_scatter_async(self, flat: Any, name: str) -> Any:
+        """Averages ``flat`` over ranks; this rank receives its contiguous chunk (DESIGN.md)."""
+
+    @abstractmethod
+    def allgather_async(self, shard: Any, name: str) -> Any:
+        """Concatenates every rank's ``shard`` in rank order."""
+
+    @abstractmethod
+    def wait(self, handle: Any) -> Any:
+        """Result of a started collective."""
+
+    @abstractmethod
+    def allreduce_scalar(self, value: float, name: str) -> float:
+        """Sum of ``value`` over ranks (float64)."""
+
+    @abstractmethod
+    def broadcast_object(self, obj: Any, root: int = 0) -> Any:
+        """``root``'s ``obj`` on every rank."""
+
+    # -- optimizer --
+    @abstractmethod
+    def snapshot(self) -> Any:
+        """The optimizer's hyper-parameters now (learning rate, momentum, ... per parameter group)."""
+
+    @abstractmethod
+    def apply_update(self, indices: list[int], snapshot: Any, flat_grads: Any = None) -> None:
+        """Runs the wrapped optimizer's update on parameters ``indices`` only, with the
+        hyper-parameters of ``snapshot``. The gradients are the parameters' own, or consecutive
+        slices of ``flat_grads`` when given (then the parameters' gradients are left as they were)."""
+
+    def log(self, message: str) -> None:
+        """Reports a decision (rank 0 prints it)."""
+        if self.rank == 0:
+            print(f"[relaxlib] {message}", flush=True)
+
 
 class Algorithm:
-    """Base class of communication algorithms.
+    """Base class of communication algorithms; override the hooks you need.
 
-    An algorithm is a plain description (its knobs); each framework binding turns it into an
-    engine that hooks the training step. ``needs_model`` says whether the binding must be given
-    the model (for algorithms that hook module forward passes).
+    ``needs_model``: the binding must be given the model, to record forward order and call
+    ``before_forward``. The default ``step`` is plain data parallelism without communication
+    (each rank applies its own gradients), so subclasses always override it.
     """
 
     name = "algorithm"
     needs_model = False
 
+    def setup(self, ctx: TrainingContext) -> None:
+        """Called once, when the optimizer is wrapped."""
+
+    def before_forward(self, ctx: TrainingContext, bucket: int) -> None:
+        """A module owning parameters of ``bucket`` is about to run forward."""
+
+    def on_gradient(self, ctx: TrainingContext, index: int) -> None:
+        """The gradient of parameter ``index`` is complete for this step."""
+
+    def step(self, ctx: TrainingContext) -> None:
+        """``optimizer.step()``: communicate and apply (or schedule) the update."""
+        ctx.apply_update([p.index for p in ctx.parameters()], ctx.snapshot())
+
+    def flush(self, ctx: TrainingContext) -> None:
+        """Applies every deferred update so the parameters are current."""
+
+    def state_dict(self) -> dict:
+        """Checkpointable state of the algorithm (e.g. error-feedback memories)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores what ``state_dict`` returned."""
+
     def describe(self) -> str:
         """One-line human-readable summary of the configuration."""
-        knobs = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()))
+        knobs = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items()) if not k.startswith("_"))
         return f"{self.name}({knobs})"
 
     def __repr__(self) -> str:
@@ -24,6 +150,7 @@ class Algorithm:
 
 
 class AllReduce(Algorithm):
-    """Baseline: average gradients with a fused ring all-reduce, overlapped with backward."""
+    """Baseline: average gradients with a fused ring all-reduce, overlapped with backward
+    (Horovod / DDP). The framework bindings implement it natively."""
 
     name = "allreduce"

@@ -1,0 +1,188 @@
+"""DeAR: decoupled all-reduce (reduce-scatter overlapped with backward, all-gather with the next
+forward), written against the framework-neutral algorithm interface.
+
+Per step, for buckets of consecutive layers in forward execution order:
+
+* backward: when every gradient of bucket g is accumulated, start g's reduce-scatter;
+* ``optimizer.step()``: wait for the reduce-scatters (this rank now holds the averaged chunk of
+  every bucket), clip by the global norm if asked (one scalar all-reduce), snapshot the
+  hyper-parameters, start bucket 0's all-gather;
+* next forward: before bucket g's first module runs, wait for g's all-gather, apply g's update
+  (exactly once), start g+1's all-gather.
+
+The update math is the wrapped optimizer's, applied per bucket with the hyper-parameters of its
+own step, so training is the same as with all-reduce (bitwise with two ranks).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from relaxlib.algorithms.base import Algorithm, TrainingContext
+from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.tuning import BayesianSearch
+
+MB = 1 << 20
+
+
+class DeAR(Algorithm):
+    """Decoupled all-reduce. ``fusion_mb``: bucket size; ``tune=True`` searches it (1..100 MB) by
+    Bayesian optimization of the measured iteration time over ``tune_trials`` trials of
+    ``tune_steps`` steps each, decided on rank 0."""
+
+    name = "dear"
+    needs_model = True
+
+    def __init__(self, fusion_mb: float = 25, tune: bool = False, tune_trials: int = 10, tune_steps: int = 4) -> None:
+        if fusion_mb <= 0:
+            raise ValueError("fusion_mb must be positive")
+        if tune and (tune_trials < 1 or tune_steps < 2):
+            raise ValueError("tuning needs tune_trials >= 1 and tune_steps >= 2")
+        self.fusion_mb = fusion_mb
+        self.tune = tune
+        self.tune_trials = tune_trials
+        self.tune_steps = tune_steps
+
+    # ---- hooks ----
+
+    def setup(self, ctx: TrainingContext) -> None:
+        self._buckets: list[list[int]] | None = None
+        self._bucket_of: dict[int, int] = {}
+        self._ready: list[int] = []
+        self._buffers: dict[int, object] = {}
+        self._reduce_scatters: dict[int, object] = {}
+        self._allgathers: dict[int, object] = {}
+        self._shards: dict[int, object] = {}
+        self._pending: list[int] = []
+        self._snapshot = None
+        self._leftover: int | None = None  # bucket of parameters no module owns
+        self._search = BayesianSearch(1, 100, initial=min(3, self.tune_trials)) if self.tune else None
+        self._trial_value: float | None = None
+        self._trial_times: list[float] = []
+        self._last_step_time: float | None = None
+        self.chosen_fusion_mb: float | None = None if self.tune else self.fusion_mb
+
+    def on_gradient(self, ctx: TrainingContext, index: int) -> None:
+        if self._buckets is None:
+            return  # first step: buckets are built in step(), once the forward order is known
+        bucket = self._bucket_of[index]
+        self._ready[bucket] += 1
+        if self._ready[bucket] == len(self._buckets[bucket]):
+            self._start_reduce_scatter(ctx, bucket)
+
+    def before_forward(self, ctx: TrainingContext, bucket: int) -> None:
+        if bucket in self._pending:
+            self._apply(ctx, bucket)
+            following = [b for b in self._pending if b > bucket]
+            if following:
+                self._start_allgather(ctx, following[0])
+
+    def step(self, ctx: TrainingContext) -> None:
+        self.flush(ctx)  # buckets whose modules did not run since the last step
+        if self._buckets is None:
+            self._build_buckets(ctx, self.fusion_mb)
+        for bucket in range(len(self._buckets)):
+            if bucket not in self._reduce_scatters:
+                self._start_reduce_scatter(ctx, bucket)  # e.g. unused parameters: zeros
+        self._shards = {b: ctx.wait(self._reduce_scatters.pop(b)) for b in range(len(self._buckets))}
+        self._clip(ctx)
+        self._snapshot = ctx.snapshot()
+        self._pending = list(range(len(self._buckets)))
+        self._ready = [0] * len(self._buckets)
+        new_fusion_mb = self._tuning_tick(ctx)
+        if new_fusion_mb is not None:  # finish this step now, then rebucket for the next one
+            self.flush(ctx)
+            self._build_buckets(ctx, new_fusion_mb)
+            return
+        self._start_allgather(ctx, 0)
+        if self._leftover is not None:  # used outside any module: update before the next forward
+            self._apply(ctx, self._leftover)
+
+    def flush(self, ctx: TrainingContext) -> None:
+        while self._pending:
+            self._apply(ctx, self._pending[0])
+
+    @property
+    def buckets(self) -> list[list[int]]:
+        """Current buckets (optimizer parameter indices, forward order; the last one holds
+        parameters no module owns). Empty before the first step."""
+        return [list(b) for b in (getattr(self, "_buckets", None) or [])]
+
+    # ---- internals ----
+
+    def _start_reduce_scatter(self, ctx: TrainingContext, bucket: int) -> None:
+        flat = ctx.flatten_grads(self._buckets[bucket], out=self._buffers.get(bucket))
+        self._buffers[bucket] = flat
+        self._reduce_scatters[bucket] = ctx.reduce_scatter_async(flat, name=f"dear.rs.{bucket}")
+
+    def _start_allgather(self, ctx: TrainingContext, bucket: int) -> None:
+        if bucket not in self._allgathers:
+            self._allgathers[bucket] = ctx.allgather_async(self._shards.pop(bucket), name=f"dear.ag.{bucket}")
+
+    def _apply(self, ctx: TrainingContext, bucket: int) -> None:
+        self._start_allgather(ctx, bucket)
+        full = ctx.wait(self._allgathers.pop(bucket))
+        ctx.apply_update(self._buckets[bucket], self._snapshot, flat_grads=full)
+        self._pending.remove(bucket)
+
+    def _clip(self, ctx: TrainingContext) -> None:
+        if not ctx.max_grad_norm:
+            return
+        local = sum(ctx.sum_of_squares(shard) for shard in self._shards.values())
+        norm = math.sqrt(ctx.allreduce_scalar(local, name="dear.grad_norm"))
+        coefficient = ctx.max_grad_norm / (norm + 1e-6)
+        if coefficient < 1.0:
+            for shard in self._shards.values():
+                ctx.scale_(shard, coefficient)
+
+    def _build_buckets(self, ctx: TrainingContext, fusion_mb: float) -> None:
+        """Buckets from the recorded forward order, decided on rank 0 so every rank agrees."""
+        plan = None
+        if ctx.rank == 0:
+            refs = {p.index: p for p in ctx.parameters()}
+            order = ctx.forward_order() or []
+            seen = {index for index, _ in order}
+            specs = [ParamSpec(i, refs[i].numel, refs[i].itemsize, refs[i].dtype, module) for i, module in order]
+            plan = make_buckets(specs, int(fusion_mb * MB))
+            leftover = [p.index for p in ctx.parameters() if p.index not in seen]
+            plan = (plan, leftover)
+        buckets, leftover = ctx.broadcast_object(plan, root=0)
+        self._leftover = len(buckets) if leftover else None
+        self._buckets = buckets + ([leftover] if leftover else [])
+        self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
+        self._ready = [0] * len(self._buckets)
+        self._buffers = {}
+        ctx.watch_buckets(buckets)
+
+    def _tuning_tick(self, ctx: TrainingContext) -> float | None:
+        """Measures iteration times and moves the search on; returns a new fusion size when the
+        buckets must be rebuilt (next trial, or the final choice)."""
+        if self._search is None:
+            return None
+        now = time.perf_counter()
+        if self._last_step_time is not None and self._trial_value is not None:
+            self._trial_times.append(now - self._last_step_time)
+        self._last_step_time = now
+        if self._trial_value is not None and len(self._trial_times) < self.tune_steps:
+            return None
+        decision = None
+        if ctx.rank == 0:
+            if self._trial_value is not None:
+                times = self._trial_times[1:]  # the first interval follows a synchronous step
+                self._search.observe(self._trial_value, sum(times) / len(times))
+            if len(self._search.values) >= self.tune_trials:
+                decision = ("done", self._search.best())
+            else:
+                decision = ("try", self._search.propose())
+        kind, value = ctx.broadcast_object(decision, root=0)
+        self._trial_times = []
+        if kind == "done":
+            self._search = None
+            self._trial_value = None
+            self.fusion_mb = value
+            self.chosen_fusion_mb = value
+            ctx.log(f"DeAR tuning chose fusion_mb={value:.1f} MB")
+        else:
+            self._trial_value = value
+        return value

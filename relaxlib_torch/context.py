@@ -1,0 +1,152 @@
+"""The PyTorch implementation of relaxlib's TrainingContext: what algorithms may do with torch
+parameters, gradients, the network and the wrapped optimizer."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext
+from relaxlib_torch import functions, mpi_ops
+
+
+class TorchContext(TrainingContext):
+    """Binds an Algorithm to one wrapped optimizer (and, optionally, its model)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, optimizer_class: type, names: dict, algorithm: Algorithm,
+                 model: torch.nn.Module | None, process_set, max_grad_norm: float | None) -> None:
+        self._optimizer = optimizer
+        self._optimizer_class = optimizer_class
+        self._algorithm = algorithm
+        self._process_set = process_set
+        self.rank = process_set.rank()
+        self.size = process_set.size()
+        self.step_count = 0
+        self.max_grad_norm = max_grad_norm
+        self._params = [p for group in optimizer.param_groups for p in group["params"]]
+        self._group_of = [gi for gi, group in enumerate(optimizer.param_groups) for _ in group["params"]]
+        self._index_of = {p: i for i, p in enumerate(self._params)}
+        self._refs = [ParamRef(i, names[p], p.numel(), p.element_size(), str(p.dtype))
+                      for i, p in enumerate(self._params)]
+        self._recording = model is not None
+        self._module_calls: list[torch.nn.Module] = []
+        self._module_buckets: dict[torch.nn.Module, list[int]] = {}
+        self._hooks = []
+        if model is not None:
+            for module in model.modules():
+                if any(True for _ in module.parameters(recurse=False)):
+                    self._hooks.append(module.register_forward_pre_hook(self._before_module))
+
+    # -- model hooks --
+
+    def _before_module(self, module: torch.nn.Module, args) -> None:
+        if self._recording and module not in self._module_calls:
+            self._module_calls.append(module)
+        for bucket in self._module_buckets.get(module, ()):
+            self._algorithm.before_forward(self, bucket)
+
+    def stop_recording(self) -> None:
+        """The first optimizer step ends forward-order recording."""
+        self._recording = False
+
+    # -- TrainingContext --
+
+    def parameters(self) -> list[ParamRef]:
+        return list(self._refs)
+
+    def forward_order(self) -> list[tuple[int, int]] | None:
+        if not self._module_calls:
+            return None
+        order, seen = [], set()
+        for module_id, module in enumerate(self._module_calls):
+            for p in module.parameters(recurse=False):
+                index = self._index_of.get(p)
+                if index is not None and index not in seen:
+                    seen.add(index)
+                    order.append((index, module_id))
+        return order
+
+    def watch_buckets(self, buckets: list[list[int]]) -> None:
+        owner = {}
+        for module in self._module_calls:
+            for p in module.parameters(recurse=False):
+                owner.setdefault(p, module)
+        self._module_buckets = {}
+        for b, members in enumerate(buckets):
+            for index in members:
+                module = owner.get(self._params[index])
+                if module is not None and b not in self._module_buckets.setdefault(module, []):
+                    self._module_buckets[module].append(b)
+
+    def flatten_grads(self, indices: list[int], out=None) -> torch.Tensor:
+        params = [self._params[i] for i in indices]
+        total = sum(p.numel() for p in params)
+        dtype = params[0].dtype
+        if out is None or out.numel() != total or out.dtype != dtype:
+            out = torch.empty(total, dtype=dtype)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            if p.grad is None:
+                out[offset:offset + n].zero_()
+            else:
+                out[offset:offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+        return out
+
+    def sum_of_squares(self, tensor: torch.Tensor) -> float:
+        t = tensor.detach().to(torch.float64)
+        return float(torch.dot(t, t)) if t.dim() == 1 else float((t * t).sum())
+
+    def scale_(self, tensor: torch.Tensor, factor: float) -> None:
+        tensor.mul_(factor)
+
+    def reduce_scatter_async(self, flat: torch.Tensor, name: str):
+        return mpi_ops.reducescatter_async(flat, name=name, op=mpi_ops.Average, process_set=self._process_set)
+
+    def allgather_async(self, shard: torch.Tensor, name: str):
+        return mpi_ops.allgather_async(shard, name=name, process_set=self._process_set)
+
+    def wait(self, handle):
+        return mpi_ops.synchronize(handle)
+
+    def allreduce_scalar(self, value: float, name: str) -> float:
+        total = mpi_ops.allreduce(torch.tensor([value], dtype=torch.float64), op=mpi_ops.Sum, name=name,
+                                  process_set=self._process_set)
+        return float(total.item())
+
+    def broadcast_object(self, obj, root: int = 0):
+        return functions.broadcast_object(obj, root_rank=self._process_set.ranks[root] if self._process_set.ranks
+                                          else root, process_set=self._process_set)
+
+    def snapshot(self):
+        return [{k: copy.copy(v) for k, v in group.items() if k != "params"} for group in self._optimizer.param_groups]
+
+    def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
+        params = [self._params[i] for i in indices]
+        saved = [p.grad for p in params]
+        if flat_grads is not None:
+            offset = 0
+            for p in params:
+                p.grad = flat_grads[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+        try:
+            by_group: dict[int, list[torch.Tensor]] = {}
+            for i, p in zip(indices, params):
+                by_group.setdefault(self._group_of[i], []).append(p)
+            # A restricted view of the optimizer: same state and settings, these parameters only.
+            view = object.__new__(self._optimizer_class)
+            view.__dict__.update(self._optimizer.__dict__)
+            view.param_groups = [dict(snapshot[g], params=ps) for g, ps in by_group.items()]
+            self._optimizer_class.step(view)
+        finally:
+            if flat_grads is not None:
+                for p, g in zip(params, saved):
+                    p.grad = g
+
+    def close(self) -> None:
+        """Removes the model hooks."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []

@@ -1,0 +1,47 @@
+"""Framework-neutral algorithm pieces without MPI: bucketing and the fusion-size search."""
+
+import math
+
+import pytest
+
+from relaxlib.algorithms import DeAR
+from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.tuning import BayesianSearch
+
+
+def spec(index, numel, group, dtype="float32"):
+    return ParamSpec(index, numel, 4, dtype, group)
+
+
+def test_buckets_follow_the_given_order_and_respect_the_size():
+    order = [spec(3, 100, 0), spec(4, 10, 0), spec(0, 100, 1), spec(1, 100, 2), spec(2, 20, 3)]
+    assert make_buckets(order, bucket_bytes=500) == [[3, 4], [0], [1, 2]]
+
+
+def test_a_module_is_never_split_and_oversized_units_stand_alone():
+    order = [spec(0, 1000, 0), spec(1, 1000, 0), spec(2, 1, 1)]
+    assert make_buckets(order, bucket_bytes=16) == [[0, 1], [2]]
+
+
+def test_buckets_hold_one_dtype():
+    order = [spec(0, 1, 0), spec(1, 1, 1, "float16"), spec(2, 1, 2)]
+    assert make_buckets(order, bucket_bytes=1 << 20) == [[0], [1], [2]]
+
+
+def test_bayesian_search_finds_the_minimum_in_few_trials():
+    best_at = 12.0
+    search = BayesianSearch(1, 100, initial=3, seed=1)
+    for _ in range(10):
+        value = search.propose()
+        assert 1 <= value <= 100
+        search.observe(value, (math.log(value) - math.log(best_at)) ** 2 + 0.01 * math.sin(value))
+    assert abs(math.log(search.best()) - math.log(best_at)) < 0.35  # within ~40% of 12 MB
+    assert len(set(search.values)) == len(search.values)  # never measures a point twice
+
+
+def test_dear_rejects_bad_settings():
+    with pytest.raises(ValueError):
+        DeAR(fusion_mb=0)
+    with pytest.raises(ValueError):
+        DeAR(tune=True, tune_steps=1)
+    assert DeAR(fusion_mb=4).needs_model
