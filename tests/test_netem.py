@@ -1,0 +1,60 @@
+"""The shaped-link harness: ranks really run in separate namespaces behind tbf-shaped links, and
+nothing is left behind (also after Ctrl-C). Needs root; skipped with a reason otherwise."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpi_launch import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import netem  # noqa: E402
+
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(os.geteuid() != 0, reason="the shaped-link harness needs root (netns, tc)")]
+
+PRINT_ADDRESS = ("import subprocess, os; "
+                 "print('RANK', os.environ['OMPI_COMM_WORLD_RANK'], "
+                 "subprocess.run(['ip', '-o', '-4', 'addr', 'show', 'eth0'], capture_output=True, text=True)"
+                 ".stdout.split()[3], flush=True)")
+
+
+def test_ranks_run_in_their_namespaces_behind_shaped_links_and_everything_is_removed():
+    assert netem.leftovers() == {"namespaces": [], "links": []}
+    with netem.ShapedNetwork(2, bandwidth_mbit=100) as net:
+        shaping = net.qdiscs()
+        assert sum("tbf" in line and "100Mbit" in line for line in shaping) == 4, shaping  # both ends of 2 links
+        out = subprocess.run(net.mpirun_command(2) + [sys.executable, "-c", PRINT_ADDRESS], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"RANK 0 {net.addresses[0]}/24" in out.stdout and f"RANK 1 {net.addresses[1]}/24" in out.stdout
+        net.set_bandwidth(None)
+        assert not any("tbf" in line for line in net.qdiscs())
+    assert netem.leftovers() == {"namespaces": [], "links": []}
+
+
+def test_interrupted_run_tears_down():
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "netem.py"), "--np", "2", "--bandwidth", "50",
+                             "--", "sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while not netem.leftovers()["namespaces"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert netem.leftovers()["namespaces"], "harness did not start"
+    while "sleep 60" not in subprocess.run(["ps", "ax"], capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline + 30, "the job never started"
+        time.sleep(0.2)  # the job runs inside the namespaces
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert netem.leftovers() == {"namespaces": [], "links": []}
+    time.sleep(0.5)
+    assert "sleep 60" not in subprocess.run(["ps", "ax"], capture_output=True, text=True).stdout, "orphaned rank"
+
+
+def test_refuses_clearly_without_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(RuntimeError, match="needs root"):
+        netem.require_privileges()
