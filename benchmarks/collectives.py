@@ -162,18 +162,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: str, rep: int) -> dict:
+def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: str, rep: int, net=None) -> dict:
     out = os.path.join(out_dir, f"{lib}.{rep}.json")
-    cmd = mpirun(args.np, args.mpi_args.split()) + [
-        sys.executable, __file__, "--worker", lib, "--ops", ",".join(args.ops), "--port", str(free_port()),
-        "--sizes", ",".join(map(str, sizes)), "--seconds-per-size", str(args.seconds_per_size), "--out", out]
+    name, _, setting = lib.partition("@")  # e.g. relaxlib@RELAX_MPI_ALLREDUCE_MAX_BYTES=0
+    worker = [sys.executable, __file__, "--worker", name, "--ops", ",".join(args.ops), "--port", str(free_port()),
+              "--sizes", ",".join(map(str, sizes)), "--seconds-per-size", str(args.seconds_per_size), "--out", out]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-    if proc.returncode != 0 or not os.path.exists(out):
-        print(f"  {lib} run {rep} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    if setting:
+        key, _, value = setting.partition("=")
+        env[key] = value
+    if net is not None:
+        env.update(MASTER_ADDR=net.addresses[0], GLOO_SOCKET_IFNAME="eth0")
+        saved = dict(os.environ)
+        os.environ.update(env)
+        try:
+            code = net.run(net.mpirun_command(args.np, export=["MASTER_ADDR", "GLOO_SOCKET_IFNAME"]
+                                              + ([setting.partition("=")[0]] if setting else [])) + worker,
+                           timeout=args.timeout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    else:
+        code = subprocess.run(mpirun(args.np, args.mpi_args.split()) + worker, env=env, capture_output=True,
+                              text=True, timeout=args.timeout).returncode
+    if code != 0 or not os.path.exists(out):
+        print(f"  {lib} run {rep} failed (exit {code})")
         return {"library": lib, "results": []}
-    return json.loads(Path(out).read_text())
+    result = json.loads(Path(out).read_text())
+    result["library"] = lib
+    return result
 
 
 def aggregate(runs: dict[str, list[dict]], np_: int) -> list[dict]:
@@ -205,9 +223,9 @@ def lookup(rows: list[dict], lib: str, op: str, size: int) -> dict | None:
     return next((r for r in rows if r["library"] == lib and r["op"] == op and r["size"] == size), None)
 
 
-def ratio(rows, op, size, peer="mpi") -> float | None:
+def ratio(rows, op, size, peer="mpi", ours_name="relaxlib") -> float | None:
     """Median over repetitions of relaxlib's busbw / peer's busbw in adjacent jobs."""
-    ours, theirs = lookup(rows, "relaxlib", op, size), lookup(rows, peer, op, size)
+    ours, theirs = lookup(rows, ours_name, op, size), lookup(rows, peer, op, size)
     if not ours or not theirs or not ours.get("time_us_runs") or not theirs.get("time_us_runs"):
         return None
     pairs = [t / o for o, t in zip(ours["time_us_runs"], theirs["time_us_runs"])]
@@ -287,11 +305,20 @@ def run_driver(args: argparse.Namespace) -> None:
     sizes = default_sizes(parse_size(args.min_bytes), parse_size(args.max_bytes))
     libs = args.libs.split(",")
     runs: dict[str, list[dict]] = {lib: [] for lib in libs}
-    with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(args.reps):
-            for lib in (libs if rep % 2 == 0 else list(reversed(libs))):  # alternate the order
-                print(f"run {rep + 1}/{args.reps}: {lib}", flush=True)
-                runs[lib].append(run_library(lib, args, sizes, tmp, rep))
+    net = None
+    if args.bandwidth:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from netem import ShapedNetwork
+        net = ShapedNetwork(args.np, bandwidth_mbit=args.bandwidth).__enter__()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for rep in range(args.reps):
+                for lib in (libs if rep % 2 == 0 else list(reversed(libs))):  # alternate the order
+                    print(f"run {rep + 1}/{args.reps}: {lib}", flush=True)
+                    runs[lib].append(run_library(lib, args, sizes, tmp, rep, net))
+    finally:
+        if net is not None:
+            net.down()
     rows = aggregate(runs, args.np)
     print_table(rows, libs, args.np)
     targets = evaluate_targets(rows, sizes)
@@ -301,9 +328,11 @@ def run_driver(args: argparse.Namespace) -> None:
         shown = ", ".join(f"{k}: {v:.2f}" if isinstance(v, float) else f"{k}: {v}" for k, v in figures.items())
         print(f"[{'met' if t['met'] else 'MISSED'}] {t['target']}  ({shown})")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = Path(args.out) if args.out else RESULTS / f"collectives_np{args.np}.json"
+    link = f"_{int(args.bandwidth)}mbit" if args.bandwidth else ""
+    out = Path(args.out) if args.out else RESULTS / f"collectives_np{args.np}{link}.json"
     report = {
         "benchmark": "collectives", "framework": "torch", "np": args.np, "reps": args.reps,
+        "link": f"tc tbf {args.bandwidth:g} Mbit/s per rank, MPI over TCP" if args.bandwidth else "shared memory",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
         "mpi": subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
         "method": "each library in its own mpirun job, jobs alternated; time_us = median over jobs of the "
@@ -326,6 +355,8 @@ def main() -> None:
     parser.add_argument("--max-bytes", default="256M")
     parser.add_argument("--seconds-per-size", type=float, default=0.2)
     parser.add_argument("--mpi-args", default="", help="extra mpirun arguments, e.g. '--mca btl tcp,self'")
+    parser.add_argument("--bandwidth", type=float,
+                        help="run over MPI TCP with each rank's link shaped to this many Mbit/s (root; netem.py)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out")
     parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)

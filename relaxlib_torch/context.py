@@ -95,6 +95,17 @@ class TorchContext(TrainingContext):
             offset += n
         return out
 
+    def flatten_params(self, indices: list[int]) -> torch.Tensor:
+        return torch.cat([self._params[i].detach().reshape(-1) for i in indices])
+
+    def set_params_from_flat(self, indices: list[int], flat: torch.Tensor) -> None:
+        offset = 0
+        with torch.no_grad():
+            for i in indices:
+                p = self._params[i]
+                p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
     def sum_of_squares(self, tensor: torch.Tensor) -> float:
         t = tensor.detach().to(torch.float64)
         return float(torch.dot(t, t)) if t.dim() == 1 else float((t * t).sum())
@@ -104,6 +115,10 @@ class TorchContext(TrainingContext):
 
     def reduce_scatter_async(self, flat: torch.Tensor, name: str):
         return mpi_ops.reducescatter_async(flat, name=name, op=mpi_ops.Average, process_set=self._process_set)
+
+    def allreduce_async(self, tensor: torch.Tensor, name: str, average: bool = True):
+        return mpi_ops.allreduce_async(tensor, name=name, op=mpi_ops.Average if average else mpi_ops.Sum,
+                                       process_set=self._process_set)
 
     def allgather_async(self, shard: torch.Tensor, name: str):
         return mpi_ops.allgather_async(shard, name=name, process_set=self._process_set)

@@ -96,7 +96,8 @@ Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count,
                                                static_cast<int64_t>(esize));
   const int64_t nsend = (send_count + seg - 1) / seg;
   const int64_t nrecv = (recv_count + seg - 1) / seg;
-  if (scratch_.size() < 2 * seg * esize) scratch_.resize(2 * seg * esize);
+  const int64_t window = std::max<int64_t>(2, config_.receive_window);
+  if (scratch_.size() < static_cast<size_t>(window * seg) * esize) scratch_.resize(static_cast<size_t>(window * seg) * esize);
 
   std::vector<MPI_Request> sends(static_cast<size_t>(nsend), MPI_REQUEST_NULL);
   for (int64_t k = 0; k < nsend; ++k) {
@@ -105,24 +106,25 @@ Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count,
                        comm_, &sends[static_cast<size_t>(k)]);
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
   }
-  MPI_Request recvs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  // `window` receives stay posted, so the transfer continues while a segment is being reduced.
+  std::vector<MPI_Request> recvs(static_cast<size_t>(window), MPI_REQUEST_NULL);
+  auto slot = [&](int64_t k) { return scratch_.data() + (k % window) * seg * esize; };
   auto post = [&](int64_t k) {
     const int64_t n = std::min(seg, recv_count - k * seg);
-    return MPI_Irecv(scratch_.data() + (k % 2) * seg * esize, static_cast<int>(n * esize), MPI_BYTE, left,
-                     kRingTag, comm_, &recvs[k % 2]);
+    return MPI_Irecv(slot(k), static_cast<int>(n * esize), MPI_BYTE, left, kRingTag, comm_,
+                     &recvs[static_cast<size_t>(k % window)]);
   };
-  for (int64_t k = 0; k < std::min<int64_t>(2, nrecv); ++k) {
+  for (int64_t k = 0; k < std::min(window, nrecv); ++k) {
     int rc = post(k);
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
   }
   for (int64_t k = 0; k < nrecv; ++k) {
-    int rc = MPI_Wait(&recvs[k % 2], MPI_STATUS_IGNORE);
+    int rc = MPI_Wait(&recvs[static_cast<size_t>(k % window)], MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Wait");
     const int64_t n = std::min(seg, recv_count - k * seg);
-    reduce_pair(result + k * seg * esize, own + k * seg * esize, scratch_.data() + (k % 2) * seg * esize, n,
-                dtype, op);
-    if (k + 2 < nrecv) {
-      rc = post(k + 2);
+    reduce_pair(result + k * seg * esize, own + k * seg * esize, slot(k), n, dtype, op);
+    if (k + window < nrecv) {
+      rc = post(k + window);
       if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
     }
   }

@@ -27,6 +27,7 @@ struct Traffic {
 
 struct CollectiveConfig {
   int64_t segment_bytes = 1 << 20;            // ring pipelining granularity
+  int64_t receive_window = 2;                 // ring segments received ahead of the reduction
   int64_t mpi_allreduce_max_bytes = 16 << 20;  // use MPI_Allreduce at or below this size
   int64_t mpi_allgather_max_bytes = 16 << 20;  // use MPI_Allgatherv at or below this total size
 };

@@ -35,12 +35,19 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", c.cache_capacity, int64_t{0}, error);
   read("RELAX_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds, 0.0, error);
   read("RELAX_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0.0, error);
-  read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
+  read("RELAX_RING_WINDOW", nullptr, c.ring_receive_window, int64_t{2}, error);
   read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);
   read("RELAX_MPI_ALLGATHER_MAX_BYTES", nullptr, c.mpi_allgather_max_bytes, int64_t{0}, error);
+  read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
   if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
   return c;
+}
+
+void EngineConfig::apply_topology_defaults(bool single_node) {
+  if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : (16ll << 20);
+  if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
+  if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
 }
 
 }  // namespace relax

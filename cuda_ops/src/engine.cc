@@ -24,6 +24,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 CollectiveConfig collective_config(const EngineConfig& c) {
   CollectiveConfig cc;
   cc.segment_bytes = c.ring_segment_bytes;
+  cc.receive_window = c.ring_receive_window;
   cc.mpi_allreduce_max_bytes = c.mpi_allreduce_max_bytes;
   cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
   return cc;

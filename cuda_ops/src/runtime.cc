@@ -84,6 +84,10 @@ int initialize() {
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
   Status s = rt.mpi.open();
   if (!s.is_ok()) return fail(s);
+  config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size);
+  RELAX_LOG(Debug, "ring segment " << config.ring_segment_bytes << " B, MPI allreduce up to "
+                                   << config.mpi_allreduce_max_bytes << " B, MPI allgather up to "
+                                   << config.mpi_allgather_max_bytes << " B");
   register_finalize_hook();
   rt.engine = std::make_unique<Engine>(rt.mpi, rt.handles, config);
   const char* timeline = std::getenv("RELAX_TIMELINE");

@@ -61,6 +61,14 @@ class TrainingContext(ABC):
         """The gradients of ``indices`` concatenated into one flat tensor (missing ones as zeros)."""
 
     @abstractmethod
+    def flatten_params(self, indices: list[int]) -> Any:
+        """The parameters (weights) of ``indices`` concatenated into one new flat tensor."""
+
+    @abstractmethod
+    def set_params_from_flat(self, indices: list[int], flat: Any) -> None:
+        """Overwrites the parameters of ``indices`` with consecutive slices of ``flat``."""
+
+    @abstractmethod
     def sum_of_squares(self, tensor: Any) -> float:
         """Sum of squared elements, accumulated in float64."""
 
@@ -72,6 +80,10 @@ class TrainingContext(ABC):
     @abstractmethod
     def reduce_scatter_async(self, flat: Any, name: str) -> Any:
         """Averages ``flat`` over ranks; this rank receives its contiguous chunk (DESIGN.md)."""
+
+    @abstractmethod
+    def allreduce_async(self, tensor: Any, name: str, average: bool = True) -> Any:
+        """Averages (or sums) ``tensor`` over ranks into a new tensor."""
 
     @abstractmethod
     def allgather_async(self, shard: Any, name: str) -> Any:

@@ -6,9 +6,13 @@ Per step, for buckets of consecutive layers in forward execution order:
 * backward: when every gradient of bucket g is accumulated, start g's reduce-scatter;
 * ``optimizer.step()``: wait for the reduce-scatters (this rank now holds the averaged chunk of
   every bucket), clip by the global norm if asked (one scalar all-reduce), snapshot the
-  hyper-parameters, start bucket 0's all-gather;
-* next forward: before bucket g's first module runs, wait for g's all-gather, apply g's update
-  (exactly once), start g+1's all-gather.
+  hyper-parameters, queue the all-gathers in forward order (the engine runs them back to back);
+* next forward: before a module of bucket g runs, wait for g's all-gather and apply g's update
+  (exactly once).
+
+Queuing every all-gather at step() instead of starting g+1's from g's hook (the paper's chain)
+measured 7% faster at 4 Gbit/s here: the chain leaves the link idle while Python reaches the
+next hook.
 
 The update math is the wrapped optimizer's, applied per bucket with the hyper-parameters of its
 own step, so training is the same as with all-reduce (bitwise with two ranks).
@@ -74,9 +78,6 @@ class DeAR(Algorithm):
     def before_forward(self, ctx: TrainingContext, bucket: int) -> None:
         if bucket in self._pending:
             self._apply(ctx, bucket)
-            following = [b for b in self._pending if b > bucket]
-            if following:
-                self._start_allgather(ctx, following[0])
 
     def step(self, ctx: TrainingContext) -> None:
         self.flush(ctx)  # buckets whose modules did not run since the last step
@@ -95,7 +96,10 @@ class DeAR(Algorithm):
             self.flush(ctx)
             self._build_buckets(ctx, new_fusion_mb)
             return
-        self._start_allgather(ctx, 0)
+        # All-gathers are queued now, in forward order: the engine runs them back to back while
+        # forward proceeds, instead of waiting for each previous bucket's hook to start the next.
+        for bucket in self._pending:
+            self._start_allgather(ctx, bucket)
         if self._leftover is not None:  # used outside any module: update before the next forward
             self._apply(ctx, self._leftover)
 

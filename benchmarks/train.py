@@ -1,0 +1,268 @@
+"""Training throughput benchmark in the style of Horovod's synthetic benchmark: samples/sec per
+worker (mean +- 1.96 sigma over iterations), total, and scaling efficiency, for every algorithm
+beside torch DDP, optionally over a kernel-shaped link and with a straggler.
+
+    python benchmarks/train.py --np 2 --algorithm dear --model sleep --bandwidth 1000
+    python benchmarks/train.py --np 4 --algorithm allreduce --straggler 3:3
+
+--bandwidth (Mbit/s per rank link) runs the ranks in network namespaces behind tc tbf (root only,
+see netem.py). --straggler RANK:FACTOR makes one rank's compute FACTOR times slower.
+Writes a JSON report to benchmarks/results/ (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ALGORITHMS = ("allreduce", "dear", "ddp", "none")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--algorithm", default="allreduce", choices=ALGORITHMS,
+                        help="none = no communication (each rank alone)")
+    parser.add_argument("--model", default="sleep", choices=["sleep", "mlp"])
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--width", type=int, default=262144,
+                        help="sleep: parameters per layer; mlp: layer width")
+    parser.add_argument("--forward-ms", type=float, default=40.0, help="sleep model: forward time per step")
+    parser.add_argument("--backward-ms", type=float, default=80.0, help="sleep model: backward time per step")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--num-warmup-batches", type=int, default=3)
+    parser.add_argument("--num-batches-per-iter", type=int, default=2)
+    parser.add_argument("--num-iters", type=int, default=8)
+    parser.add_argument("--fusion-mb", type=float, default=1.0, help="DeAR bucket size")
+    parser.add_argument("--tune", action="store_true", help="DeAR: tune the bucket size")
+    parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
+    parser.add_argument("--straggler", help="RANK:FACTOR, e.g. 3:2.5")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    parser.add_argument("--scaling", action="store_true", help="also run one worker alone for scaling efficiency")
+    parser.add_argument("--out", help="JSON report path")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.straggler:
+        rank, factor = args.straggler.split(":")
+        args.straggler_rank, args.straggler_factor = int(rank), float(factor)
+    else:
+        args.straggler_rank, args.straggler_factor = -1, 1.0
+    return args
+
+
+# ---- worker ---------------------------------------------------------------------------------
+
+class Comms:
+    """The algorithm under test behind one interface: init, wrap the optimizer, gather results."""
+
+    def __init__(self, args) -> None:
+        import torch
+        self.args, self.torch = args, torch
+        if args.algorithm == "ddp":
+            import torch.distributed as dist
+            self.rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+            self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+            dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
+            self.dist = dist
+        else:
+            import relaxlib_torch as hvd
+            hvd.init()
+            self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
+
+    def wrap(self, model, optimizer):
+        args, torch = self.args, self.torch
+        if args.algorithm == "ddp":
+            return torch.nn.parallel.DistributedDataParallel(model), optimizer
+        if args.algorithm == "none":
+            return model, optimizer
+        algorithm = None
+        if args.algorithm == "dear":
+            from relaxlib.algorithms import DeAR
+            algorithm = DeAR(fusion_mb=args.fusion_mb, tune=args.tune)
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                                     algorithm=algorithm, model=model)
+
+    def gather(self, obj):
+        if self.args.algorithm == "ddp":
+            out = [None] * self.size
+            self.dist.all_gather_object(out, obj)
+            return out
+        return self.hvd.allgather_object(obj)
+
+    def stats(self) -> dict:
+        return {} if self.args.algorithm == "ddp" else self.hvd.engine_stats()
+
+    def barrier(self) -> None:
+        if self.args.algorithm == "ddp":
+            self.dist.barrier()
+        else:
+            self.hvd.barrier()
+
+
+def run_worker(args) -> None:
+    import torch
+    torch.set_num_threads(args.threads)
+    comms = Comms(args)
+    torch.manual_seed(0)
+    from bench_models import make_model
+    model = make_model(args.model, args.layers, args.width, args.forward_ms, args.backward_ms)
+    straggling = comms.rank == args.straggler_rank
+    if straggling and args.model == "sleep":
+        model.set_slowdown(args.straggler_factor)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    model, optimizer = comms.wrap(model, optimizer)
+    features = 8 if args.model == "sleep" else args.width
+    data = torch.randn(args.batch_size, features)
+    compute_s = []
+
+    def one_batch():
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        model(data).sum().backward()
+        compute = time.perf_counter() - start
+        if straggling and args.model != "sleep":
+            time.sleep(compute * (args.straggler_factor - 1))
+        optimizer.step()
+        compute_s.append(compute)
+
+    for _ in range(args.num_warmup_batches):
+        one_batch()
+    comms.barrier()
+    stats_before = comms.stats()
+    rates, iteration_s = [], []
+    for _ in range(args.num_iters):
+        start = time.perf_counter()
+        for _ in range(args.num_batches_per_iter):
+            one_batch()
+        elapsed = time.perf_counter() - start
+        iteration_s.append(elapsed / args.num_batches_per_iter)
+        rates.append(args.batch_size * args.num_batches_per_iter / elapsed)
+    if hasattr(optimizer, "flush"):
+        optimizer.flush()
+    stats_after = comms.stats()
+    stats = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after}
+    mine = {"rank": comms.rank, "samples_per_sec": rates, "step_seconds": iteration_s,
+            "forward_backward_seconds": statistics.median(compute_s), "engine": stats,
+            "tuned_fusion_mb": getattr(getattr(optimizer, "algorithm", None), "chosen_fusion_mb", None)}
+    gathered = comms.gather(mine)
+    if comms.rank == 0:
+        Path(args.result).write_text(json.dumps({"size": comms.size, "ranks": gathered}))
+
+
+# ---- driver ---------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_argv(args, result: str) -> list[str]:
+    argv = [sys.executable, __file__, "--worker", "--result", result]
+    for key in ("algorithm", "model", "layers", "width", "forward_ms", "backward_ms", "batch_size",
+                "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads"):
+        argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if args.straggler:
+        argv += ["--straggler", args.straggler]
+    if args.tune:
+        argv.append("--tune")
+    return argv
+
+
+def launch(args, np_: int, result: str) -> int:
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               MASTER_PORT=str(free_port()), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if args.bandwidth and np_ > 1:
+        from netem import ShapedNetwork
+        with ShapedNetwork(np_, bandwidth_mbit=args.bandwidth) as net:
+            env["MASTER_ADDR"] = net.addresses[0]
+            env["GLOO_SOCKET_IFNAME"] = "eth0"  # the hostname resolves to each namespace's own loopback
+            exported = ["PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"]
+            os.environ.update({k: env[k] for k in exported})
+            cmd = net.mpirun_command(np_, export=exported) + worker_argv(args, result)
+            return net.run(cmd, env=env, timeout=1800)
+    env["MASTER_ADDR"] = "127.0.0.1"
+    cmd = ["mpirun", "-np", str(np_), "--bind-to", "none", "--oversubscribe", "--allow-run-as-root",
+           "-x", "PYTHONPATH", "-x", "MASTER_ADDR", "-x", "MASTER_PORT"] + worker_argv(args, result)
+    return subprocess.call(cmd, env=env, timeout=1800)
+
+
+def summarize(raw: dict) -> dict:
+    per_rank = [statistics.mean(r["samples_per_sec"]) for r in raw["ranks"]]
+    all_rates = [x for r in raw["ranks"] for x in r["samples_per_sec"]]
+    per_worker = statistics.mean(all_rates)
+    conf = 1.96 * statistics.stdev(all_rates) if len(all_rates) > 1 else 0.0
+    steps = [x for r in raw["ranks"] for x in r["step_seconds"]]
+    return {"samples_per_sec_per_worker": per_worker, "samples_per_sec_per_worker_conf95": conf,
+            "samples_per_sec_total": sum(per_rank), "per_rank_samples_per_sec": per_rank,
+            "step_seconds_median": statistics.median(steps)}
+
+
+def run(args) -> dict:
+    """Runs the benchmark as configured and returns the report (also written as JSON)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "result.json")
+        code = launch(args, args.np, result)
+        if code != 0 or not os.path.exists(result):
+            raise RuntimeError(f"benchmark run failed (exit code {code})")
+        raw = json.loads(Path(result).read_text())
+        config = {k: v for k, v in vars(args).items() if k not in ("worker", "result")}
+        report = {"benchmark": "train", "config": config,
+                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), **summarize(raw), "raw": raw}
+        if args.scaling:
+            single = argparse.Namespace(**vars(args))
+            single.algorithm, single.straggler, single.straggler_rank = "none", None, -1
+            code = launch(single, 1, result)
+            if code == 0:
+                alone = summarize(json.loads(Path(result).read_text()))["samples_per_sec_per_worker"]
+                report["single_worker_samples_per_sec"] = alone
+                report["scaling_efficiency"] = report["samples_per_sec_total"] / (args.np * alone)
+    if not args.quiet:
+        print_report(args, report)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    bandwidth = f"_{int(args.bandwidth)}mbit" if args.bandwidth else ""
+    out = Path(args.out) if args.out else RESULTS / f"train_{args.algorithm}_{args.model}_np{args.np}{bandwidth}.json"
+    out.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def print_report(args, report: dict) -> None:
+    print(f"Model: {args.model} ({args.layers} layers), algorithm: {args.algorithm}, batch size: {args.batch_size}, "
+          f"ranks: {args.np}" + (f", link: {args.bandwidth:g} Mbit/s" if args.bandwidth else "")
+          + (f", straggler {args.straggler}" if args.straggler else ""))
+    for r in report["raw"]["ranks"]:
+        rates = " ".join(f"{x:.1f}" for x in r["samples_per_sec"])
+        print(f"  rank {r['rank']}: {rates} samples/sec")
+    print(f"Samples/sec per worker: {report['samples_per_sec_per_worker']:.1f} "
+          f"+-{report['samples_per_sec_per_worker_conf95']:.1f}")
+    print(f"Total samples/sec on {args.np} worker(s): {report['samples_per_sec_total']:.1f}")
+    if "scaling_efficiency" in report:
+        print(f"Scaling efficiency: {100 * report['scaling_efficiency']:.1f}% "
+              f"(one worker alone: {report['single_worker_samples_per_sec']:.1f} samples/sec)")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        run_worker(args)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
