@@ -18,7 +18,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent.resolve()
 VERSION = "0.1.0"
-CORE_SOURCES = sorted((ROOT / "cuda_ops" / "src").glob("*.cc"))
+CORE_SOURCES = sorted((ROOT / "cuda_ops" / "src").rglob("*.cc"))
 CORE_HEADERS = sorted((ROOT / "cuda_ops").rglob("*.h"))
 CORE_INCLUDE = ROOT / "cuda_ops" / "include"
 
@@ -69,7 +69,8 @@ def build_core(out_dir: Path, obj_dir: Path) -> Path:
     ]
 
     def compile_one(src: Path) -> Path:
-        obj = obj_dir / (src.stem + ".o")
+        relative = src.relative_to(ROOT / "cuda_ops" / "src")
+        obj = obj_dir / ("_".join(relative.with_suffix("").parts) + ".o")
         if obj.exists() and obj.stat().st_mtime >= max(src.stat().st_mtime, newest_header):
             return obj
         cmd = [cxx, *flags, "-c", str(src), "-o", str(obj)]

@@ -155,6 +155,9 @@ class ShapedNetwork:
         if self._agent and os.path.exists(self._agent):
             os.remove(self._agent)
             self._agent = None
+        if getattr(self, "_tmp_root", None):
+            shutil.rmtree(self._tmp_root, ignore_errors=True)
+            self._tmp_root = None
         for sig, handler in self._previous_handlers.items():
             signal.signal(sig, handler)
         self._previous_handlers = {}
@@ -187,6 +190,11 @@ class ShapedNetwork:
     # -- launching --
 
     def _write_agent(self) -> str:
+        # Each daemon gets its own TMPDIR: the namespaces share /tmp and one hostname, and Open MPI's
+        # session directories of daemons and mpirun collided there (1 launch failure in ~100).
+        self._tmp_root = tempfile.mkdtemp(prefix=f"{PREFIX}{self.tag}-sessions-")
+        for ns in self.namespaces:
+            os.makedirs(os.path.join(self._tmp_root, ns))
         cases = "\n".join(f"  {address}) ns={ns} ;;" for address, ns in zip(self.addresses, self.namespaces))
         script = f"""#!/bin/sh
 # relaxlib shaped-link harness: mpirun's remote shell, entering the namespace of host $1.
@@ -195,7 +203,7 @@ case "$host" in
 {cases}
   *) echo "unknown harness host $host" >&2; exit 1 ;;
 esac
-exec ip netns exec "$ns" sh -c "$*"
+exec ip netns exec "$ns" env TMPDIR="{self._tmp_root}/$ns" sh -c "$*"
 """
         fd, path = tempfile.mkstemp(prefix=f"{PREFIX}{self.tag}-agent-", suffix=".sh")
         with os.fdopen(fd, "w") as f:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from relaxlib.errors import error_for
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 # relax_dtype_t / relax_reduce_op_t / relax_request_type_t values
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8, BOOL = range(9)
 (REQ_ALLREDUCE, REQ_ALLGATHER, REQ_BROADCAST, REQ_REDUCESCATTER, REQ_ALLTOALL, REQ_BARRIER, REQ_JOIN,
- REQ_ADD_PROCESS_SET, REQ_REMOVE_PROCESS_SET) = range(9)
+ REQ_ADD_PROCESS_SET, REQ_REMOVE_PROCESS_SET, REQ_COMPRESSED_ALLREDUCE) = range(10)
 
 
 class Request(ctypes.Structure):
@@ -37,6 +37,9 @@ class Request(ctypes.Structure):
         ("ncounts", ctypes.c_int32),
         ("recv_counts", ctypes.POINTER(ctypes.c_int64)),
         ("process_set", ctypes.c_int32),
+        ("codec", ctypes.c_int32),
+        ("aux0", ctypes.c_void_p),
+        ("aux1", ctypes.c_void_p),
     ]
 
 
@@ -61,6 +64,7 @@ _SIGNATURES = {
     "relax_cross_rank": ([], ctypes.c_int),
     "relax_cross_size": ([], ctypes.c_int),
     "relax_mpi_threads_supported": ([], ctypes.c_int),
+    "relax_local_ranks": ([ctypes.POINTER(ctypes.c_int32), ctypes.c_int32], ctypes.c_int),
     "relax_last_error": ([], ctypes.c_char_p),
     "relax_last_error_code": ([], ctypes.c_int),
     "relax_version": ([], ctypes.c_char_p),
@@ -80,6 +84,9 @@ _SIGNATURES = {
     "relax_process_set_rank": ([ctypes.c_int32], ctypes.c_int),
     "relax_process_set_ranks": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32], ctypes.c_int),
     "relax_start_timeline": ([ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
+    "relax_codec_encoded_bytes": ([ctypes.c_int32, ctypes.c_int64], ctypes.c_int64),
+    "relax_codec_encode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
+    "relax_codec_decode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
     "relax_stop_timeline": ([], ctypes.c_int),
 }
 

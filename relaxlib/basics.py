@@ -135,6 +135,15 @@ def cross_size() -> int:
     return _topology("relax_cross_size")
 
 
+def local_ranks() -> list[int]:
+    """World ranks of the processes on this node (RELAX_LOCAL_SIZE=k pretends nodes of k ranks)."""
+    buffer = (ctypes.c_int32 * 4096)()
+    count = _core.lib().relax_local_ranks(buffer, 4096)
+    if count < 0:
+        raise NotInitializedError("relaxlib has not been initialized; call init() first.")
+    return list(buffer[:count])
+
+
 def mpi_threads_supported() -> bool:
     """True when MPI runs with MPI_THREAD_MULTIPLE."""
     return bool(_topology("relax_mpi_threads_supported"))

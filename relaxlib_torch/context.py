@@ -7,8 +7,9 @@ import copy
 
 import torch
 
+from relaxlib import basics, process_sets
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext
-from relaxlib_torch import functions, mpi_ops
+from relaxlib_torch import compressed, functions, mpi_ops
 
 
 class TorchContext(TrainingContext):
@@ -27,12 +28,13 @@ class TorchContext(TrainingContext):
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         self._group_of = [gi for gi, group in enumerate(optimizer.param_groups) for _ in group["params"]]
         self._index_of = {p: i for i, p in enumerate(self._params)}
-        self._refs = [ParamRef(i, names[p], p.numel(), p.element_size(), str(p.dtype))
+        self._refs = [ParamRef(i, names[p], p.numel(), p.element_size(), str(p.dtype), self._group_of[i])
                       for i, p in enumerate(self._params)]
         self._recording = model is not None
         self._module_calls: list[torch.nn.Module] = []
         self._module_buckets: dict[torch.nn.Module, list[int]] = {}
         self._hooks = []
+        self._nodes = None
         if model is not None:
             for module in model.modules():
                 if any(True for _ in module.parameters(recurse=False)):
@@ -116,9 +118,30 @@ class TorchContext(TrainingContext):
     def reduce_scatter_async(self, flat: torch.Tensor, name: str):
         return mpi_ops.reducescatter_async(flat, name=name, op=mpi_ops.Average, process_set=self._process_set)
 
-    def allreduce_async(self, tensor: torch.Tensor, name: str, average: bool = True):
+    def allreduce_async(self, tensor: torch.Tensor, name: str, average: bool = True, group=None):
         return mpi_ops.allreduce_async(tensor, name=name, op=mpi_ops.Average if average else mpi_ops.Sum,
-                                       process_set=self._process_set)
+                                       process_set=group or self._process_set)
+
+    def broadcast_async(self, tensor: torch.Tensor, root: int, name: str, group=None):
+        return mpi_ops.broadcast_async(tensor, root, name=name, process_set=group or self._process_set)
+
+    def compressed_allreduce_async(self, flat: torch.Tensor, name: str, codec: str, state=None, average: bool = True,
+                                   group=None):
+        return compressed.compressed_allreduce_async(flat, codec=codec, state=state, name=name,
+                                                     op=mpi_ops.Average if average else mpi_ops.Sum,
+                                                     process_set=group or self._process_set)
+
+    def error_feedback(self, numel: int, group=None):
+        return compressed.ErrorFeedback(numel, process_set=group or self._process_set)
+
+    def node_groups(self):
+        if self._nodes is None:
+            nodes = sorted(set(map(tuple, functions.allgather_object(basics.local_ranks(), name="relax.nodes"))))
+            sets = {node: process_sets.add_process_set(list(node)) for node in nodes}
+            leaders = process_sets.add_process_set([node[0] for node in nodes])
+            mine = next(node for node in nodes if basics.rank() in node)
+            self._nodes = (sets[mine], leaders if basics.rank() == mine[0] else None, mine[0])
+        return self._nodes
 
     def allgather_async(self, shard: torch.Tensor, name: str):
         return mpi_ops.allgather_async(shard, name=name, process_set=self._process_set)

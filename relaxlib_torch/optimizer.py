@@ -306,9 +306,20 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
         yield
 
     def state_dict(self):
-        """The optimizer state after applying pending updates."""
+        """The optimizer state after applying pending updates, plus the algorithm's own state
+        (e.g. error-feedback memories) under the key ``"relaxlib"``."""
         self.flush()
-        return super(self.__class__, self).state_dict()
+        state = super(self.__class__, self).state_dict()
+        state["relaxlib"] = self.algorithm.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict) -> None:
+        """Restores what ``state_dict`` returned (the algorithm's part too)."""
+        state_dict = dict(state_dict)
+        algorithm_state = state_dict.pop("relaxlib", None)
+        super(self.__class__, self).load_state_dict(state_dict)
+        if algorithm_state is not None:
+            self.algorithm.load_state_dict(algorithm_state)
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None, compression=Compression.none,

@@ -40,3 +40,15 @@ def test_horovod_api_parity(np_):
 def test_dear(np_):
     run = run_pytest_on_ranks(np_, "torch_dear.py")
     assert run.returncode == 0, run.report()
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_compressed_scatter_reduce(np_):
+    run = run_pytest_on_ranks(np_, "torch_compression.py")
+    assert run.returncode == 0, run.report()
+
+
+@pytest.mark.slow
+def test_convergence_on_digits_with_four_ranks():
+    run = run_pytest_on_ranks(4, "torch_convergence.py", env={"RELAX_LOCAL_SIZE": "2"}, per_test_timeout=300)
+    assert run.returncode == 0, run.report()

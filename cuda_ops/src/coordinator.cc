@@ -1,5 +1,7 @@
 #include "coordinator.h"
 
+#include "codecs/codec.h"
+
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -178,7 +180,15 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
     checks.push_back({"prescale factors", [](const Descriptor& d) { return std::to_string(d.prescale); }});
     checks.push_back({"postscale factors", [](const Descriptor& d) { return std::to_string(d.postscale); }});
   }
-  if (d0.type == RELAX_REQ_ADD_PROCESS_SET) {
+  if (d0.type == RELAX_REQ_COMPRESSED_ALLREDUCE) {
+    checks.push_back({"shapes", [](const Descriptor& d) { return shape_string(d.shape); }});
+    checks.push_back({"reduction ops", [](const Descriptor& d) { return reduce_op_name(d.reduce_op); }});
+    checks.push_back({"codecs", [](const Descriptor& d) { return codec_name(d.codec); }});
+    checks.push_back({"error-feedback settings", [](const Descriptor& d) {
+                        return std::string((d.flags & Descriptor::kWorkerError) ? "worker" : "no worker") +
+                               ((d.flags & Descriptor::kOwnerError) ? "+owner error" : "+no owner error");
+                      }});
+  } else if (d0.type == RELAX_REQ_ADD_PROCESS_SET) {
     checks.push_back({"process set ranks", [](const Descriptor& d) { return shape_string(d.splits); }});
   } else if (d0.type == RELAX_REQ_REMOVE_PROCESS_SET) {
     checks.push_back({"process set ids", [](const Descriptor& d) { return std::to_string(d.root_rank); }});
@@ -213,10 +223,10 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
                            "broadcast " + quoted + " has root rank " + std::to_string(d0.root_rank) +
                                ", which has already joined.");
     }
-    if (d0.type == RELAX_REQ_ALLTOALL) {
+    if (d0.type == RELAX_REQ_ALLTOALL || d0.type == RELAX_REQ_COMPRESSED_ALLREDUCE) {
       return Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                           "alltoall " + quoted + " is not supported while ranks " +
-                               rank_list(joined_ranks) + " have joined.");
+                           op + " " + quoted + " is not supported while ranks " + rank_list(joined_ranks) +
+                               " have joined.");
     }
   }
   return Status::ok();

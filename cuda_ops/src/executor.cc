@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 
+#include "compressed.h"
 #include "reduce.h"
 
 namespace relax {
@@ -38,8 +39,13 @@ void finish_request(HandleTable& handles, const LocalRequest& request, int32_t s
 }
 
 Executor::Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config, Timeline& timeline,
-                   std::function<void(const std::string&)> retire)
-    : collectives_(collectives), handles_(handles), config_(config), timeline_(timeline), retire_(std::move(retire)) {}
+                   std::vector<int> world_ranks, std::function<void(const std::string&)> retire)
+    : collectives_(collectives),
+      handles_(handles),
+      config_(config),
+      timeline_(timeline),
+      world_ranks_(std::move(world_ranks)),
+      retire_(std::move(retire)) {}
 
 void Executor::trace(const std::vector<Item>& items, const char* phase, double start) {
   if (!timeline_.active()) return;
@@ -100,6 +106,7 @@ void Executor::run(std::vector<Response>& responses, PendingMap& pending) {
           case RELAX_REQ_BROADCAST: status = run_broadcast(item); break;
           case RELAX_REQ_REDUCESCATTER: status = run_reducescatter(item); break;
           case RELAX_REQ_ALLTOALL: status = run_alltoall(item, extra); break;
+          case RELAX_REQ_COMPRESSED_ALLREDUCE: status = run_compressed(item); break;
           case RELAX_REQ_BARRIER: break;  // negotiation already proved every rank arrived
           default: status = Status::error(RELAX_ERR_INTERNAL, "unexpected request type");
         }
@@ -273,6 +280,21 @@ Status Executor::run_reducescatter(Item& item) {
   void* out = allocate_output(item, out_shape, fallback, out_bytes);
   if (!out && out_bytes > 0) return Status::error(RELAX_ERR_INTERNAL, "could not allocate the reducescatter output for '" + d.name + "'");
   return collectives_.reduce_scatter(src, work_buffer_.data(), counts, d.dtype, op, postscale_of(d, size), out);
+}
+
+Status Executor::run_compressed(Item& item) {
+  const Descriptor& d = item.tensor->first();
+  std::unique_ptr<Codec> codec = make_codec(d.codec);
+  CompressedAllreduce op;
+  op.input = static_cast<const float*>(item.local->input);
+  op.output = static_cast<float*>(item.local->output);
+  op.count = d.num_elements();
+  op.average = d.reduce_op == RELAX_OP_AVERAGE;
+  op.worker_error = static_cast<float*>(item.local->aux0);
+  op.owner_error = static_cast<float*>(item.local->aux1);
+  Status status = compressed_allreduce(collectives_, *codec, op, world_ranks_, work_buffer_);
+  if (!status.is_ok()) status.message = "compressed_allreduce '" + d.name + "': " + status.message;
+  return status;
 }
 
 Status Executor::run_alltoall(Item& item, std::vector<int64_t>& received_splits) {

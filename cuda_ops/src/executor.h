@@ -29,6 +29,8 @@ struct LocalRequest {
   void* user = nullptr;
   relax_handle_t handle = 0;
   double enqueued_at = 0;
+  void* aux0 = nullptr;  // compressed all-reduce: worker error
+  void* aux1 = nullptr;  // compressed all-reduce: owner error
 };
 
 using PendingMap = std::unordered_map<std::string, LocalRequest>;
@@ -41,8 +43,9 @@ class Executor {
  public:
   // `retire` runs before a local request's handle completes (the engine forgets its name, so the
   // caller may reuse the name as soon as it observes completion).
+  // `world_ranks` names the members (set rank i is world rank world_ranks[i]) in messages.
   Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config, Timeline& timeline,
-           std::function<void(const std::string&)> retire);
+           std::vector<int> world_ranks, std::function<void(const std::string&)> retire);
 
   // Executes `responses` in order; removes completed requests from `pending`.
   void run(std::vector<Response>& responses, PendingMap& pending);
@@ -59,6 +62,7 @@ class Executor {
   Status run_broadcast(Item& item);
   Status run_reducescatter(Item& item);
   Status run_alltoall(Item& item, std::vector<int64_t>& received_splits);
+  Status run_compressed(Item& item);
   void* allocate_output(Item& item, const std::vector<int64_t>& shape, std::vector<uint8_t>& fallback,
                         int64_t bytes);
   void complete(Item& item, const Status& status, int64_t result = -1, std::vector<int64_t> splits = {});
@@ -69,6 +73,7 @@ class Executor {
   HandleTable& handles_;
   const EngineConfig& config_;
   Timeline& timeline_;
+  std::vector<int> world_ranks_;
   std::function<void(const std::string&)> retire_;
   std::vector<uint8_t> fusion_buffer_;
   std::vector<uint8_t> work_buffer_;

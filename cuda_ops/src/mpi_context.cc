@@ -1,5 +1,6 @@
 #include "mpi_context.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -98,6 +99,17 @@ Status MpiContext::derive_topology() {
   }
   MPI_Comm_rank(local_, &topology_.local_rank);
   MPI_Comm_size(local_, &topology_.local_size);
+  MPI_Group local_group, world_group;
+  MPI_Comm_group(local_, &local_group);
+  MPI_Comm_group(control_, &world_group);
+  std::vector<int> local_ranks(static_cast<size_t>(topology_.local_size));
+  for (int i = 0; i < topology_.local_size; ++i) local_ranks[static_cast<size_t>(i)] = i;
+  local_world_ranks_.assign(local_ranks.size(), 0);
+  MPI_Group_translate_ranks(local_group, topology_.local_size, local_ranks.data(), world_group,
+                            local_world_ranks_.data());
+  MPI_Group_free(&local_group);
+  MPI_Group_free(&world_group);
+  std::sort(local_world_ranks_.begin(), local_world_ranks_.end());
   MPI_Comm_split(control_, topology_.local_rank, topology_.rank, &cross_);
   MPI_Comm_rank(cross_, &topology_.cross_rank);
   MPI_Comm_size(cross_, &topology_.cross_size);

@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <vector>
+
 #include "types.h"
 
 namespace relax {
@@ -28,6 +30,8 @@ class MpiContext {
   bool is_open() const { return open_; }
 
   const Topology& topology() const { return topology_; }
+  // World ranks sharing this node, ascending.
+  const std::vector<int>& local_world_ranks() const { return local_world_ranks_; }
   MPI_Comm control() const { return control_; }  // negotiation rounds
   MPI_Comm data() const { return data_; }        // collectives
   int thread_level() const { return thread_level_; }
@@ -38,6 +42,7 @@ class MpiContext {
   bool open_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;
   Topology topology_;
+  std::vector<int> local_world_ranks_;
   MPI_Comm control_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;

@@ -11,7 +11,7 @@ ProcessSetState::ProcessSetState(int32_t id_, std::vector<int> world_ranks_, int
       rank(rank_),
       coordinator(static_cast<int>(world_ranks.size()), static_cast<size_t>(config.cache_capacity), world_ranks),
       collectives(data, collective_config),
-      executor(collectives, handles, config, timeline, std::move(retire)),
+      executor(collectives, handles, config, timeline, world_ranks, std::move(retire)),
       control_(control),
       data_(data),
       owns_comms_(owns_comms) {}

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "codecs/codec.h"
 #include "engine.h"
 #include "logging.h"
 #include "mpi_context.h"
@@ -135,6 +136,18 @@ int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc
       }
       r.root_rank = static_cast<int32_t>(it - members.begin());
     }
+    if (r.type == RELAX_REQ_COMPRESSED_ALLREDUCE && r.aux0 && !r.aux1 && r.ndim >= 0) {
+      int64_t count = 1;
+      for (int32_t k = 0; k < r.ndim; ++k) count *= r.shape[k];
+      const int64_t parts = static_cast<int64_t>(info.world_ranks.size());
+      const int64_t own = count / parts + (info.rank < count % parts ? 1 : 0);
+      if (own > 0) {
+        return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                                  "compressed_allreduce '" + std::string(r.name ? r.name : "") +
+                                      "': error feedback needs the owner memory (" + std::to_string(own) +
+                                      " floats) as well as the worker memory"));
+      }
+    }
     if (r.process_set != process_set) {
       return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "all requests of a group must use one process set"));
     }
@@ -145,6 +158,8 @@ int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc
     local.desc.group_size = count > 1 ? count : 0;
     local.input = r.input;
     local.output = r.output;
+    local.aux0 = r.aux0;
+    local.aux1 = r.aux1;
     local.alloc = alloc;
     local.done = done;
     local.user = users ? users[i] : nullptr;
@@ -196,6 +211,13 @@ RELAX_TOPOLOGY_GETTER(relax_cross_size, cross_size)
 int relax_mpi_threads_supported(void) {
   if (!relax_is_initialized()) return -relax::not_initialized();
   return runtime().mpi.thread_level() >= MPI_THREAD_MULTIPLE;
+}
+
+int relax_local_ranks(int32_t* out, int32_t capacity) {
+  if (!relax_is_initialized()) return -relax::not_initialized();
+  const std::vector<int>& ranks = runtime().mpi.local_world_ranks();
+  for (size_t i = 0; i < ranks.size() && static_cast<int32_t>(i) < capacity; ++i) out[i] = ranks[i];
+  return static_cast<int>(ranks.size());
 }
 
 const char* relax_last_error(void) { return relax::t_last_error.c_str(); }
@@ -277,6 +299,25 @@ int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity)
     out[i] = info.world_ranks[i];
   }
   return static_cast<int>(info.world_ranks.size());
+}
+
+int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n) {
+  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
+  return c && n >= 0 ? c->encoded_bytes(n) : -1;
+}
+
+int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) {
+  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
+  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  c->encode(in, n, out);
+  return RELAX_OK;
+}
+
+int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) {
+  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
+  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  c->decode(in, n, out);
+  return RELAX_OK;
 }
 
 int relax_start_timeline(const char* path, int mark_cycles) {

@@ -70,6 +70,7 @@ std::string request_type_name(int32_t type) {
     case RELAX_REQ_JOIN: return "join";
     case RELAX_REQ_ADD_PROCESS_SET: return "add_process_set";
     case RELAX_REQ_REMOVE_PROCESS_SET: return "remove_process_set";
+    case RELAX_REQ_COMPRESSED_ALLREDUCE: return "compressed_allreduce";
     default: return "request(" + std::to_string(type) + ")";
   }
 }
@@ -98,7 +99,7 @@ bool Descriptor::operator==(const Descriptor& o) const {
   return name == o.name && type == o.type && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale == o.prescale && postscale == o.postscale &&
          shape == o.shape && splits == o.splits && recv_counts == o.recv_counts &&
-         group == o.group && group_size == o.group_size;
+         group == o.group && group_size == o.group_size && codec == o.codec && flags == o.flags;
 }
 
 void encode_u32(uint32_t v, std::string& out) { out.append(reinterpret_cast<const char*>(&v), 4); }
@@ -174,19 +175,22 @@ void encode_descriptor(const Descriptor& d, std::string& out) {
   encode_vector(d.recv_counts, out);
   encode_string(d.group, out);
   encode_u32(static_cast<uint32_t>(d.group_size), out);
+  encode_u32(static_cast<uint32_t>(d.codec), out);
+  encode_u32(static_cast<uint32_t>(d.flags), out);
 }
 
 bool decode_descriptor(const std::string& in, size_t& pos, Descriptor& d) {
-  uint32_t type, dtype, op, root, group_size;
+  uint32_t type, dtype, op, root, group_size, codec, flags;
   return decode_string(in, pos, d.name) && decode_u32(in, pos, type) &&
          decode_u32(in, pos, dtype) && decode_u32(in, pos, op) && decode_u32(in, pos, root) &&
          decode_double(in, pos, d.prescale) && decode_double(in, pos, d.postscale) &&
          decode_vector(in, pos, d.shape) && decode_vector(in, pos, d.splits) &&
          decode_vector(in, pos, d.recv_counts) && decode_string(in, pos, d.group) &&
-         decode_u32(in, pos, group_size) &&
+         decode_u32(in, pos, group_size) && decode_u32(in, pos, codec) && decode_u32(in, pos, flags) &&
          ((d.type = static_cast<int32_t>(type)), (d.dtype = static_cast<int32_t>(dtype)),
           (d.reduce_op = static_cast<int32_t>(op)), (d.root_rank = static_cast<int32_t>(root)),
-          (d.group_size = static_cast<int32_t>(group_size)), true);
+          (d.group_size = static_cast<int32_t>(group_size)), (d.codec = static_cast<int32_t>(codec)),
+          (d.flags = static_cast<int32_t>(flags)), true);
 }
 
 }  // namespace relax

@@ -47,6 +47,11 @@ struct Descriptor {
   std::vector<int64_t> recv_counts;  // reducescatter element counts per rank
   std::string group;                 // non-empty: member of an atomically negotiated group
   int32_t group_size = 0;
+  int32_t codec = 0;                 // compressed all-reduce
+  int32_t flags = 0;                 // compressed all-reduce: kWorkerError | kOwnerError
+
+  static constexpr int32_t kWorkerError = 1;
+  static constexpr int32_t kOwnerError = 2;
 
   int64_t num_elements() const;
   // Elements per dim-0 row (product of shape[1:]); 1 for scalars.

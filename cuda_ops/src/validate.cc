@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "codecs/codec.h"
+
 namespace relax {
 namespace {
 
@@ -11,7 +13,7 @@ Status invalid(const std::string& message) { return Status::error(RELAX_ERR_INVA
 }  // namespace
 
 Status make_descriptor(const relax_request_t& r, int world_size, bool has_alloc, Descriptor& d) {
-  if (r.type < RELAX_REQ_ALLREDUCE || r.type > RELAX_REQ_REMOVE_PROCESS_SET) {
+  if (r.type < RELAX_REQ_ALLREDUCE || r.type > RELAX_REQ_COMPRESSED_ALLREDUCE) {
     return invalid("unknown request type " + std::to_string(r.type));
   }
   d = Descriptor{};
@@ -58,6 +60,20 @@ Status make_descriptor(const relax_request_t& r, int world_size, bool has_alloc,
   const int64_t numel = d.num_elements();
   if (numel > 0 && !r.input) return invalid(what + ": input buffer is NULL");
 
+  if (r.type == RELAX_REQ_COMPRESSED_ALLREDUCE) {
+    if (r.dtype != RELAX_FLOAT32) return invalid(what + ": compressed all-reduce supports float32 tensors only");
+    if (!make_codec(r.codec)) return invalid(what + ": unknown codec " + std::to_string(r.codec));
+    if (r.reduce_op != RELAX_OP_AVERAGE && r.reduce_op != RELAX_OP_SUM) {
+      return invalid(what + ": compressed all-reduce supports Average and Sum");
+    }
+    if (numel > 0 && !r.output) return invalid(what + ": output buffer is NULL");
+    d.reduce_op = r.reduce_op;
+    d.codec = r.codec;
+    // Error feedback is on when the worker memory is given; the owner memory then holds this
+    // rank's chunk and may be NULL only when that chunk is empty (checked at submission).
+    d.flags = r.aux0 ? (Descriptor::kWorkerError | Descriptor::kOwnerError) : 0;
+    return Status::ok();
+  }
   const bool reduces = r.type == RELAX_REQ_ALLREDUCE || r.type == RELAX_REQ_REDUCESCATTER;
   if (reduces) {
     if (r.reduce_op == RELAX_OP_ADASUM) {

@@ -5,6 +5,7 @@ Pass one as ``algorithm=`` to ``relaxlib_torch.DistributedOptimizer``. ``None`` 
 """
 
 from relaxlib.algorithms.base import Algorithm, AllReduce, ParamRef, TrainingContext
+from relaxlib.algorithms.compressed import CompressedScatterReduce, OneBitAdam
 from relaxlib.algorithms.dear import DeAR
 
-__all__ = ["Algorithm", "AllReduce", "DeAR", "ParamRef", "TrainingContext"]
+__all__ = ["Algorithm", "AllReduce", "CompressedScatterReduce", "DeAR", "OneBitAdam", "ParamRef", "TrainingContext"]

@@ -30,6 +30,7 @@ class ParamRef:
     numel: int
     itemsize: int
     dtype: str
+    group: int = 0  # index of its optimizer parameter group
 
 
 class TrainingContext(ABC):
@@ -82,8 +83,12 @@ class TrainingContext(ABC):
         """Averages ``flat`` over ranks; this rank receives its contiguous chunk (DESIGN.md)."""
 
     @abstractmethod
-    def allreduce_async(self, tensor: Any, name: str, average: bool = True) -> Any:
-        """Averages (or sums) ``tensor`` over ranks into a new tensor."""
+    def allreduce_async(self, tensor: Any, name: str, average: bool = True, group: Any = None) -> Any:
+        """Averages (or sums) ``tensor`` over ranks (of ``group``) into a new tensor."""
+
+    @abstractmethod
+    def broadcast_async(self, tensor: Any, root: int, name: str, group: Any = None) -> Any:
+        """``root``'s (a world rank) ``tensor`` on every rank of ``group``, into a new tensor."""
 
     @abstractmethod
     def allgather_async(self, shard: Any, name: str) -> Any:
@@ -92,6 +97,22 @@ class TrainingContext(ABC):
     @abstractmethod
     def wait(self, handle: Any) -> Any:
         """Result of a started collective."""
+
+    @abstractmethod
+    def compressed_allreduce_async(self, flat: Any, name: str, codec: str, state: Any = None, average: bool = True,
+                                   group: Any = None) -> Any:
+        """Compressed all-reduce (DESIGN.md) of a flat float32 tensor over ``group`` (None: all
+        ranks); ``state`` is an error-feedback memory from ``error_feedback`` (None: without)."""
+
+    @abstractmethod
+    def error_feedback(self, numel: int, group: Any = None) -> Any:
+        """A new, zeroed error-feedback memory for a flat tensor of ``numel`` elements; it has
+        ``state_dict()``, ``load_state_dict(state)`` and ``reset()``."""
+
+    @abstractmethod
+    def node_groups(self) -> tuple[Any, Any, int]:
+        """Collective over all ranks: (this node's group, the group of node leaders or None on
+        other ranks, world rank of this node's leader). Groups serve the ``group=`` arguments."""
 
     @abstractmethod
     def allreduce_scalar(self, value: float, name: str) -> float:

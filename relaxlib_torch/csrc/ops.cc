@@ -22,6 +22,7 @@ struct InFlight {
   at::Tensor input;
   at::Tensor output;
   c10::ScalarType dtype;
+  std::vector<at::Tensor> keep;  // further tensors the engine writes (error-feedback state)
 };
 
 std::mutex g_mutex;
@@ -284,6 +285,35 @@ int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& spli
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
+int64_t compressed_allreduce_async(const at::Tensor& input, const at::Tensor& output,
+                                   const std::optional<at::Tensor>& worker_error,
+                                   const std::optional<at::Tensor>& owner_error, const std::string& name, int64_t codec,
+                                   int64_t op, int64_t process_set) {
+  check_tensor(input, "compressed_allreduce input");
+  check_tensor(output, "compressed_allreduce output");
+  TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+              "relaxlib: compressed_allreduce output must match the input's shape and dtype");
+  relax_request_t r = base_request(RELAX_REQ_COMPRESSED_ALLREDUCE, input, name, process_set);
+  r.output = output.data_ptr();
+  r.reduce_op = static_cast<int32_t>(op);
+  r.codec = static_cast<int32_t>(codec);
+  auto flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
+  if (worker_error && worker_error->defined()) {
+    check_tensor(*worker_error, "worker error state");
+    TORCH_CHECK(worker_error->numel() == input.numel() && worker_error->scalar_type() == at::kFloat,
+                "relaxlib: the worker error state must be float32 with as many elements as the tensor");
+    r.aux0 = worker_error->data_ptr();
+    flight->keep.push_back(*worker_error);
+  }
+  if (owner_error && owner_error->defined()) {
+    check_tensor(*owner_error, "owner error state");
+    TORCH_CHECK(owner_error->scalar_type() == at::kFloat, "relaxlib: the owner error state must be float32");
+    r.aux1 = owner_error->data_ptr();
+    flight->keep.push_back(*owner_error);
+  }
+  return submit(r, std::move(flight), false);
+}
+
 int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
   relax_request_t r{};
   r.type = type;
@@ -361,6 +391,9 @@ TORCH_LIBRARY(relaxlib, m) {
   m.def("reducescatter_async(Tensor input, str name, int op, float prescale, float postscale, int process_set) -> int",
         reducescatter_async);
   m.def("alltoall_async(Tensor input, int[] splits, str name, int process_set) -> int", alltoall_async);
+  m.def("compressed_allreduce_async(Tensor input, Tensor(a!) output, Tensor(b!)? worker_error, "
+        "Tensor(c!)? owner_error, str name, int codec, int op, int process_set) -> int",
+        compressed_allreduce_async);
   m.def("barrier_async(str name, int process_set) -> int", barrier_async);
   m.def("join_async() -> int", join_async);
   m.def("poll(int handle) -> bool", poll);

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 1
+#define RELAX_ABI_VERSION 2
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -76,8 +76,16 @@ typedef enum {
   RELAX_REQ_BARRIER = 5,
   RELAX_REQ_JOIN = 6,
   RELAX_REQ_ADD_PROCESS_SET = 7,    /* collective over all ranks: `splits` holds the member ranks */
-  RELAX_REQ_REMOVE_PROCESS_SET = 8  /* collective over all ranks: `root_rank` holds the set id */
+  RELAX_REQ_REMOVE_PROCESS_SET = 8, /* collective over all ranks: `root_rank` holds the set id */
+  RELAX_REQ_COMPRESSED_ALLREDUCE = 9 /* float32; `codec`; error-feedback buffers in aux0/aux1 */
 } relax_request_type_t;
+
+/* Codecs of compressed collectives. */
+typedef enum {
+  RELAX_CODEC_FP16 = 1,  /* IEEE half per element */
+  RELAX_CODEC_UINT8 = 2, /* per-chunk min/max + 1 byte per element */
+  RELAX_CODEC_SIGN = 3   /* per-chunk mean |x| + 1 bit per element */
+} relax_codec_t;
 
 /*
  * One collective request. Pointers need only live for the duration of relax_enqueue(), except
@@ -110,6 +118,9 @@ typedef struct {
   int32_t ncounts;    /* reducescatter: number of entries in `recv_counts` (0: default) */
   const int64_t* recv_counts;
   int32_t process_set; /* 0 = all ranks; roots, splits and counts are relative to the set */
+  int32_t codec;       /* compressed all-reduce: relax_codec_t */
+  void* aux0;          /* compressed all-reduce: worker error (count floats) or NULL */
+  void* aux1;          /* compressed all-reduce: owner error (this rank's chunk) or NULL */
 } relax_request_t;
 
 typedef int64_t relax_handle_t;
@@ -130,6 +141,8 @@ RELAX_API int relax_local_size(void);
 RELAX_API int relax_cross_rank(void);
 RELAX_API int relax_cross_size(void);
 RELAX_API int relax_mpi_threads_supported(void);
+/* World ranks of the processes on this node (returns their number, copying at most `capacity`). */
+RELAX_API int relax_local_ranks(int32_t* out, int32_t capacity);
 /* Message and status code of the last failing call on this thread ("" / RELAX_OK if none). */
 RELAX_API const char* relax_last_error(void);
 RELAX_API int relax_last_error_code(void);
@@ -167,6 +180,12 @@ RELAX_API void relax_release(relax_handle_t handle);
 RELAX_API int relax_process_set_size(int32_t process_set);
 RELAX_API int relax_process_set_rank(int32_t process_set);
 RELAX_API int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity);
+
+/* ---- codecs (no init needed) ---- */
+/* Bytes of `n` float32 values encoded with `codec` (one chunk), or -1 for an unknown codec. */
+RELAX_API int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n);
+RELAX_API int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out);
+RELAX_API int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out);
 
 /* ---- timeline ---- */
 /* Starts (on rank 0; a no-op elsewhere) a Chrome-trace JSON timeline at `path`, replacing an

@@ -1,0 +1,39 @@
+// Per-element math of the codecs, shared by the CPU implementations (cuda_ops/src/codecs) and
+// the CUDA kernels (cuda_ops/cuda): __host__ __device__, no state, no allocation.
+#pragma once
+
+#include <cstdint>
+
+#include "hd/half.h"
+
+namespace relax {
+namespace codec_math {
+
+// ---- min-max uint8: q = round((x - lo) / step), step = (hi - lo) / 255 ----
+
+RELAX_HD inline float minmax_step(float lo, float hi) { return (hi - lo) / 255.0f; }
+
+RELAX_HD inline uint8_t minmax_quantize(float x, float lo, float inverse_step) {
+  float q = (x - lo) * inverse_step + 0.5f;
+  q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
+  return static_cast<uint8_t>(q);
+}
+
+RELAX_HD inline float minmax_dequantize(uint8_t q, float lo, float step) { return lo + static_cast<float>(q) * step; }
+
+// ---- sign (1 bit per element): bit set for x >= 0; value = +-scale ----
+
+RELAX_HD inline bool sign_bit(float x) { return x >= 0.0f; }
+
+RELAX_HD inline float sign_value(bool bit, float scale) { return bit ? scale : -scale; }
+
+// Bit i of a packed byte array (little-endian within each byte).
+RELAX_HD inline bool packed_bit(const uint8_t* bits, int64_t i) { return (bits[i >> 3] >> (i & 7)) & 1u; }
+
+// ---- fp16 ----
+
+RELAX_HD inline uint16_t fp16_encode(float x) { return float_to_half(x); }
+RELAX_HD inline float fp16_decode(uint16_t h) { return half_to_float(h); }
+
+}  // namespace codec_math
+}  // namespace relax

@@ -1,0 +1,109 @@
+// Codec round trips: exact where values are representable, within the documented bounds
+// otherwise, and sane for empty and one-element chunks.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "check.h"
+#include "codecs/codec.h"
+#include "hd/half.h"
+
+using relax::Codec;
+using relax::make_codec;
+
+namespace {
+
+std::vector<float> round_trip(const Codec& codec, const std::vector<float>& in) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(codec.encoded_bytes(static_cast<int64_t>(in.size()))));
+  codec.encode(in.data(), static_cast<int64_t>(in.size()), bytes.data());
+  std::vector<float> out(in.size(), -123.0f);
+  codec.decode(bytes.data(), static_cast<int64_t>(in.size()), out.data());
+  return out;
+}
+
+std::vector<float> random_values(size_t n, unsigned seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST(encoded_sizes_match_the_formats) {
+  CHECK_EQ(make_codec(relax::kCodecFp16)->encoded_bytes(10), int64_t{20});
+  CHECK_EQ(make_codec(relax::kCodecUint8)->encoded_bytes(10), int64_t{18});
+  CHECK_EQ(make_codec(relax::kCodecSign)->encoded_bytes(10), int64_t{6});
+  CHECK_EQ(make_codec(relax::kCodecSign)->encoded_bytes(16), int64_t{6});
+  CHECK_EQ(make_codec(relax::kCodecSign)->encoded_bytes(0), int64_t{4});
+  CHECK(make_codec(99) == nullptr);
+}
+
+TEST(fp16_is_exact_on_halves_and_within_half_an_ulp_elsewhere) {
+  auto codec = make_codec(relax::kCodecFp16);
+  std::vector<float> halves = {0.0f, -2.5f, 1024.0f, 0.0009765625f, 65504.0f};
+  CHECK(round_trip(*codec, halves) == halves);
+  const auto values = random_values(1000, 1, -100, 100);
+  const auto out = round_trip(*codec, values);
+  int worse = 0;
+  for (size_t i = 0; i < values.size(); ++i) worse += std::fabs(out[i] - values[i]) > std::fabs(values[i]) * 0x1p-11f;
+  CHECK_EQ(worse, 0);
+}
+
+TEST(uint8_error_is_at_most_half_a_step_and_grid_values_are_exact) {
+  auto codec = make_codec(relax::kCodecUint8);
+  const auto values = random_values(4099, 2, -3, 7);
+  float lo = values[0], hi = values[0];
+  for (float v : values) lo = std::fmin(lo, v), hi = std::fmax(hi, v);
+  const float bound = (hi - lo) / 255.0f / 2.0f * 1.0001f;
+  const auto out = round_trip(*codec, values);
+  int worse = 0;
+  for (size_t i = 0; i < values.size(); ++i) worse += std::fabs(out[i] - values[i]) > bound;
+  CHECK_EQ(worse, 0);
+  std::vector<float> grid;
+  for (int k = 0; k <= 255; ++k) grid.push_back(static_cast<float>(k));
+  CHECK(round_trip(*codec, grid) == grid);
+  std::vector<float> constant(33, -4.25f);
+  CHECK(round_trip(*codec, constant) == constant);
+}
+
+TEST(sign_keeps_signs_and_the_l1_norm) {
+  auto codec = make_codec(relax::kCodecSign);
+  const auto values = random_values(1001, 3, -1, 1);
+  const auto out = round_trip(*codec, values);
+  double l1_in = 0, l1_out = 0;
+  int wrong_sign = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    l1_in += std::fabs(values[i]);
+    l1_out += std::fabs(out[i]);
+    wrong_sign += (values[i] >= 0) != (out[i] >= 0);
+  }
+  CHECK_EQ(wrong_sign, 0);
+  CHECK(std::fabs(l1_in - l1_out) < 1e-3 * l1_in);
+  std::vector<float> equal_magnitudes = {0.5f, -0.5f, 0.5f, 0.5f, -0.5f};
+  CHECK(round_trip(*codec, equal_magnitudes) == equal_magnitudes);
+}
+
+TEST(empty_and_single_element_chunks) {
+  for (int id : {relax::kCodecFp16, relax::kCodecUint8, relax::kCodecSign}) {
+    auto codec = make_codec(id);
+    CHECK(round_trip(*codec, {}).empty());
+    CHECK(round_trip(*codec, {-3.0f}) == std::vector<float>{-3.0f});
+  }
+}
+
+TEST(decode_add_accumulates_the_decoded_values) {
+  for (int id : {relax::kCodecFp16, relax::kCodecUint8, relax::kCodecSign}) {
+    auto codec = make_codec(id);
+    const auto values = random_values(77, 4, -2, 2);
+    std::vector<uint8_t> bytes(static_cast<size_t>(codec->encoded_bytes(77)));
+    codec->encode(values.data(), 77, bytes.data());
+    std::vector<float> decoded(77), acc(77, 1.0f);
+    codec->decode(bytes.data(), 77, decoded.data());
+    codec->decode_add(bytes.data(), 77, acc.data());
+    int wrong = 0;
+    for (size_t i = 0; i < 77; ++i) wrong += acc[i] != 1.0f + decoded[i];
+    CHECK_EQ(wrong, 0);
+  }
+}

@@ -1,0 +1,206 @@
+"""Compressed relaxations: gradients (or Adam's momentum) exchanged with a lossy codec through
+compressed scatter-reduce, with error feedback on both sides (BAGUA's C_LP_S, 1-bit Adam)."""
+
+from __future__ import annotations
+
+import math
+
+from relaxlib.algorithms.base import Algorithm, TrainingContext
+from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.compression import CODECS
+
+MB = 1 << 20
+
+
+def gradient_buckets(ctx: TrainingContext, fusion_mb: float) -> list[list[int]]:
+    """Buckets of float32 parameters in reverse optimizer order (backward produces the last
+    layers' gradients first), never mixing parameter groups. Deterministic: no agreement needed."""
+    params = list(reversed(ctx.parameters()))
+    odd = [p.name for p in params if p.dtype != "torch.float32" and p.dtype != "float32"]
+    if odd:
+        raise ValueError(f"compressed algorithms handle float32 parameters; these are not: {odd[:5]}")
+    specs = [ParamSpec(p.index, p.numel, p.itemsize, f"group{p.group}") for p in params]
+    return make_buckets(specs, int(fusion_mb * MB))
+
+
+class CompressedScatterReduce(Algorithm):
+    """Gradients averaged by compressed scatter-reduce: ``codec`` is ``"uint8"`` (min-max, 1 byte
+    per element), ``"sign"`` (1 bit) or ``"fp16"``; ``error_feedback`` keeps the residuals of both
+    compressions so their sum stays bounded. ``hierarchical=True`` reduces in full precision within
+    each node, compresses only between node leaders, then broadcasts within the node.
+    Buckets of ``fusion_mb`` start as soon as their gradients exist, overlapping backward."""
+
+    name = "compressed_scatter_reduce"
+
+    def __init__(self, codec: str = "uint8", error_feedback: bool = True, hierarchical: bool = False,
+                 fusion_mb: float = 10) -> None:
+        if codec not in CODECS:
+            raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)}")
+        if fusion_mb <= 0:
+            raise ValueError("fusion_mb must be positive")
+        self.codec = codec
+        self.error_feedback = error_feedback
+        self.hierarchical = hierarchical
+        self.fusion_mb = fusion_mb
+
+    def setup(self, ctx: TrainingContext) -> None:
+        self._buckets = gradient_buckets(ctx, self.fusion_mb)
+        self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
+        self._ready = [0] * len(self._buckets)
+        self._started: dict[int, object] = {}
+        self._local = self._leaders = None
+        self._leader = 0
+        if self.hierarchical:
+            self._local, self._leaders, self._leader = ctx.node_groups()
+        holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
+        group = self._leaders if self.hierarchical else None
+        self._memories = [ctx.error_feedback(sum(ctx.parameters()[i].numel for i in members), group=group)
+                          if holds_state else None for members in self._buckets]
+
+    def on_gradient(self, ctx: TrainingContext, index: int) -> None:
+        bucket = self._bucket_of[index]
+        self._ready[bucket] += 1
+        if self._ready[bucket] == len(self._buckets[bucket]):
+            self._start(ctx, bucket)
+
+    def _start(self, ctx: TrainingContext, bucket: int) -> None:
+        flat = ctx.flatten_grads(self._buckets[bucket])
+        name = f"{self.name}.{bucket}"
+        if not self.hierarchical:
+            self._started[bucket] = ctx.compressed_allreduce_async(flat, name, self.codec, self._memories[bucket])
+        else:  # first stage only; the rest follows in step()
+            self._started[bucket] = ctx.allreduce_async(flat, name + ".local", average=True, group=self._local)
+
+    def _finish(self, ctx: TrainingContext, bucket: int):
+        result = ctx.wait(self._started.pop(bucket))
+        if not self.hierarchical:
+            return result
+        name = f"{self.name}.{bucket}"
+        if self._leaders is not None:  # node mean -> mean over nodes, compressed
+            result = ctx.wait(ctx.compressed_allreduce_async(result, name + ".leaders", self.codec,
+                                                             self._memories[bucket], group=self._leaders))
+        return ctx.wait(ctx.broadcast_async(result, self._leader, name + ".node", group=self._local))
+
+    def step(self, ctx: TrainingContext) -> None:
+        for bucket in range(len(self._buckets)):
+            if bucket not in self._started:
+                self._start(ctx, bucket)  # parameters without gradient this step: zeros
+        averaged = [self._finish(ctx, b) for b in range(len(self._buckets))]
+        if ctx.max_grad_norm:
+            norm = math.sqrt(sum(ctx.sum_of_squares(g) for g in averaged))  # identical on every rank
+            coefficient = ctx.max_grad_norm / (norm + 1e-6)
+            if coefficient < 1.0:
+                for g in averaged:
+                    ctx.scale_(g, coefficient)
+        snapshot = ctx.snapshot()
+        for members, grads in zip(self._buckets, averaged):
+            ctx.apply_update(members, snapshot, flat_grads=grads)
+        self._ready = [0] * len(self._buckets)
+
+    def state_dict(self) -> dict:
+        return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for memory, saved in zip(self._memories, state["error_feedback"]):
+            if memory is not None and saved is not None:
+                memory.load_state_dict(saved)
+
+
+class OneBitAdam(Algorithm):
+    """1-bit Adam (Tang et al. 2021, evaluated in BAGUA): Adam with all-reduced gradients for
+    ``warmup_steps`` while the variance settles; then the variance is frozen and each rank's
+    *momentum* is averaged with the 1-bit sign codec through compressed scatter-reduce with error
+    feedback. It replaces the wrapped optimizer's update (the optimizer only supplies parameter
+    groups and, when ``lr`` is None, the learning rate, so LR schedulers keep working).
+
+    It can diverge when the variance is frozen too early or moves later (BAGUA saw it on VGG16
+    and LSTM+AlexNet): choose ``warmup_steps`` past the initial transient (a few % of training).
+    Elements that had no gradient during warm-up keep their value afterwards (their frozen
+    variance is zero; the sign codec would otherwise blow them up).
+    """
+
+    name = "onebit_adam"
+
+    def __init__(self, lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 warmup_steps: int = 100, weight_decay: float = 0.0, fusion_mb: float = 10) -> None:
+        if warmup_steps < 1:
+            raise ValueError("warmup_steps must be at least 1 (the variance needs full-precision steps)")
+        self.lr = lr
+        self.betas = betas
+        self.eps = eps
+        self.warmup_steps = warmup_steps
+        self.weight_decay = weight_decay
+        self.fusion_mb = fusion_mb
+
+    def setup(self, ctx: TrainingContext) -> None:
+        self._buckets = gradient_buckets(ctx, self.fusion_mb)
+        self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
+        self._ready = [0] * len(self._buckets)
+        self._started: dict[int, object] = {}
+        self._momentum = [0.0 * ctx.flatten_params(members) for members in self._buckets]
+        self._variance = [0.0 * ctx.flatten_params(members) for members in self._buckets]
+        self._memories = [ctx.error_feedback(sum(ctx.parameters()[i].numel for i in members))
+                          for members in self._buckets]
+
+    def compressing(self, ctx: TrainingContext) -> bool:
+        """Whether the current step exchanges compressed momentum (after warm-up)."""
+        return ctx.step_count >= self.warmup_steps
+
+    def on_gradient(self, ctx: TrainingContext, index: int) -> None:
+        bucket = self._bucket_of[index]
+        self._ready[bucket] += 1
+        if self._ready[bucket] == len(self._buckets[bucket]):
+            self._start(ctx, bucket)
+
+    def _start(self, ctx: TrainingContext, bucket: int) -> None:
+        grad = ctx.flatten_grads(self._buckets[bucket])
+        name = f"{self.name}.{bucket}"
+        if not self.compressing(ctx):
+            self._started[bucket] = ctx.allreduce_async(grad, name + ".grad")
+            return
+        beta1 = self.betas[0]
+        local_momentum = beta1 * self._momentum[bucket] + (1 - beta1) * grad
+        self._started[bucket] = ctx.compressed_allreduce_async(local_momentum, name + ".momentum", "sign",
+                                                               self._memories[bucket])
+
+    def step(self, ctx: TrainingContext) -> None:
+        for bucket in range(len(self._buckets)):
+            if bucket not in self._started:
+                self._start(ctx, bucket)
+        snapshot = ctx.snapshot()
+        beta1, beta2 = self.betas
+        t = ctx.step_count + 1
+        for bucket, members in enumerate(self._buckets):
+            received = ctx.wait(self._started.pop(bucket))
+            if not self.compressing(ctx):
+                self._momentum[bucket] = beta1 * self._momentum[bucket] + (1 - beta1) * received
+                self._variance[bucket] = beta2 * self._variance[bucket] + (1 - beta2) * received * received
+                m_hat = self._momentum[bucket] / (1 - beta1 ** t)
+                v_hat = self._variance[bucket] / (1 - beta2 ** t)
+            else:  # frozen variance (bias-corrected at the end of warm-up), averaged 1-bit momentum
+                self._momentum[bucket] = received
+                v_hat = self._variance[bucket] / (1 - beta2 ** self.warmup_steps)
+                # Elements whose gradient was always zero during warm-up (v = 0, e.g. weights of
+                # inputs that are always 0) would get +-scale / eps from the sign codec: mask them
+                # (DeepSpeed's 1-bit Adam needs a user-given mask for the same reason).
+                m_hat = received * (v_hat / (v_hat + 1e-30))
+            lr = self.lr if self.lr is not None else self._group_lr(ctx, snapshot, members[0])
+            params = ctx.flatten_params(members)
+            if self.weight_decay:
+                params = params - lr * self.weight_decay * params
+            ctx.set_params_from_flat(members, params - lr * m_hat / (v_hat ** 0.5 + self.eps))
+        self._ready = [0] * len(self._buckets)
+
+    @staticmethod
+    def _group_lr(ctx: TrainingContext, snapshot, index: int) -> float:
+        return snapshot[ctx.parameters()[index].group]["lr"]
+
+    def state_dict(self) -> dict:
+        return {"momentum": [m * 1.0 for m in self._momentum], "variance": [v * 1.0 for v in self._variance],
+                "error_feedback": [m.state_dict() for m in self._memories]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._momentum = [m * 1.0 for m in state["momentum"]]
+        self._variance = [v * 1.0 for v in state["variance"]]
+        for memory, saved in zip(self._memories, state["error_feedback"]):
+            memory.load_state_dict(saved)

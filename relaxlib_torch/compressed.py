@@ -1,0 +1,68 @@
+"""Compressed all-reduce on torch tensors, with error feedback as a separate, checkpointable state."""
+
+from __future__ import annotations
+
+import torch
+
+from relaxlib.compression import chunk_count, codec_id
+from relaxlib.process_sets import global_process_set
+from relaxlib_torch import mpi_ops
+
+
+class ErrorFeedback:
+    """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket):
+    ``worker`` (the full tensor's residual of this rank's compression) and ``owner`` (the residual
+    of re-compressing the chunk this rank reduces). Keep one per tensor and reuse it every step;
+    save it with ``state_dict()`` to resume a run exactly."""
+
+    def __init__(self, numel: int, process_set=global_process_set) -> None:
+        self.numel = numel
+        self.worker = torch.zeros(numel, dtype=torch.float32)
+        self.owner = torch.zeros(chunk_count(numel, process_set.size(), process_set.rank()), dtype=torch.float32)
+
+    def reset(self) -> None:
+        """Forgets the accumulated residuals."""
+        self.worker.zero_()
+        self.owner.zero_()
+
+    def state_dict(self) -> dict:
+        """The residuals (copies)."""
+        return {"worker": self.worker.clone(), "owner": self.owner.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores residuals saved by ``state_dict`` (same tensor size and rank count)."""
+        if state["worker"].shape != self.worker.shape or state["owner"].shape != self.owner.shape:
+            raise ValueError("error-feedback state does not match this tensor size / number of ranks")
+        self.worker.copy_(state["worker"])
+        self.owner.copy_(state["owner"])
+
+
+def compressed_allreduce_async(tensor: torch.Tensor, codec: str = "uint8", state: ErrorFeedback | None = None,
+                               name: str | None = None, op=mpi_ops.Average, process_set=global_process_set) -> int:
+    """Starts a compressed all-reduce (compress, scatter chunks to their owners, reduce,
+    re-compress, all-gather) of a float32 tensor; ``state`` enables error feedback."""
+    if tensor.dtype != torch.float32:
+        raise ValueError(f"compressed_allreduce supports float32 tensors, got {tensor.dtype}")
+    if op not in (mpi_ops.Average, mpi_ops.Sum):
+        raise ValueError("compressed_allreduce supports op=Average and op=Sum")
+    if state is not None and state.numel != tensor.numel():
+        raise ValueError(f"error-feedback state holds {state.numel} elements, the tensor has {tensor.numel()}")
+    source = tensor.detach().contiguous().reshape(-1)
+    output = torch.empty_like(source)
+    core = mpi_ops._submit(mpi_ops._ops.compressed_allreduce_async, source, output,
+                           state.worker if state is not None else None, state.owner if state is not None else None,
+                           mpi_ops._auto_name("compressed_allreduce", name), codec_id(codec), op,
+                           mpi_ops._process_set_id(process_set))
+
+    def finish(handles):
+        mpi_ops._wait_core(handles[0])
+        mpi_ops._ops.release(handles[0])
+        return output.view(tensor.shape)
+
+    return mpi_ops._register([core], finish, [source, output, state])
+
+
+def compressed_allreduce(tensor: torch.Tensor, codec: str = "uint8", state: ErrorFeedback | None = None,
+                         name: str | None = None, op=mpi_ops.Average, process_set=global_process_set) -> torch.Tensor:
+    """Compressed all-reduce of a float32 tensor (see ``compressed_allreduce_async``)."""
+    return mpi_ops.synchronize(compressed_allreduce_async(tensor, codec, state, name, op, process_set))

@@ -1,0 +1,177 @@
+"""Compressed scatter-reduce on real ranks: the primitive against a numpy model of the same math
+(bitwise), error feedback's effect, checkpoint/resume, bad input, and the algorithms."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import relaxlib
+import relaxlib_torch as hvd
+from relaxlib import compression
+from relaxlib.algorithms import CompressedScatterReduce
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+
+
+def inputs(step: int, count: int, rank: int) -> np.ndarray:
+    rng = np.random.default_rng(1000 * step + rank)
+    scales = np.linspace(0.1, 3.0, count, dtype=np.float32)  # uneven magnitudes: sign's bias shows
+    return (scales * (rng.standard_normal(count, dtype=np.float32) + 0.3)).astype(np.float32)
+
+
+class Model:
+    """numpy model of compressed scatter-reduce (DESIGN.md), all ranks at once."""
+
+    def __init__(self, codec: str, count: int, feedback: bool) -> None:
+        self.codec, self.count, self.feedback = codec, count, feedback
+        self.counts = [compression.chunk_count(count, SIZE, r) for r in range(SIZE)]
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int)
+        self.worker = [np.zeros(count, np.float32) for _ in range(SIZE)]
+        self.owner = [np.zeros(c, np.float32) for c in self.counts]
+
+    def chunk(self, x, j):
+        return x[self.offsets[j]:self.offsets[j] + self.counts[j]]
+
+    def step(self, xs: list[np.ndarray], average: bool = True) -> np.ndarray:
+        vs = [x + (w if self.feedback else 0) for x, w in zip(xs, self.worker)]
+        sent = [[compression.encode(self.codec, self.chunk(v, j)) for j in range(SIZE)] for v in vs]
+        out = np.empty(self.count, np.float32)
+        for owner in range(SIZE):
+            s = np.zeros(self.counts[owner], np.float32)
+            for r in range(SIZE):
+                s = s + compression.decode(self.codec, sent[r][owner], self.counts[owner])
+            if average:
+                s = s * (np.float32(1.0) / np.float32(SIZE))
+            if self.feedback:
+                s = s + self.owner[owner]
+            q = compression.decode(self.codec, compression.encode(self.codec, s), self.counts[owner])
+            if self.feedback:
+                self.owner[owner] = s - q
+            out[self.offsets[owner]:self.offsets[owner] + self.counts[owner]] = q
+        if self.feedback:
+            for r in range(SIZE):
+                decoded = np.concatenate([compression.decode(self.codec, sent[r][j], self.counts[j])
+                                          for j in range(SIZE)])
+                self.worker[r] = vs[r] - decoded
+        return out
+
+
+@pytest.mark.parametrize("codec", ["uint8", "sign", "fp16"])
+@pytest.mark.parametrize("feedback", [True, False])
+@pytest.mark.parametrize("count", [1, SIZE + 1, 1031])
+def test_primitive_matches_the_numpy_model_bitwise(codec, feedback, count):
+    model = Model(codec, count, feedback)
+    state = hvd.ErrorFeedback(count) if feedback else None
+    for step in range(4):
+        xs = [inputs(step, count, r) for r in range(SIZE)]
+        out = hvd.compressed_allreduce(torch.from_numpy(xs[RANK]), codec=codec, state=state,
+                                       name=f"model.{codec}.{feedback}.{count}")
+        expected = model.step(xs)
+        np.testing.assert_array_equal(out.numpy(), expected)
+        if feedback:
+            np.testing.assert_array_equal(state.worker.numpy(), model.worker[RANK])
+            np.testing.assert_array_equal(state.owner.numpy(), model.owner[RANK])
+
+
+def test_sum_op_and_all_ranks_agree():
+    x = torch.from_numpy(inputs(0, 100, RANK))
+    out = hvd.compressed_allreduce(x, codec="uint8", op=hvd.Sum)
+    gathered = hvd.allgather(out.unsqueeze(0))
+    assert all(torch.equal(gathered[0], gathered[r]) for r in range(SIZE))
+    exact = sum(torch.from_numpy(inputs(0, 100, r)) for r in range(SIZE))
+    assert torch.allclose(out, exact, atol=0.2)
+
+
+@pytest.mark.parametrize("codec", ["sign", "uint8"])
+def test_error_feedback_keeps_the_running_sum_on_track_and_its_absence_shows_bias(codec):
+    count, steps = 257, 200
+    with_feedback, without = hvd.ErrorFeedback(count), None
+    true_sum = np.zeros(count, np.float64)
+    sums = {"ef": np.zeros(count, np.float64), "plain": np.zeros(count, np.float64)}
+    worst_step_error = 0.0
+    for step in range(steps):
+        xs = [inputs(step, count, r) for r in range(SIZE)]
+        average = np.mean(xs, axis=0)
+        true_sum += average
+        for key, state in (("ef", with_feedback), ("plain", without)):
+            out = hvd.compressed_allreduce(torch.from_numpy(xs[RANK]), codec=codec, state=state,
+                                           name=f"track.{codec}.{key}").numpy()
+            sums[key] += out
+            if key == "ef":
+                worst_step_error = max(worst_step_error, float(np.abs(out - average).max()))
+    drift_ef = float(np.abs(sums["ef"] - true_sum).max())
+    drift_plain = float(np.abs(sums["plain"] - true_sum).max())
+    assert drift_ef <= 4 * worst_step_error, (drift_ef, worst_step_error)  # bounded: does not grow with steps
+    assert drift_plain > 10 * drift_ef, (drift_plain, drift_ef)  # without feedback the bias accumulates
+
+
+def test_non_finite_input_fails_everywhere_and_leaves_the_state_alone():
+    state = hvd.ErrorFeedback(8)
+    hvd.compressed_allreduce(torch.ones(8), codec="sign", state=state, name="finite.warmup")
+    before = state.state_dict()
+    x = torch.ones(8)
+    if RANK == SIZE - 1:
+        x[3] = float("inf")
+    with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1}"):
+        hvd.compressed_allreduce(x, codec="sign", state=state, name="finite.check")
+    assert torch.equal(state.worker, before["worker"]) and torch.equal(state.owner, before["owner"])
+    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(SIZE)))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="float32"):
+        hvd.compressed_allreduce(torch.ones(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="unknown codec"):
+        hvd.compressed_allreduce(torch.ones(4), codec="zip")
+    with pytest.raises(ValueError, match="holds 3 elements"):
+        hvd.compressed_allreduce(torch.ones(4), state=hvd.ErrorFeedback(3))
+    mismatched = "uint8" if RANK == 0 else "sign"
+    with pytest.raises(relaxlib.MismatchError, match="codecs"):
+        hvd.compressed_allreduce(torch.ones(4), codec=mismatched, name="codec.mismatch")
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+
+def batch(step):
+    gen = torch.Generator().manual_seed(step * 10 + RANK)
+    return torch.randn(8, 8, generator=gen), torch.randint(0, 4, (8,), generator=gen)
+
+
+def train(opt, model, steps):
+    for step in steps:
+        x, y = batch(step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("codec", ["uint8", "sign"])
+def test_checkpoint_and_resume_give_the_uninterrupted_trajectory(codec):
+    def fresh():
+        model = make_model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                       named_parameters=model.named_parameters(),
+                                       algorithm=CompressedScatterReduce(codec, fusion_mb=0.0002))
+        return model, opt
+
+    model, opt = fresh()
+    train(opt, model, range(4))
+    # Copies, as torch.save would make: state_dict() returns the live tensors.
+    checkpoint = copy.deepcopy({"model": model.state_dict(), "optimizer": opt.state_dict()})
+    memories = checkpoint["optimizer"]["relaxlib"]["error_feedback"]
+    assert any(m is not None and m["worker"].abs().sum() > 0 for m in memories)
+    train(opt, model, range(4, 8))
+    uninterrupted = [p.detach().clone() for p in model.parameters()]
+
+    model, opt = fresh()
+    model.load_state_dict(checkpoint["model"])
+    opt.load_state_dict(checkpoint["optimizer"])
+    train(opt, model, range(4, 8))
+    for a, b in zip(model.parameters(), uninterrupted):
+        assert torch.equal(a.detach(), b)

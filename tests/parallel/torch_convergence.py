@@ -1,0 +1,74 @@
+"""Convergence on scikit-learn's digits with 4 ranks (run with RELAX_LOCAL_SIZE=2: two "nodes"):
+each relaxation against all-reduce after the same epochs. Slow by nature; kept small."""
+
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+import relaxlib_torch as hvd
+from relaxlib.algorithms import CompressedScatterReduce, OneBitAdam
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+DIGITS = load_digits()
+X = torch.tensor(DIGITS.data, dtype=torch.float32) / 16
+Y = torch.tensor(DIGITS.target)
+X_TRAIN, Y_TRAIN = X[:1400][RANK::SIZE], Y[:1400][RANK::SIZE]
+X_TEST, Y_TEST = X[1400:], Y[1400:]
+RESULTS: dict[str, float] = {}
+
+
+def accuracy(algorithm, make_optimizer, epochs: int = 10) -> float:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = hvd.DistributedOptimizer(make_optimizer(model.parameters()), named_parameters=model.named_parameters(),
+                                   algorithm=algorithm)
+    for _ in range(epochs):
+        for start in range(0, len(X_TRAIN), 16):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(X_TRAIN[start:start + 16]), Y_TRAIN[start:start + 16]).backward()
+            opt.step()
+    if hasattr(opt, "flush"):
+        opt.flush()
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = hvd.allgather(params.unsqueeze(0))
+    assert all(torch.equal(gathered[0], gathered[r]) for r in range(SIZE)), "ranks diverged"
+    with torch.no_grad():
+        return (model(X_TEST).argmax(1) == Y_TEST).float().mean().item() * 100
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.02, momentum=0.9)
+
+
+def adam(params):
+    return torch.optim.Adam(params, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def allreduce_sgd() -> float:
+    return accuracy(None, sgd)
+
+
+@pytest.mark.parametrize("codec", ["uint8", "sign"])
+def test_compressed_with_error_feedback_matches_allreduce(allreduce_sgd, codec):
+    result = accuracy(CompressedScatterReduce(codec), sgd)
+    RESULTS[codec] = result
+    assert abs(result - allreduce_sgd) <= 1.0, (codec, result, allreduce_sgd)
+
+
+def test_sign_without_error_feedback_is_measurably_worse(allreduce_sgd):
+    result = accuracy(CompressedScatterReduce("sign", error_feedback=False), sgd)
+    assert result < allreduce_sgd - 3.0, (result, allreduce_sgd)
+
+
+def test_hierarchical_compression_matches_allreduce(allreduce_sgd):
+    assert hvd.local_size() == 2, "run with RELAX_LOCAL_SIZE=2"
+    result = accuracy(CompressedScatterReduce("uint8", hierarchical=True), sgd)
+    assert abs(result - allreduce_sgd) <= 1.0, (result, allreduce_sgd)
+
+
+def test_onebit_adam_matches_adam_with_allreduce():
+    reference = accuracy(None, adam)
+    result = accuracy(OneBitAdam(lr=3e-3, warmup_steps=40), adam)
+    assert abs(result - reference) <= 1.0, (result, reference)
