@@ -45,7 +45,7 @@ def main() -> float:
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                          named_parameters=model.named_parameters(), algorithm=LocalSGD(period=4))
-    for epoch in range(10):
+    for _ in range(10):
         for start in range(0, len(x), 32):
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x[start:start + 32]), y[start:start + 32]).backward()
