@@ -30,9 +30,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 LIBRARIES = ("relaxlib", "mpi", "gloo")
-OPS = ("allreduce", "reduce_scatter", "allgather")
+OPS = ("allreduce", "reduce_scatter", "allgather", "compressed_fp16", "compressed_uint8", "compressed_sign")
+DEFAULT_OPS = OPS[:3]
 BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
               "allgather": lambda n: (n - 1) / n}
+for _codec in ("fp16", "uint8", "sign"):  # effective busbw: over the uncompressed size
+    BUS_FACTOR[f"compressed_{_codec}"] = BUS_FACTOR["allreduce"]
 MiB = 1 << 20
 
 
@@ -78,6 +81,10 @@ class Library:
         else:
             raise ValueError(name)
 
+    def bytes_sent(self) -> float | None:
+        """Bytes this rank's collectives sent so far (relaxlib's engine counts them)."""
+        return self.hvd.engine_stats()["bytes_sent"] if self.name == "relaxlib" else None
+
     def barrier(self) -> None:
         if self.name == "relaxlib":
             self.hvd.barrier()
@@ -100,6 +107,12 @@ class Library:
         torch, n = self.torch, self.size
         full = torch.ones(count, dtype=torch.float32)
         chunk = torch.ones(count // n, dtype=torch.float32)
+        if op.startswith("compressed_"):
+            if self.name != "relaxlib":
+                raise NotImplementedError(f"{self.name} has no compressed all-reduce")
+            codec = op.split("_", 1)[1]
+            state = self.hvd.ErrorFeedback(count)
+            return lambda: self.hvd.compressed_allreduce(full, codec=codec, state=state, name=f"bench.{op}")
         if self.name == "relaxlib":
             hvd = self.hvd
             return {"allreduce": lambda: hvd.allreduce_(full, op=hvd.Sum, name="bench.allreduce"),
@@ -134,11 +147,14 @@ def run_worker(args: argparse.Namespace) -> None:
                 iters = int(max(3, min(2000, args.seconds_per_size / max(once, 1e-6))))
                 iters = int(lib.max_over_ranks(iters))  # every rank must run the same count
                 lib.barrier()
+                sent_before = lib.bytes_sent()
                 start = time.perf_counter()
                 for _ in range(iters):
                     fn()
                 elapsed = lib.max_over_ranks(time.perf_counter() - start)
-                results.append({"op": op, "size": size, "time_us": elapsed / iters * 1e6, "iters": iters})
+                sent = lib.bytes_sent()
+                results.append({"op": op, "size": size, "time_us": elapsed / iters * 1e6, "iters": iters,
+                                "wire_bytes_per_rank": (sent - sent_before) / iters if sent is not None else None})
             except (RuntimeError, NotImplementedError, ValueError) as exc:
                 results.append({"op": op, "size": size, "time_us": None, "error": str(exc).splitlines()[0][:200]})
     if lib.rank == 0:
@@ -213,10 +229,29 @@ def aggregate(runs: dict[str, list[dict]], np_: int) -> list[dict]:
                 t = statistics.median(samples[key])
                 algbw = size / (t * 1e-6) / 1e9
                 row.update(time_us=t, time_us_runs=samples[key], algbw=algbw, busbw=algbw * BUS_FACTOR[op](np_))
+                wire = [r.get("wire_bytes_per_rank") for run in lib_runs for r in run["results"]
+                        if (r["op"], r["size"]) == key and r.get("wire_bytes_per_rank") is not None]
+                if wire:
+                    row["wire_bytes_per_rank"] = statistics.median(wire)
+                    row["wire_bytes_formula"] = wire_formula(op, size, np_)
             else:
                 row.update(time_us=None, error=errors[key])
             rows.append(row)
     return rows
+
+
+def wire_formula(op: str, size: int, n: int) -> float:
+    """Bytes each rank sends for one operation on `size` bytes of float32, by DESIGN.md's formulas:
+    all-reduce 2(n-1)/n * 4P; compressed: the same over the encoded chunks (+4-byte marker each)."""
+    from relaxlib.compression import chunk_count, encoded_bytes
+    count = size // 4
+    if op == "allreduce":
+        return 2 * (n - 1) / n * size
+    if op in ("reduce_scatter", "allgather"):
+        return (n - 1) / n * size
+    codec = op.split("_", 1)[1]
+    chunk = chunk_count(count, n, 0)
+    return 2 * (n - 1) * (4 + encoded_bytes(codec, chunk))
 
 
 def lookup(rows: list[dict], lib: str, op: str, size: int) -> dict | None:
@@ -246,7 +281,7 @@ def evaluate_targets(rows: list[dict], sizes: list[int]) -> list[dict]:
         check("reduce_scatter busbw clearly above MPI's (>= 1.2x) from 1 MiB", "reduce_scatter",
               [s for s in sizes if s >= MiB], 1.2),
     ]
-    for op in OPS:
+    for op in DEFAULT_OPS:
         targets.append(check(f"{op} ahead of gloo everywhere", op, sizes, 1.0, peer="gloo"))
     small = lookup(rows, "relaxlib", "allreduce", 4096)
     targets.append({"target": "lone 4 KiB allreduce <= 100 us", "time_us": small and small.get("time_us"),
@@ -273,7 +308,12 @@ def print_table(rows: list[dict], libs: list[str], np_: int) -> None:
                 else:
                     line += f" | {'n/a':>18} {'':>7} {'':>7}"
             rr = ratio(rows, op, size)
-            print(line + (f" | {rr:9.2f}" if rr else " |       n/a"))
+            ours = lookup(rows, "relaxlib", op, size)
+            wire = ""
+            if ours and ours.get("wire_bytes_per_rank") is not None:
+                wire = (f" | wire {ours['wire_bytes_per_rank'] / 1e6:8.3f} MB/rank "
+                        f"(formula {ours['wire_bytes_formula'] / 1e6:8.3f})")
+            print(line + (f" | {rr:9.2f}" if rr else " |       n/a") + wire)
     print("\n(relax/mpi: median of paired busbw ratios of adjacent jobs)")
 
 
@@ -284,8 +324,10 @@ def plot(rows: list[dict], libs: list[str], np_: int, path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, axes = plt.subplots(1, len(OPS), figsize=(5 * len(OPS), 4), sharey=True)
-    for ax, op in zip(axes, OPS):
+    ops = [op for op in OPS if any(r["op"] == op for r in rows)]
+    fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, op in zip(axes, ops):
         for lib in libs:
             pts = sorted((r["size"], r["busbw"]) for r in rows if r["library"] == lib and r["op"] == op
                          and r.get("busbw"))
@@ -350,7 +392,8 @@ def main() -> None:
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5, help="jobs per library (alternated); medians are reported")
     parser.add_argument("--libs", default=",".join(LIBRARIES))
-    parser.add_argument("--ops", type=lambda s: s.split(","), default=list(OPS))
+    parser.add_argument("--ops", type=lambda s: s.split(","), default=list(DEFAULT_OPS),
+                        help=f"comma-separated, from {','.join(OPS)}")
     parser.add_argument("--min-bytes", default="4K")
     parser.add_argument("--max-bytes", default="256M")
     parser.add_argument("--seconds-per-size", type=float, default=0.2)

@@ -48,18 +48,18 @@ def compressed_allreduce_async(tensor: torch.Tensor, codec: str = "uint8", state
     if state is not None and state.numel != tensor.numel():
         raise ValueError(f"error-feedback state holds {state.numel} elements, the tensor has {tensor.numel()}")
     source = tensor.detach().contiguous().reshape(-1)
-    output = torch.empty_like(source)
-    core = mpi_ops._submit(mpi_ops._ops.compressed_allreduce_async, source, output,
+    core = mpi_ops._submit(mpi_ops._ops.compressed_allreduce_async, source, None,
                            state.worker if state is not None else None, state.owner if state is not None else None,
                            mpi_ops._auto_name("compressed_allreduce", name), codec_id(codec), op,
                            mpi_ops._process_set_id(process_set))
 
     def finish(handles):
         mpi_ops._wait_core(handles[0])
+        output = mpi_ops._ops.output(handles[0])
         mpi_ops._ops.release(handles[0])
         return output.view(tensor.shape)
 
-    return mpi_ops._register([core], finish, [source, output, state])
+    return mpi_ops._register([core], finish, [source, state])
 
 
 def compressed_allreduce(tensor: torch.Tensor, codec: str = "uint8", state: ErrorFeedback | None = None,

@@ -24,6 +24,16 @@ bool all_finite(const float* x, int64_t n) {
   return ok;
 }
 
+// v = x + e and whether every v is finite, in one pass.
+bool add_and_check(const float* x, const float* e, int64_t n, float* v) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = x[i] + e[i];
+    ok &= std::isfinite(v[i]);
+  }
+  return ok;
+}
+
 // Carves `bytes` out of `scratch` at `offset` (growing it), returning the offset.
 size_t reserve(std::vector<uint8_t>& scratch, size_t& offset, size_t bytes) {
   const size_t at = (offset + 63) / 64 * 64;
@@ -61,9 +71,15 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   uint8_t* own_encoded = scratch.data() + s_at + static_cast<size_t>(mine) * 4;
   uint8_t* gathered = scratch.data() + gathered_at;
 
-  // 1. v = x + e, encoded chunk by chunk (or marked when not finite).
-  for (int64_t i = 0; i < op.count; ++i) v[i] = op.input[i] + (op.worker_error ? op.worker_error[i] : 0.0f);
-  const bool finite = all_finite(v, op.count);
+  // 1. v = x + e (x itself without error feedback), encoded chunk by chunk (or marked when not
+  // finite).
+  bool finite;
+  if (op.worker_error) {
+    finite = add_and_check(op.input, op.worker_error, op.count, v);
+  } else {
+    v = const_cast<float*>(op.input);  // only read from here on
+    finite = all_finite(v, op.count);
+  }
   std::vector<int64_t> send_counts(static_cast<size_t>(n)), send_offsets(static_cast<size_t>(n));
   int64_t at = 0;
   for (int r = 0; r < n; ++r) {
@@ -121,10 +137,7 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   if (op.worker_error) {
     for (int r = 0; r < n; ++r) {
       const size_t j = static_cast<size_t>(r);
-      float* e = op.worker_error + offsets[j];
-      codec.decode(send + send_offsets[j] + kMarker, counts[j], e);  // e = Q(v) ...
-      const float* vj = v + offsets[j];
-      for (int64_t i = 0; i < counts[j]; ++i) e[i] = vj[i] - e[i];   // ... then v - Q(v)
+      codec.residual(send + send_offsets[j] + kMarker, counts[j], v + offsets[j], op.worker_error + offsets[j]);
     }
   }
   if (op.owner_error) {

@@ -107,3 +107,18 @@ TEST(decode_add_accumulates_the_decoded_values) {
     CHECK_EQ(wrong, 0);
   }
 }
+
+TEST(residual_is_input_minus_decoded) {
+  for (int id : {relax::kCodecFp16, relax::kCodecUint8, relax::kCodecSign}) {
+    auto codec = make_codec(id);
+    const auto values = random_values(1003, 5, -2, 2);
+    std::vector<uint8_t> bytes(static_cast<size_t>(codec->encoded_bytes(1003)));
+    codec->encode(values.data(), 1003, bytes.data());
+    std::vector<float> decoded(1003), residual(1003);
+    codec->decode(bytes.data(), 1003, decoded.data());
+    codec->residual(bytes.data(), 1003, values.data(), residual.data());
+    int wrong = 0;
+    for (size_t i = 0; i < 1003; ++i) wrong += residual[i] != values[i] - decoded[i];
+    CHECK_EQ(wrong, 0);
+  }
+}

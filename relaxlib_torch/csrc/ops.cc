@@ -285,11 +285,13 @@ int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& spli
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
-int64_t compressed_allreduce_async(const at::Tensor& input, const at::Tensor& output,
+int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<at::Tensor>& out,
                                    const std::optional<at::Tensor>& worker_error,
                                    const std::optional<at::Tensor>& owner_error, const std::string& name, int64_t codec,
                                    int64_t op, int64_t process_set) {
   check_tensor(input, "compressed_allreduce input");
+  // Without an output, one comes from the output cache (fresh large buffers cost page faults).
+  const at::Tensor output = out && out->defined() ? *out : OutputCache::instance().empty(input.sizes(), input.scalar_type());
   check_tensor(output, "compressed_allreduce output");
   TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
               "relaxlib: compressed_allreduce output must match the input's shape and dtype");
@@ -391,7 +393,7 @@ TORCH_LIBRARY(relaxlib, m) {
   m.def("reducescatter_async(Tensor input, str name, int op, float prescale, float postscale, int process_set) -> int",
         reducescatter_async);
   m.def("alltoall_async(Tensor input, int[] splits, str name, int process_set) -> int", alltoall_async);
-  m.def("compressed_allreduce_async(Tensor input, Tensor(a!) output, Tensor(b!)? worker_error, "
+  m.def("compressed_allreduce_async(Tensor input, Tensor(a!)? output, Tensor(b!)? worker_error, "
         "Tensor(c!)? owner_error, str name, int codec, int op, int process_set) -> int",
         compressed_allreduce_async);
   m.def("barrier_async(str name, int process_set) -> int", barrier_async);
