@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ALGORITHMS = ("allreduce", "dear", "ddp", "none")
+ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "none")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -47,6 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-iters", type=int, default=8)
     parser.add_argument("--fusion-mb", type=float, default=1.0, help="DeAR bucket size")
     parser.add_argument("--tune", action="store_true", help="DeAR: tune the bucket size")
+    parser.add_argument("--codec", default="uint8", choices=["fp16", "uint8", "sign"], help="compressed: codec")
+    parser.add_argument("--no-error-feedback", action="store_true", help="compressed: without error feedback")
     parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
     parser.add_argument("--straggler", help="RANK:FACTOR, e.g. 3:2.5")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
@@ -89,10 +91,14 @@ class Comms:
             return torch.nn.parallel.DistributedDataParallel(model), optimizer
         if args.algorithm == "none":
             return model, optimizer
-        algorithm = None
-        if args.algorithm == "dear":
-            from relaxlib.algorithms import DeAR
-            algorithm = DeAR(fusion_mb=args.fusion_mb, tune=args.tune)
+        from relaxlib import algorithms
+        algorithm = {
+            "allreduce": lambda: None,
+            "dear": lambda: algorithms.DeAR(fusion_mb=args.fusion_mb, tune=args.tune),
+            "compressed": lambda: algorithms.CompressedScatterReduce(args.codec,
+                                                                     error_feedback=not args.no_error_feedback),
+            "onebit_adam": lambda: algorithms.OneBitAdam(lr=1e-4, warmup_steps=2),
+        }[args.algorithm]()
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                                      algorithm=algorithm, model=model)
@@ -175,12 +181,14 @@ def free_port() -> int:
 def worker_argv(args, result: str) -> list[str]:
     argv = [sys.executable, __file__, "--worker", "--result", result]
     for key in ("algorithm", "model", "layers", "width", "forward_ms", "backward_ms", "batch_size",
-                "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads"):
+                "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.straggler:
         argv += ["--straggler", args.straggler]
     if args.tune:
         argv.append("--tune")
+    if args.no_error_feedback:
+        argv.append("--no-error-feedback")
     return argv
 
 
@@ -242,7 +250,8 @@ def run(args) -> dict:
 
 
 def print_report(args, report: dict) -> None:
-    print(f"Model: {args.model} ({args.layers} layers), algorithm: {args.algorithm}, batch size: {args.batch_size}, "
+    algorithm = f"{args.algorithm} ({args.codec})" if args.algorithm == "compressed" else args.algorithm
+    print(f"Model: {args.model} ({args.layers} layers), algorithm: {algorithm}, batch size: {args.batch_size}, "
           f"ranks: {args.np}" + (f", link: {args.bandwidth:g} Mbit/s" if args.bandwidth else "")
           + (f", straggler {args.straggler}" if args.straggler else ""))
     for r in report["raw"]["ranks"]:
