@@ -36,6 +36,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds, 0.0, error);
   read("RELAX_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0.0, error);
   read("RELAX_RING_WINDOW", nullptr, c.ring_receive_window, int64_t{2}, error);
+  read("RELAX_GROUP_CACHE_SIZE", nullptr, c.group_cache_capacity, int64_t{0}, error);
   read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);
   read("RELAX_MPI_ALLGATHER_MAX_BYTES", nullptr, c.mpi_allgather_max_bytes, int64_t{0}, error);
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);

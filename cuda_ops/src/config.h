@@ -16,6 +16,7 @@ struct EngineConfig {
   // Transport-dependent knobs: -1 = choose by topology (apply_topology_defaults).
   int64_t ring_segment_bytes = -1;              // RELAX_RING_SEGMENT_BYTES
   int64_t ring_receive_window = 2;              // RELAX_RING_WINDOW
+  int64_t group_cache_capacity = 64;            // RELAX_GROUP_CACHE_SIZE: cached group communicators
   int64_t mpi_allreduce_max_bytes = -1;         // RELAX_MPI_ALLREDUCE_MAX_BYTES
   int64_t mpi_allgather_max_bytes = -1;         // RELAX_MPI_ALLGATHER_MAX_BYTES
 

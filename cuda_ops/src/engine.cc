@@ -21,15 +21,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return os.str();
 }
 
-CollectiveConfig collective_config(const EngineConfig& c) {
-  CollectiveConfig cc;
-  cc.segment_bytes = c.ring_segment_bytes;
-  cc.receive_window = c.ring_receive_window;
-  cc.mpi_allreduce_max_bytes = c.mpi_allreduce_max_bytes;
-  cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
-  return cc;
-}
-
 bool is_membership(const Response& r) {
   return r.type == RELAX_REQ_ADD_PROCESS_SET || r.type == RELAX_REQ_REMOVE_PROCESS_SET;
 }
@@ -44,6 +35,16 @@ bool made_progress(const std::vector<RankMessage>& messages, const std::vector<R
 }
 
 }  // namespace
+
+CollectiveConfig collective_config(const EngineConfig& c) {
+  CollectiveConfig cc;
+  cc.segment_bytes = c.ring_segment_bytes;
+  cc.receive_window = c.ring_receive_window;
+  cc.mpi_allreduce_max_bytes = c.mpi_allreduce_max_bytes;
+  cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
+  return cc;
+}
+
 
 Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
     : mpi_(mpi),

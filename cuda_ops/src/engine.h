@@ -41,6 +41,9 @@ struct ProcessSetInfo {
   int rank = -1;  // this process within the set, -1 if not a member
 };
 
+// The ring/MPI-path settings of collectives, from the engine configuration.
+CollectiveConfig collective_config(const EngineConfig& c);
+
 class Engine {
  public:
   Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config);

@@ -6,7 +6,9 @@
 #include <string>
 
 #include "codecs/codec.h"
+#include "direct_lane.h"
 #include "engine.h"
+#include "group_service.h"
 #include "logging.h"
 #include "mpi_context.h"
 #include "relax/relax.h"
@@ -24,6 +26,8 @@ struct Runtime {
   MpiContext mpi;
   HandleTable handles;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<DirectLane> lane;  // null when MPI lacks MPI_THREAD_MULTIPLE
+  GroupService groups;
 };
 
 Runtime& runtime() {
@@ -52,6 +56,11 @@ Engine* current_engine() { return runtime().engine.get(); }
 void stop_engine() {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
+  if (rt.lane) {
+    rt.lane->stop("relaxlib was shut down");
+    rt.lane.reset();
+  }
+  rt.groups.stop();
   if (rt.engine) {
     rt.engine->stop();
     rt.engine.reset();
@@ -91,6 +100,10 @@ int initialize() {
                                    << config.mpi_allgather_max_bytes << " B");
   register_finalize_hook();
   rt.engine = std::make_unique<Engine>(rt.mpi, rt.handles, config);
+  rt.lane.reset();
+  if (rt.mpi.thread_level() >= MPI_THREAD_MULTIPLE) {
+    rt.lane = std::make_unique<DirectLane>(rt.mpi.data(), rt.handles, config, collective_config(config));
+  }
   const char* timeline = std::getenv("RELAX_TIMELINE");
   if (!timeline || !*timeline) timeline = std::getenv("HOROVOD_TIMELINE");
   if (timeline && *timeline && rt.mpi.topology().rank == 0) {
@@ -104,6 +117,56 @@ int initialize() {
   return RELAX_OK;
 }
 
+bool is_direct(int32_t type) { return type == RELAX_REQ_NEIGHBOR_AVERAGE || type == RELAX_REQ_GROUP_AVERAGE; }
+
+Status no_lane() {
+  return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                       "neighbour and group averages need MPI_THREAD_MULTIPLE, which this MPI does not provide");
+}
+
+// Validates and submits one direct (not negotiated) request; writes its handle.
+int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, void* user, relax_handle_t* out) {
+  if (!rt.lane) return fail(no_lane());
+  if (r.process_set != 0) {
+    return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, request_type_name(r.type) +
+                                                              ": peers are world ranks; process sets do not apply"));
+  }
+  DirectRequest direct;
+  LocalRequest& local = direct.local;
+  Status s = make_descriptor(r, rt.mpi.topology().size, false, local.desc);
+  if (!s.is_ok()) return fail(s);
+  const int me = rt.mpi.topology().rank;
+  const bool listed = std::find(r.peers, r.peers + r.npeers, me) != r.peers + r.npeers;
+  if (r.type == RELAX_REQ_GROUP_AVERAGE && !listed) {
+    return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "group average '" + local.desc.name + "': rank " +
+                                                              std::to_string(me) + " is not a member of its group"));
+  }
+  if (r.type == RELAX_REQ_NEIGHBOR_AVERAGE && listed) {
+    return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "neighbour average '" + local.desc.name +
+                                                              "': a rank is not its own neighbour (use self_weight)"));
+  }
+  local.input = r.input;
+  local.output = r.output;
+  local.done = done;
+  local.user = user;
+  direct.peers.assign(r.peers, r.peers + r.npeers);
+  direct.weights.assign(r.weights, r.weights + r.npeers);
+  direct.self_weight = r.self_weight;
+  direct.consensus_step = r.consensus_step;
+  direct.codec = r.codec;
+  direct.estimate_self = static_cast<float*>(r.aux0);
+  direct.estimate_peers = static_cast<float*>(r.aux1);
+  local.handle = rt.handles.create();
+  const relax_handle_t handle = local.handle;
+  s = rt.lane->submit(std::move(direct));
+  if (!s.is_ok()) {
+    rt.handles.release(handle);
+    return fail(s);
+  }
+  *out = handle;
+  return RELAX_OK;
+}
+
 // Validates and submits `count` requests as one unit; writes their handles. Returns a status.
 int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,
             void* const* users, relax_handle_t* handles_out) {
@@ -112,6 +175,12 @@ int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc
   Engine* engine = current_engine();
   if (!engine) return not_initialized();
   if (count <= 0 || !requests) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "empty request group"));
+  for (int32_t i = 0; i < count; ++i) {
+    if (is_direct(requests[i].type) && count > 1) {
+      return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "neighbour and group averages cannot be grouped"));
+    }
+  }
+  if (is_direct(requests[0].type)) return enqueue_direct(rt, requests[0], done, users ? users[0] : nullptr, handles_out);
   const int32_t process_set = requests[0].process_set;
   ProcessSetInfo info;
   if (!engine->process_set_info(process_set, info)) {
@@ -318,6 +387,75 @@ int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) 
   if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
   c->decode(in, n, out);
   return RELAX_OK;
+}
+
+int relax_direct_pending(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return -relax::not_initialized();
+  if (!runtime().lane) return -relax::fail(relax::no_lane());
+  return runtime().lane->header_pending() ? 1 : 0;
+}
+
+int relax_direct_join_start(int64_t last_step) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return relax::not_initialized();
+  if (!runtime().lane) return relax::fail(relax::no_lane());
+  relax::Status s = runtime().lane->start_join(last_step);
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_direct_join_test(int64_t* max_step) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return -relax::not_initialized();
+  if (!runtime().lane) return -relax::fail(relax::no_lane());
+  bool done = false;
+  int64_t max = 0;
+  relax::Status s = runtime().lane->test_join(done, max);
+  if (!s.is_ok()) return -relax::fail(s);
+  if (done && max_step) *max_step = max;
+  return done ? 1 : 0;
+}
+
+int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms) {
+  relax::Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  if (!relax::current_engine()) return relax::not_initialized();
+  if (rt.mpi.thread_level() < MPI_THREAD_MULTIPLE) return relax::fail(relax::no_lane());
+  relax::Status s = rt.groups.start(rt.mpi.data(), group_size, max_lag, grace_ms);
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_group_retire(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return relax::not_initialized();
+  relax::Status s = runtime().groups.retire();
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_group_request(int64_t step, int32_t* members, double* weights, int32_t capacity, int64_t* new_step,
+                        int64_t* group_id) {
+  relax::GroupService* service = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(runtime().mutex);
+    if (!relax::current_engine()) return -relax::not_initialized();
+    service = &runtime().groups;
+  }
+  relax::GroupAssignment assignment;
+  relax::Status s = service->request(step, assignment);  // blocks: not under the runtime lock
+  if (!s.is_ok()) return -relax::fail(s);
+  const int32_t n = static_cast<int32_t>(assignment.members.size());
+  if (n > capacity) {
+    return -relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_group_request: capacity " +
+                                                                            std::to_string(capacity) + " < group size " +
+                                                                            std::to_string(n)));
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    members[i] = assignment.members[static_cast<size_t>(i)];
+    weights[i] = assignment.weights[static_cast<size_t>(i)];
+  }
+  if (new_step) *new_step = assignment.new_step;
+  if (group_id) *group_id = assignment.group_id;
+  return n;
 }
 
 int relax_start_timeline(const char* path, int mark_cycles) {

@@ -71,6 +71,8 @@ std::string request_type_name(int32_t type) {
     case RELAX_REQ_ADD_PROCESS_SET: return "add_process_set";
     case RELAX_REQ_REMOVE_PROCESS_SET: return "remove_process_set";
     case RELAX_REQ_COMPRESSED_ALLREDUCE: return "compressed_allreduce";
+    case RELAX_REQ_NEIGHBOR_AVERAGE: return "neighbor_average";
+    case RELAX_REQ_GROUP_AVERAGE: return "group_average";
     default: return "request(" + std::to_string(type) + ")";
   }
 }

@@ -13,7 +13,7 @@ Status invalid(const std::string& message) { return Status::error(RELAX_ERR_INVA
 }  // namespace
 
 Status make_descriptor(const relax_request_t& r, int world_size, bool has_alloc, Descriptor& d) {
-  if (r.type < RELAX_REQ_ALLREDUCE || r.type > RELAX_REQ_COMPRESSED_ALLREDUCE) {
+  if (r.type < RELAX_REQ_ALLREDUCE || r.type > RELAX_REQ_GROUP_AVERAGE) {
     return invalid("unknown request type " + std::to_string(r.type));
   }
   d = Descriptor{};
@@ -60,6 +60,40 @@ Status make_descriptor(const relax_request_t& r, int world_size, bool has_alloc,
   const int64_t numel = d.num_elements();
   if (numel > 0 && !r.input) return invalid(what + ": input buffer is NULL");
 
+  if (r.type == RELAX_REQ_NEIGHBOR_AVERAGE || r.type == RELAX_REQ_GROUP_AVERAGE) {
+    const bool floating = r.dtype == RELAX_FLOAT32 || r.dtype == RELAX_FLOAT64;
+    if (!floating || (r.codec && r.dtype != RELAX_FLOAT32)) {
+      return invalid(what + ": supports float32" + std::string(r.codec ? "" : " and float64") + " tensors");
+    }
+    if (numel > 0 && !r.output) return invalid(what + ": output buffer is NULL");
+    if (r.npeers < 0 || (r.npeers > 0 && (!r.peers || !r.weights))) return invalid(what + ": peers and weights needed");
+    std::vector<int64_t> peers(r.peers, r.peers + r.npeers);
+    std::vector<int64_t> sorted = peers;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      if (sorted[i] < 0 || sorted[i] >= world_size) {
+        return invalid(what + ": rank " + std::to_string(sorted[i]) + " is out of range [0, " +
+                       std::to_string(world_size) + ")");
+      }
+      if (i > 0 && sorted[i] == sorted[i - 1]) return invalid(what + ": ranks " + shape_string(peers) + " repeat");
+    }
+    for (int32_t k = 0; k < r.npeers; ++k) {
+      if (!std::isfinite(r.weights[k])) return invalid(what + ": weights must be finite");
+    }
+    if (r.type == RELAX_REQ_GROUP_AVERAGE && (r.npeers == 0 || sorted != peers)) {
+      return invalid(what + ": group members must be given in ascending order");
+    }
+    if (r.codec) {
+      if (!make_codec(r.codec)) return invalid(what + ": unknown codec " + std::to_string(r.codec));
+      if (r.type != RELAX_REQ_NEIGHBOR_AVERAGE) return invalid(what + ": a codec applies to neighbour averages");
+      if (numel > 0 && (!r.aux0 || (r.npeers > 0 && !r.aux1))) {
+        return invalid(what + ": a compressed neighbour average needs the estimate buffers");
+      }
+    }
+    d.splits = peers;
+    d.codec = r.codec;
+    return Status::ok();
+  }
   if (r.type == RELAX_REQ_COMPRESSED_ALLREDUCE) {
     if (r.dtype != RELAX_FLOAT32) return invalid(what + ": compressed all-reduce supports float32 tensors only");
     if (!make_codec(r.codec)) return invalid(what + ": unknown codec " + std::to_string(r.codec));

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 2
+#define RELAX_ABI_VERSION 3
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -77,7 +77,11 @@ typedef enum {
   RELAX_REQ_JOIN = 6,
   RELAX_REQ_ADD_PROCESS_SET = 7,    /* collective over all ranks: `splits` holds the member ranks */
   RELAX_REQ_REMOVE_PROCESS_SET = 8, /* collective over all ranks: `root_rank` holds the set id */
-  RELAX_REQ_COMPRESSED_ALLREDUCE = 9 /* float32; `codec`; error-feedback buffers in aux0/aux1 */
+  RELAX_REQ_COMPRESSED_ALLREDUCE = 9, /* float32; `codec`; error-feedback buffers in aux0/aux1 */
+  /* Direct requests: not negotiated. Every participant must submit them in the same order (the
+   * algorithm's schedule guarantees it); they run on their own thread and communicator. */
+  RELAX_REQ_NEIGHBOR_AVERAGE = 10, /* x' = self_weight x + sum_k weights[k] x_{peers[k]}; with a codec: CHOCO */
+  RELAX_REQ_GROUP_AVERAGE = 11     /* over world ranks `peers` (sorted, incl. this rank): x' = sum_k weights[k] x_k */
 } relax_request_type_t;
 
 /* Codecs of compressed collectives. */
@@ -118,9 +122,14 @@ typedef struct {
   int32_t ncounts;    /* reducescatter: number of entries in `recv_counts` (0: default) */
   const int64_t* recv_counts;
   int32_t process_set; /* 0 = all ranks; roots, splits and counts are relative to the set */
-  int32_t codec;       /* compressed all-reduce: relax_codec_t */
-  void* aux0;          /* compressed all-reduce: worker error (count floats) or NULL */
-  void* aux1;          /* compressed all-reduce: owner error (this rank's chunk) or NULL */
+  int32_t codec;       /* compressed all-reduce / neighbour average: relax_codec_t (0: none) */
+  void* aux0;          /* compressed: worker error; neighbour average with codec: own estimate x^ */
+  void* aux1;          /* compressed: owner error; neighbour average with codec: peers' estimates */
+  int32_t npeers;      /* direct requests: world ranks of the neighbours / group members */
+  const int32_t* peers;
+  const double* weights; /* one per peer */
+  double self_weight;    /* neighbour average */
+  double consensus_step; /* neighbour average with codec: CHOCO's gamma */
 } relax_request_t;
 
 typedef int64_t relax_handle_t;
@@ -186,6 +195,27 @@ RELAX_API int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t
 RELAX_API int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n);
 RELAX_API int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out);
 RELAX_API int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out);
+
+/* ---- termination of relaxed schedules (ranks stopping at different steps) ---- */
+/* With no neighbour/group average of this rank in flight: 1 if a peer's header for a step this
+ * rank has not run yet is waiting (some rank still runs that step), 0 if not, < 0 on error. */
+RELAX_API int relax_direct_pending(void);
+/* Starts a non-blocking maximum of every rank's last step (collective over all ranks). */
+RELAX_API int relax_direct_join_start(int64_t last_step);
+/* 1 once every rank joined (then *max_step holds the maximum), 0 before, < 0 on error. */
+RELAX_API int relax_direct_join_test(int64_t* max_step);
+
+/* ---- group generator service (heterogeneity-aware partial all-reduce) ---- */
+/* Collective over all ranks: starts the group generator on rank 0 (idempotent). */
+RELAX_API int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms);
+/* Blocks until the generator assigns this rank (at logical `step`) a group: writes the member
+ * world ranks (sorted) and their weights in the group average, returns the member count; a rank
+ * more than max_lag steps behind joins with weight 0 and adopts the average: *new_step is then
+ * the step of the most advanced member (else `step`). */
+/* This rank stopped training: the generator stops counting on it (until it requests again). */
+RELAX_API int relax_group_retire(void);
+RELAX_API int relax_group_request(int64_t step, int32_t* members, double* weights, int32_t capacity,
+                                  int64_t* new_step, int64_t* group_id);
 
 /* ---- timeline ---- */
 /* Starts (on rank 0; a no-op elsewhere) a Chrome-trace JSON timeline at `path`, replacing an

@@ -1,0 +1,164 @@
+// The smart group generator's policy, simulated over thousands of steps with stragglers:
+// groups never overlap, weights are a proper average, lagging ranks only adopt, nobody waits
+// longer than the grace time, and fast ranks are not held back by a slow one.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "check.h"
+#include "group_service.h"
+
+using relax::GroupAssignment;
+using relax::GroupPolicy;
+
+namespace {
+
+struct Outcome {
+  std::vector<int64_t> own_steps;  // steps each rank computed itself
+  std::vector<int64_t> adoptions;  // times a rank adopted a group's model
+  int64_t groups = 0;
+  double longest_wait = 0;           // of a contributing rank
+  double longest_adopter_wait = 0;   // of a lagging rank waiting for a group to adopt from
+};
+
+// Event-driven simulation: rank r computes a step in step_time[r] (jittered by +-20%), then
+// waits for the policy to place it in a group; averaging takes no time.
+Outcome simulate(int size, int group_size, int max_lag, double grace, const std::vector<double>& step_time,
+                 int64_t fast_steps) {
+  GroupPolicy policy(size, group_size, max_lag, grace);
+  Outcome out;
+  out.own_steps.assign(static_cast<size_t>(size), 0);
+  out.adoptions.assign(static_cast<size_t>(size), 0);
+  std::vector<int64_t> step(static_cast<size_t>(size), 0);
+  std::vector<double> ready_at(static_cast<size_t>(size)), waiting_since(static_cast<size_t>(size), -1);
+  uint64_t lcg = 12345;
+  auto jitter = [&] {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return 0.8 + 0.4 * static_cast<double>(lcg >> 11) / static_cast<double>(1ull << 53);
+  };
+  for (int r = 0; r < size; ++r) ready_at[static_cast<size_t>(r)] = step_time[static_cast<size_t>(r)] * jitter();
+  double now = 0;
+  while (*std::min_element(out.own_steps.begin() + 1, out.own_steps.end()) < fast_steps) {
+    // next event: a rank finishes computing, or a waiting rank's grace time expires (after the
+    // last policy call, which formed every group it could at `now`)
+    double next = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < size; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      const double event = waiting_since[i] < 0 ? ready_at[i] : waiting_since[i] + grace;
+      if (event > now) next = std::min(next, event);
+    }
+    CHECK(next < std::numeric_limits<double>::infinity());
+    if (!(next < std::numeric_limits<double>::infinity())) break;
+    now = next;
+    for (int r = 0; r < size; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      if (waiting_since[i] < 0 && ready_at[i] <= now) {
+        ++out.own_steps[i];
+        policy.arrive(r, step[i], now);
+        waiting_since[i] = now;
+      }
+    }
+    const int64_t leader = *std::max_element(step.begin(), step.end());
+    std::vector<bool> placed(static_cast<size_t>(size), false);
+    for (const GroupAssignment& g : policy.form(now)) {
+      ++out.groups;
+      CHECK(!g.members.empty());
+      CHECK(std::is_sorted(g.members.begin(), g.members.end()));
+      CHECK(static_cast<int>(g.members.size()) <= group_size + 1);  // contributors + at most one adopter
+      CHECK(g.members.size() == g.weights.size());
+      const double total = std::accumulate(g.weights.begin(), g.weights.end(), 0.0);
+      CHECK(total > 1 - 1e-12 && total < 1 + 1e-12);
+      int contributors = 0;
+      for (size_t k = 0; k < g.members.size(); ++k) {
+        const size_t m = static_cast<size_t>(g.members[k]);
+        CHECK(waiting_since[m] >= 0);  // only ranks that are ready are grouped
+        CHECK(!placed[m]);             // in one group at a time
+        placed[m] = true;
+        if (g.weights[k] > 0) {
+          out.longest_wait = std::max(out.longest_wait, now - waiting_since[m]);
+          ++contributors;
+        } else {
+          CHECK(step[m] + max_lag < leader);  // only a lagging rank adopts
+          ++out.adoptions[m];
+          out.longest_adopter_wait = std::max(out.longest_adopter_wait, now - waiting_since[m]);
+          step[m] = std::max(step[m], g.new_step);
+        }
+      }
+      CHECK(contributors >= 1 && contributors <= group_size);
+      for (int member : g.members) {
+        const size_t m = static_cast<size_t>(member);
+        waiting_since[m] = -1;
+        ++step[m];
+        ready_at[m] = now + step_time[m] * jitter();
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(group_policy_straggler_5x_never_holds_back_fast_ranks) {
+  for (int size : {4, 5, 8}) {
+    for (int group_size : {2, 3}) {
+      std::vector<double> times(static_cast<size_t>(size), 1.0);
+      times[0] = 5.0;  // rank 0 is five times slower
+      const Outcome o = simulate(size, group_size, 2, 0.05, times, 3000);
+      // no deadlock: a ready rank contributes within the grace time, and a lagging one adopts
+      // within about one fast step (the next group that forms)
+      CHECK(o.longest_wait <= 0.05 + 1e-9);
+      CHECK(o.longest_adopter_wait <= 1.2 + 0.05 + 1e-9);
+      // fast ranks ran at full speed: the slow rank computed about a fifth as many steps ...
+      CHECK(o.own_steps[0] * 4 < o.own_steps[1]);
+      // ... and catches up by adopting, nearly every time it averages; fast ranks rarely adopt
+      // (only when jitter let one drift more than max_lag behind)
+      CHECK(o.adoptions[0] * 10 > o.own_steps[0] * 9);
+      for (int r = 1; r < size; ++r) CHECK(o.adoptions[static_cast<size_t>(r)] * 20 < o.own_steps[static_cast<size_t>(r)]);
+    }
+  }
+}
+
+TEST(group_policy_equal_speeds_form_full_groups) {
+  const Outcome o = simulate(4, 2, 2, 0.5, std::vector<double>(4, 1.0), 2000);
+  CHECK(o.longest_wait <= 0.5 + 1e-9);
+  // with equal speeds and a generous grace nearly every group is full: about size/group_size
+  // groups per step (a few singletons where jitter separated arrivals by more than the grace)
+  CHECK(o.groups < 2000 * 2 * 11 / 10);
+  for (int r = 0; r < 4; ++r) CHECK(o.adoptions[static_cast<size_t>(r)] * 100 < o.own_steps[static_cast<size_t>(r)]);
+}
+
+TEST(group_policy_lagging_ranks_go_on_when_the_leader_retired) {
+  GroupPolicy policy(3, 2, 1, 0.0);
+  policy.arrive(0, 10, 0.0);
+  CHECK(policy.form(0.0).size() == 1);  // alone (grace 0)
+  policy.retire(0);
+  policy.arrive(1, 2, 0.1);  // far behind the retired rank, but the leader of those still training
+  const std::vector<GroupAssignment> groups = policy.form(0.1);
+  CHECK(groups.size() == 1 && groups[0].members == std::vector<int>{1} && groups[0].weights[0] == 1.0);
+}
+
+TEST(group_policy_lone_rank_goes_alone_after_grace) {
+  GroupPolicy policy(3, 2, 2, 1.0);
+  policy.arrive(1, 0, 0.0);
+  CHECK(policy.form(0.5).empty());  // still within its grace time
+  const std::vector<GroupAssignment> groups = policy.form(1.0);
+  CHECK(groups.size() == 1 && groups[0].members == std::vector<int>{1});
+  CHECK(policy.waiting() == 0);
+}
+
+TEST(group_policy_lagging_rank_adopts_newest_step) {
+  GroupPolicy policy(3, 2, 1, 0.0);
+  policy.arrive(0, 10, 0.0);
+  policy.arrive(1, 10, 0.0);
+  CHECK(policy.form(0.0).size() == 1);
+  policy.arrive(2, 3, 0.1);   // seven steps behind
+  policy.arrive(0, 11, 0.2);
+  policy.arrive(1, 11, 0.2);
+  const std::vector<GroupAssignment> groups = policy.form(0.2);
+  CHECK(groups.size() == 1);
+  CHECK(groups[0].members == (std::vector<int>{0, 1, 2}));
+  CHECK(groups[0].weights[2] == 0.0 && groups[0].weights[0] == 0.5);
+  CHECK(groups[0].new_step == 11);
+}
