@@ -8,13 +8,14 @@ from pathlib import Path
 
 from relaxlib.errors import error_for
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 # relax_dtype_t / relax_reduce_op_t / relax_request_type_t values
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8, BOOL = range(9)
 (REQ_ALLREDUCE, REQ_ALLGATHER, REQ_BROADCAST, REQ_REDUCESCATTER, REQ_ALLTOALL, REQ_BARRIER, REQ_JOIN,
- REQ_ADD_PROCESS_SET, REQ_REMOVE_PROCESS_SET, REQ_COMPRESSED_ALLREDUCE) = range(10)
+ REQ_ADD_PROCESS_SET, REQ_REMOVE_PROCESS_SET, REQ_COMPRESSED_ALLREDUCE, REQ_NEIGHBOR_AVERAGE,
+ REQ_GROUP_AVERAGE) = range(12)
 
 
 class Request(ctypes.Structure):
@@ -40,6 +41,11 @@ class Request(ctypes.Structure):
         ("codec", ctypes.c_int32),
         ("aux0", ctypes.c_void_p),
         ("aux1", ctypes.c_void_p),
+        ("npeers", ctypes.c_int32),
+        ("peers", ctypes.POINTER(ctypes.c_int32)),
+        ("weights", ctypes.POINTER(ctypes.c_double)),
+        ("self_weight", ctypes.c_double),
+        ("consensus_step", ctypes.c_double),
     ]
 
 
@@ -88,6 +94,14 @@ _SIGNATURES = {
     "relax_codec_encode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
     "relax_codec_decode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
     "relax_stop_timeline": ([], ctypes.c_int),
+    "relax_direct_pending": ([], ctypes.c_int),
+    "relax_direct_join_start": ([ctypes.c_int64], ctypes.c_int),
+    "relax_direct_join_test": ([ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
+    "relax_group_service_start": ([ctypes.c_int32, ctypes.c_int32, ctypes.c_double], ctypes.c_int),
+    "relax_group_retire": ([], ctypes.c_int),
+    "relax_group_request": ([ctypes.c_int64, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double),
+                             ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)],
+                            ctypes.c_int),
 }
 
 _lib: ctypes.CDLL | None = None

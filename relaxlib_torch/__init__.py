@@ -78,6 +78,12 @@ from relaxlib_torch.mpi_ops import (
     synchronize,
 )
 from relaxlib_torch.optimizer import DistributedOptimizer
+from relaxlib_torch.relaxed import (
+    neighbor_average,
+    neighbor_average_async,
+    partial_allreduce,
+    partial_allreduce_async,
+)
 from relaxlib_torch.sync_batch_norm import SyncBatchNorm
 
 HorovodInternalError = RelaxError
@@ -94,6 +100,7 @@ __all__ = [
     "cross_rank", "cross_size", "cuda_built", "ddl_built", "engine_stats", "global_process_set", "gloo_built",
     "gloo_enabled", "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
     "grouped_allreduce_async_", "init", "is_initialized", "join", "local_rank", "local_size", "mpi_built",
-    "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank", "reducescatter", "reducescatter_async",
+    "mpi_enabled", "mpi_threads_supported", "nccl_built", "neighbor_average", "neighbor_average_async",
+    "partial_allreduce", "partial_allreduce_async", "poll", "rank", "reducescatter", "reducescatter_async",
     "rocm_built", "set_cycle_time", "set_fusion_threshold", "shutdown", "size", "synchronize",
 ]

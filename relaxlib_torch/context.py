@@ -7,9 +7,9 @@ import copy
 
 import torch
 
-from relaxlib import basics, process_sets
+from relaxlib import basics, direct, process_sets
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext
-from relaxlib_torch import compressed, functions, mpi_ops
+from relaxlib_torch import compressed, functions, mpi_ops, relaxed
 
 
 class TorchContext(TrainingContext):
@@ -115,6 +115,22 @@ class TorchContext(TrainingContext):
     def scale_(self, tensor: torch.Tensor, factor: float) -> None:
         tensor.mul_(factor)
 
+    def add_(self, tensor: torch.Tensor, other: torch.Tensor, alpha: float = 1.0) -> None:
+        tensor.add_(other, alpha=alpha)
+
+    def zeros(self, numel: int) -> torch.Tensor:
+        return torch.zeros(numel, dtype=torch.float32)
+
+    def neighbor_average_async(self, flat: torch.Tensor, name: str, peers: list[int], weights: list[float],
+                               self_weight: float, codec: str | None = None, estimates=None,
+                               consensus_step: float = 1.0) -> direct.DirectHandle:
+        return relaxed.neighbor_average_async(flat, peers, weights, self_weight, name, codec=codec,
+                                              estimates=estimates, consensus_step=consensus_step)
+
+    def group_average_async(self, flat: torch.Tensor, name: str, members: list[int],
+                            weights: list[float]) -> direct.DirectHandle:
+        return relaxed.partial_allreduce_async(flat, members, name, weights)
+
     def reduce_scatter_async(self, flat: torch.Tensor, name: str):
         return mpi_ops.reducescatter_async(flat, name=name, op=mpi_ops.Average, process_set=self._process_set)
 
@@ -147,6 +163,8 @@ class TorchContext(TrainingContext):
         return mpi_ops.allgather_async(shard, name=name, process_set=self._process_set)
 
     def wait(self, handle):
+        if isinstance(handle, direct.DirectHandle):
+            return handle.wait()
         return mpi_ops.synchronize(handle)
 
     def allreduce_scalar(self, value: float, name: str) -> float:

@@ -300,6 +300,11 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
         """For relaxed algorithms: the same as flush()."""
         self.flush()
 
+    def join(self) -> int:
+        """This rank ran out of data: with a model-averaging algorithm, keeps serving the peers
+        that still train until every rank joined. Returns the last step of any rank."""
+        return self.algorithm.join(self._ctx)
+
     @contextmanager
     def skip_synchronize(self):
         """Accepted for Horovod compatibility; relaxed algorithms always communicate in step()."""

@@ -4,8 +4,13 @@ Pass one as ``algorithm=`` to ``relaxlib_torch.DistributedOptimizer``. ``None`` 
 :class:`AllReduce`) is the Horovod/DDP baseline: gradients averaged by all-reduce each step.
 """
 
+from relaxlib.algorithms.async_average import AsyncModelAverage
+from relaxlib.algorithms.averaging import ModelAveraging
 from relaxlib.algorithms.base import Algorithm, AllReduce, ParamRef, TrainingContext
 from relaxlib.algorithms.compressed import CompressedScatterReduce, OneBitAdam
 from relaxlib.algorithms.dear import DeAR
+from relaxlib.algorithms.decentralized import Decentralized
+from relaxlib.algorithms.partial import PartialAllReduce
 
-__all__ = ["Algorithm", "AllReduce", "CompressedScatterReduce", "DeAR", "OneBitAdam", "ParamRef", "TrainingContext"]
+__all__ = ["Algorithm", "AllReduce", "AsyncModelAverage", "CompressedScatterReduce", "DeAR", "Decentralized",
+           "ModelAveraging", "OneBitAdam", "ParamRef", "PartialAllReduce", "TrainingContext"]

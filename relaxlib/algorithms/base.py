@@ -77,6 +77,14 @@ class TrainingContext(ABC):
     def scale_(self, tensor: Any, factor: float) -> None:
         """Multiplies ``tensor`` in place."""
 
+    @abstractmethod
+    def add_(self, tensor: Any, other: Any, alpha: float = 1.0) -> None:
+        """``tensor += alpha * other`` in place."""
+
+    @abstractmethod
+    def zeros(self, numel: int) -> Any:
+        """A new flat float32 tensor of zeros."""
+
     # -- communication --
     @abstractmethod
     def reduce_scatter_async(self, flat: Any, name: str) -> Any:
@@ -108,6 +116,19 @@ class TrainingContext(ABC):
     def error_feedback(self, numel: int, group: Any = None) -> Any:
         """A new, zeroed error-feedback memory for a flat tensor of ``numel`` elements; it has
         ``state_dict()``, ``load_state_dict(state)`` and ``reset()``."""
+
+    @abstractmethod
+    def neighbor_average_async(self, flat: Any, name: str, peers: list[int], weights: list[float], self_weight: float,
+                               codec: str | None = None, estimates: tuple[Any, Any] | None = None,
+                               consensus_step: float = 1.0) -> Any:
+        """``self_weight * flat + sum_k weights[k] * flat@peers[k]`` (world ranks) into a new tensor,
+        not negotiated (see relaxlib.direct); with ``codec``, CHOCO against ``estimates`` =
+        (own estimate, peers' estimates), flat float32 tensors updated in place."""
+
+    @abstractmethod
+    def group_average_async(self, flat: Any, name: str, members: list[int], weights: list[float]) -> Any:
+        """``sum_k weights[k] * flat@members[k]`` over the ascending world ranks ``members``
+        (including this rank) into a new tensor, not negotiated (see relaxlib.direct)."""
 
     @abstractmethod
     def node_groups(self) -> tuple[Any, Any, int]:
@@ -165,6 +186,12 @@ class Algorithm:
 
     def flush(self, ctx: TrainingContext) -> None:
         """Applies every deferred update so the parameters are current."""
+
+    def join(self, ctx: TrainingContext) -> int:
+        """This rank ran out of data while others may go on (``optimizer.join()``); returns once
+        every rank joined. Algorithms whose peers wait for this rank must serve them meanwhile."""
+        raise NotImplementedError(f"{self.name} does not support join(); use relaxlib_torch.join() with the "
+                                  "all-reduce baseline, or a model-averaging algorithm")
 
     def state_dict(self) -> dict:
         """Checkpointable state of the algorithm (e.g. error-feedback memories)."""

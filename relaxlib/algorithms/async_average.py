@@ -1,0 +1,119 @@
+"""Asynchronous model averaging (BAGUA's Async): a communication thread keeps averaging the
+model copies while the training loop only ever applies local updates, never waiting for peers."""
+
+from __future__ import annotations
+
+import threading
+
+from relaxlib import direct
+from relaxlib.algorithms.averaging import ModelAveraging
+from relaxlib.algorithms.base import TrainingContext
+
+
+class AsyncModelAverage(ModelAveraging):
+    """Every ``sync_interval_ms`` a background thread all-reduces a snapshot of the weights; the
+    change ``mean - snapshot`` is added at the next ``optimizer.step()``, which otherwise applies
+    this rank's own update only (keeping the local progress made meanwhile): a slow rank slows
+    nobody's steps.
+
+    ``pause()`` / ``resume()`` stop and restart the thread (collective: every rank calls them; the
+    thread of each rank runs until all ranks paused, so the number of averaging rounds agrees);
+    ``average_now()`` pauses and makes every model exactly the mean; ``optimizer.join()`` lets a
+    rank that ran out of data stop while the others go on."""
+
+    name = "async_model_average"
+    _join_serves = False
+
+    def __init__(self, sync_interval_ms: float = 50.0) -> None:
+        if not sync_interval_ms >= 0:
+            raise ValueError(f"sync_interval_ms must be >= 0, got {sync_interval_ms}")
+        self.sync_interval_ms = sync_interval_ms
+
+    def setup(self, ctx: TrainingContext) -> None:
+        super().setup(ctx)
+        self.rounds = 0
+        self._pending = None  # averaging change not yet added to the weights
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self.resume()
+
+    def _loop(self) -> None:
+        ctx = self._ctx
+        try:
+            while True:
+                if self._active:
+                    self._wake.wait(self.sync_interval_ms / 1000.0)
+                with self._params_lock:  # the model as it will be once the pending change lands
+                    snapshot = self._effective_params(ctx)
+                handle = ctx.allreduce_async(snapshot, f"{self.name}.model", average=True)
+                still_active = ctx.allreduce_scalar(1.0 if self._active else 0.0, f"{self.name}.active")
+                mean = ctx.wait(handle)
+                ctx.add_(mean, snapshot, -1.0)  # this round's change
+                with self._params_lock:
+                    if self._pending is None:
+                        self._pending = mean
+                    else:
+                        ctx.add_(self._pending, mean)
+                self.rounds += 1
+                if still_active == 0:  # every rank paused: all leave after the same round
+                    return
+        except BaseException as error:  # reported to the training loop by step()/pause()
+            self._error = error
+
+    def _effective_params(self, ctx: TrainingContext):
+        flat = ctx.flatten_params(self._indices)
+        if self._pending is not None:
+            ctx.add_(flat, self._pending)
+        return flat
+
+    def _apply_pending(self, ctx: TrainingContext) -> None:
+        """Adds the averaging rounds' change to the weights (in the training thread: never in the
+        middle of a forward/backward pass, whose autograd graph holds the weights)."""
+        with self._params_lock:
+            if self._pending is not None:
+                current = ctx.flatten_params(self._indices)
+                ctx.add_(current, self._pending)
+                ctx.set_params_from_flat(self._indices, current)
+                self._pending = None
+
+    def _raise_thread_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"{self.name}: the averaging thread failed: {error}") from error
+
+    def step(self, ctx: TrainingContext) -> None:
+        self._raise_thread_error()
+        with self._params_lock:
+            self._local_update(ctx)
+        self._apply_pending(ctx)
+        self._last_step += 1
+
+    def pause(self) -> None:
+        """Collective: stops averaging once every rank paused (blocks until then)."""
+        if self._thread is not None:
+            self._active = False
+            self._wake.set()
+            self._thread.join()
+            self._thread = None
+        self._apply_pending(self._ctx)
+        self._raise_thread_error()
+
+    def resume(self) -> None:
+        """Collective: (re)starts the averaging thread."""
+        if self._thread is None:
+            self._active = True
+            self._wake.clear()
+            self._thread = threading.Thread(target=self._loop, name="relaxlib-async-average", daemon=True)
+            self._thread.start()
+
+    def average_now(self) -> None:
+        """Collective: pauses averaging and makes every model exactly the mean (``resume()`` to go on)."""
+        self.pause()
+        super().average_now()
+
+    def join(self, ctx: TrainingContext) -> int:
+        """This rank ran out of data: its model keeps being averaged until every rank joined.
+        Returns the last step of any rank."""
+        self.pause()
+        return direct.serve_until_all_joined(self._last_step, lambda step: None)

@@ -1,0 +1,131 @@
+"""The shared machinery of model-averaging algorithms (decentralized, partial all-reduce, async).
+
+They communicate weights, not gradients: every rank applies its own gradients locally, and an
+averaging step pulls the models together. One step is::
+
+    before = x_t                 # flat copy of this rank's weights
+    start averaging `before`     # neighbours / group / nothing this step
+    x_t' = optimizer(x_t, g_t)   # local update, overlapping the averaging
+    x_{t+1} = x_t' + (avg - before)
+
+so with any optimizer the result is ``W x_t - lr * update``: the mixing of D-PSGD, with the local
+update computed while the network works.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+from relaxlib import basics, direct
+from relaxlib.algorithms.base import Algorithm, TrainingContext
+
+FLOAT_DTYPES = ("float32", "float64")
+
+
+def dtype_name(dtype: str) -> str:
+    """'torch.float32' / 'float32' -> 'float32'."""
+    return dtype.rsplit(".", 1)[-1]
+
+
+class ModelAveraging(Algorithm):
+    """Base of algorithms that average weights. Subclasses implement ``_start_average(ctx, flat,
+    step)`` (return a started handle, or None when this rank does not average at ``step``) and may
+    override ``_join_serves`` (False when nobody can wait for a rank that stopped)."""
+
+    _join_serves = True
+
+    def setup(self, ctx: TrainingContext) -> None:
+        params = ctx.parameters()
+        kinds = {dtype_name(p.dtype) for p in params}
+        if len(kinds) != 1 or not kinds <= set(FLOAT_DTYPES):
+            raise ValueError(f"{self.name} averages one flat float32 or float64 model; parameters have dtypes "
+                             f"{sorted(kinds)}")
+        if ctx.size != basics.size():
+            raise ValueError(f"{self.name} runs over all ranks; process sets are not supported")
+        self._ctx = ctx
+        self._indices = [p.index for p in params]
+        self._numel = sum(p.numel for p in params)
+        self._last_step = -1  # the last step this rank ran (its own numbering)
+        self._adopted_step: int | None = None  # set by an average that moves this rank ahead
+        self._params_lock = threading.Lock()  # against a communication thread (async averaging)
+
+    # -- one training step --
+
+    def _local_update(self, ctx: TrainingContext) -> None:
+        """This rank's optimizer update from its own gradients (clipped to max_grad_norm)."""
+        snapshot = ctx.snapshot()
+        if not ctx.max_grad_norm:
+            ctx.apply_update(self._indices, snapshot)
+            return
+        grads = ctx.flatten_grads(self._indices)
+        coefficient = ctx.max_grad_norm / (math.sqrt(ctx.sum_of_squares(grads)) + 1e-6)
+        if coefficient < 1.0:
+            ctx.scale_(grads, coefficient)
+        ctx.apply_update(self._indices, snapshot, flat_grads=grads)
+
+    def _start_average(self, ctx: TrainingContext, flat: Any, step: int) -> Any:
+        raise NotImplementedError
+
+    def _finish_average(self, ctx: TrainingContext, handle: Any, step: int) -> Any:
+        """The averaged model of a started average."""
+        return ctx.wait(handle)
+
+    def _combine(self, ctx: TrainingContext, before: Any, averaged: Any) -> None:
+        """x <- x + (averaged - before): keeps the local update made while averaging."""
+        ctx.add_(averaged, before, -1.0)
+        current = ctx.flatten_params(self._indices)
+        ctx.add_(current, averaged)
+        ctx.set_params_from_flat(self._indices, current)
+
+    def _average_step(self, ctx: TrainingContext, step: int, update: bool) -> None:
+        before = ctx.flatten_params(self._indices)
+        handle = self._start_average(ctx, before, step)
+        if update:
+            self._local_update(ctx)
+        if handle is not None:
+            self._combine(ctx, before, self._finish_average(ctx, handle, step))
+
+    def step(self, ctx: TrainingContext) -> None:
+        step = self._last_step + 1
+        self._average_step(ctx, step, update=True)
+        self._last_step = step if self._adopted_step is None else max(step, self._adopted_step)
+        self._adopted_step = None
+
+    # -- monitoring and the end of training --
+
+    def _effective_params(self, ctx: TrainingContext) -> Any:
+        """A flat copy of the weights including changes not yet applied."""
+        return ctx.flatten_params(self._indices)
+
+    def consensus_distance(self) -> float:
+        """Collective: the mean over ranks of ||x_i - mean_j x_j|| (L2 over all weights)."""
+        ctx = self._ctx
+        self.flush(ctx)
+        with self._params_lock:
+            deviation = self._effective_params(ctx)
+        ctx.add_(deviation, ctx.wait(ctx.allreduce_async(deviation, f"{self.name}.consensus")), -1.0)
+        return ctx.allreduce_scalar(math.sqrt(ctx.sum_of_squares(deviation)), f"{self.name}.distance") / ctx.size
+
+    def average_now(self) -> None:
+        """Collective: replaces every rank's model by the exact mean over all ranks (call it at the
+        end of training, after ``join`` if ranks stopped at different steps)."""
+        ctx = self._ctx
+        self.flush(ctx)
+        mean = ctx.wait(ctx.allreduce_async(ctx.flatten_params(self._indices), f"{self.name}.average_now"))
+        ctx.set_params_from_flat(self._indices, mean)
+
+    def join(self, ctx: TrainingContext) -> int:
+        """This rank ran out of data: keep averaging (without local updates) for as long as peers
+        still run steps that include it, until every rank joined. Returns the last step of any
+        rank. Every rank calls it once its own steps are done."""
+        self.flush(ctx)
+        if not self._join_serves:
+            return direct.serve_until_all_joined(self._last_step, lambda step: None)
+
+        def passive(step: int) -> None:
+            self._average_step(ctx, step, update=False)
+            self._last_step = step
+
+        return direct.serve_until_all_joined(self._last_step, passive)

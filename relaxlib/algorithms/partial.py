@@ -1,0 +1,74 @@
+"""Partial all-reduce (Prague): each step a *group* of ranks averages its weights; the group
+generator decides who, so fast ranks need not wait for slow ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relaxlib import direct, groups
+from relaxlib.algorithms.averaging import ModelAveraging
+from relaxlib.algorithms.base import TrainingContext
+
+
+class PartialAllReduce(ModelAveraging):
+    """Weights averaged within groups of ``group_size`` ranks every ``period`` steps.
+
+    ``generator``: ``"static"`` (a rotating partition computed from the step number: every rank
+    in exactly one group per step), ``"random"`` (a fresh seeded random partition per step) or
+    ``"smart"`` (heterogeneity-aware: groups form from ranks that are ready, in arrival order; a
+    rank more than ``max_lag`` steps behind the most advanced one is left out of others' averages
+    and instead adopts the next group's average and step; a rank that finds no partner within
+    ``grace_ms`` goes on alone). ``static``/``random`` keep all ranks in lock step through the
+    overlapping groups; ``smart`` is the one that lets fast ranks run ahead of a straggler."""
+
+    name = "partial_allreduce"
+
+    def __init__(self, group_size: int = 2, generator: str = "static", max_lag: int = 2, period: int = 1,
+                 seed: int = 0, grace_ms: float = 2.0) -> None:
+        if generator not in groups.GENERATORS:
+            raise ValueError(f"unknown generator {generator!r}; choose one of {groups.GENERATORS}")
+        if not isinstance(group_size, int) or group_size < 2:
+            raise ValueError(f"group_size must be an integer >= 2, got {group_size!r}")
+        if not isinstance(max_lag, int) or max_lag < 0:
+            raise ValueError(f"max_lag must be an integer >= 0, got {max_lag!r}")
+        if not isinstance(period, int) or period < 1:
+            raise ValueError(f"period must be a positive integer, got {period!r}")
+        if grace_ms < 0:
+            raise ValueError(f"grace_ms must be >= 0, got {grace_ms}")
+        self.group_size = group_size
+        self.generator = generator
+        self.max_lag = max_lag
+        self.period = period
+        self.seed = seed
+        self.grace_ms = grace_ms
+
+    def setup(self, ctx: TrainingContext) -> None:
+        super().setup(ctx)
+        self._join_serves = self.generator != "smart"  # smart groups only ever hold waiting ranks
+        self.last_group: list[int] = []
+        if self.generator == "smart":
+            direct.start_group_service(self.group_size, self.max_lag, self.grace_ms)
+
+    def _start_average(self, ctx: TrainingContext, flat: Any, step: int) -> Any:
+        if step % self.period:
+            return None
+        if self.generator == "smart":
+            assignment = direct.request_group(step, ctx.size)
+            if assignment.new_step > step:  # a lagging rank adopts its group's step and skips ahead
+                self._adopted_step = assignment.new_step
+            members, weights, name = assignment.members, assignment.weights, f"{self.name}.g{assignment.group_id}"
+        else:
+            members = groups.group_of(ctx.rank, groups.deterministic_groups(self.generator, step, ctx.size,
+                                                                            self.group_size, self.seed))
+            weights, name = [1.0 / len(members)] * len(members), f"{self.name}.{step}"
+        self.last_group = members
+        if len(members) == 1:
+            return None
+        return ctx.group_average_async(flat, name, members, weights)
+
+    def join(self, ctx: TrainingContext) -> int:
+        """This rank ran out of data. Smart groups only ever hold ranks that asked for one, so
+        nobody waits for this rank; static and random schedules are served until all joined."""
+        if self.generator == "smart":
+            direct.retire_from_groups()
+        return super().join(ctx)

@@ -1,0 +1,214 @@
+"""Direct (not negotiated) averaging primitives of relaxed schedules, framework-neutral.
+
+Neighbour averaging and group averaging bypass the engine's negotiation: decentralized and
+partial all-reduce schedules are deterministic, so every participant submits the same requests in
+the same order, and a negotiation round would bring back the global wait these relaxations exist
+to avoid. They run on the core's direct lane (its own thread and communicator) and operate on
+flat buffers given as (address, element count, dtype); the framework bindings wrap them.
+
+Semantics (DESIGN.md): neighbour average ``x' = self_weight * x + sum_k weights[k] * x_{peers[k]}``;
+with a codec the CHOCO-gossip variant ``x' = x + gamma (sum_k w_k xh_k + w_self xh_self - xh_self)``
+against replicated estimates ``xh``; group average ``x' = sum_k weights[k] * x_{members[k]}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relaxlib import _core
+from relaxlib.compression import codec_id
+from relaxlib.errors import error_for
+
+DTYPES = {"float32": _core.FLOAT32, "float64": _core.FLOAT64}
+
+
+@dataclass
+class Buffer:
+    """A flat, contiguous buffer: address, element count and dtype name (float32 or float64)."""
+
+    address: int
+    count: int
+    dtype: str = "float32"
+
+
+class DirectHandle:
+    """A started neighbour or group average; ``wait()`` blocks until it finished (raising the
+    error every participant sees if it failed). Keeps its buffers' owners alive until then."""
+
+    def __init__(self, handle: int, name: str, keepalive: tuple[Any, ...], result: Any = None) -> None:
+        self._handle = handle
+        self.name = name
+        self._keepalive = keepalive
+        self.result = result
+
+    def wait(self) -> Any:
+        """Blocks until done; returns ``result`` (what the binding attached, e.g. the output)."""
+        if self._handle:
+            core = _core.lib()
+            status = core.relax_wait(self._handle)
+            try:
+                if status != 0:
+                    raise error_for(status, core.relax_handle_message(self._handle).decode(errors="replace"))
+            finally:
+                core.relax_release(self._handle)
+                self._handle = 0
+                self._keepalive = ()
+        return self.result
+
+    def done(self) -> bool:
+        """Whether the average finished (successfully or not)."""
+        return not self._handle or _core.lib().relax_poll(self._handle) != 0
+
+
+def _request(kind: int, src: Buffer, dst: Buffer, name: str, peers: Sequence[int],
+             weights: Sequence[float]) -> tuple[_core.Request, tuple[Any, ...]]:
+    if src.count != dst.count or src.dtype != dst.dtype:
+        raise ValueError(f"{name}: input and output buffers differ ({src.count} {src.dtype} vs "
+                         f"{dst.count} {dst.dtype})")
+    if src.dtype not in DTYPES:
+        raise ValueError(f"{name}: dtype {src.dtype} is not supported; use one of {sorted(DTYPES)}")
+    if len(peers) != len(weights):
+        raise ValueError(f"{name}: {len(peers)} ranks but {len(weights)} weights")
+    shape = (ctypes.c_int64 * 1)(src.count)
+    peer_array = (ctypes.c_int32 * max(1, len(peers)))(*peers)
+    weight_array = (ctypes.c_double * max(1, len(weights)))(*weights)
+    encoded = name.encode()
+    request = _core.Request()
+    request.type = kind
+    request.name = encoded
+    request.dtype = DTYPES[src.dtype]
+    request.ndim = 1
+    request.shape = shape
+    request.input = src.address
+    request.output = dst.address
+    request.prescale = request.postscale = 1.0
+    request.npeers = len(peers)
+    request.peers = peer_array
+    request.weights = weight_array
+    request.consensus_step = 1.0
+    return request, (shape, peer_array, weight_array, encoded)
+
+
+def _submit(request: _core.Request, name: str, keepalive: tuple[Any, ...], result: Any) -> DirectHandle:
+    handle = _core.lib().relax_enqueue(ctypes.byref(request), _core.ALLOC_FN(), _core.DONE_FN(), None)
+    if handle == 0:
+        _core.raise_last_error()
+    return DirectHandle(handle, name, keepalive, result)
+
+
+def neighbor_average_async(src: Buffer, dst: Buffer, name: str, peers: Sequence[int], weights: Sequence[float],
+                           self_weight: float, codec: str | None = None, estimate_self: Buffer | None = None,
+                           estimate_peers: Buffer | None = None, consensus_step: float = 1.0,
+                           keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
+    """Starts ``dst = self_weight * src + sum_k weights[k] * src@peers[k]`` (world ranks, excluding
+    this one). With ``codec``, the CHOCO variant: ``estimate_self`` (count floats) and
+    ``estimate_peers`` (one count-float block per peer, in ``peers`` order) are this rank's copies
+    of the replicated estimates, updated in place; ``consensus_step`` is CHOCO's gamma. Every peer
+    must submit the matching request (same name and size) in the same order."""
+    request, hold = _request(_core.REQ_NEIGHBOR_AVERAGE, src, dst, name, peers, weights)
+    request.self_weight = self_weight
+    if codec is not None:
+        if estimate_self is None or (peers and estimate_peers is None):
+            raise ValueError(f"{name}: a compressed neighbour average needs the estimate buffers")
+        if estimate_self.count != src.count or (peers and estimate_peers.count != src.count * len(peers)):
+            raise ValueError(f"{name}: estimate buffers must hold {src.count} and {src.count * len(peers)} floats")
+        request.codec = codec_id(codec)
+        request.aux0 = estimate_self.address
+        request.aux1 = estimate_peers.address if estimate_peers is not None else None
+        request.consensus_step = consensus_step
+    return _submit(request, name, hold + keepalive, result)
+
+
+def group_average_async(src: Buffer, dst: Buffer, name: str, members: Sequence[int], weights: Sequence[float],
+                        keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
+    """Starts ``dst = sum_k weights[k] * src@members[k]`` over the world ranks ``members``
+    (ascending, including this rank) on a cached sub-communicator. Every member must submit the
+    matching request (same name, members and size)."""
+    request, hold = _request(_core.REQ_GROUP_AVERAGE, src, dst, name, members, weights)
+    return _submit(request, name, hold + keepalive, result)
+
+
+def peer_step_pending() -> bool:
+    """With none of this rank's averages in flight: whether a peer already sent its part of an
+    average this rank has not started (so some rank still runs that step)."""
+    code = _core.lib().relax_direct_pending()
+    if code < 0:
+        _core.raise_last_error()
+    return code == 1
+
+
+class Termination:
+    """Agreement on the last step of a relaxed schedule when ranks stop at different steps:
+    a non-blocking maximum of every rank's last step (collective over all ranks)."""
+
+    def __init__(self, last_step: int) -> None:
+        _core.check(_core.lib().relax_direct_join_start(last_step))
+        self.final_step: int | None = None
+
+    def poll(self) -> int | None:
+        """The last step of any rank once every rank joined, else None."""
+        if self.final_step is None:
+            value = ctypes.c_int64(0)
+            code = _core.lib().relax_direct_join_test(ctypes.byref(value))
+            if code < 0:
+                _core.raise_last_error()
+            if code == 1:
+                self.final_step = int(value.value)
+        return self.final_step
+
+
+def serve_until_all_joined(last_step: int, run_step, idle_seconds: float = 0.0005) -> int:
+    """Keeps a rank that ran out of data in a deterministic relaxed schedule until every rank has
+    joined: ``run_step(step)`` runs this rank's part of ``step`` (an average without a local
+    update) and returns when it finished. A step runs once some peer is known to run it (its
+    header is waiting) or once every rank joined and the step is not past the last rank's last
+    step, so peers never wait for this rank and it never waits for a step nobody runs.
+    Returns the last step of any rank."""
+    termination = Termination(last_step)
+    step = last_step + 1
+    while True:
+        final = termination.poll()
+        if final is not None and step > final:
+            return final
+        if (final is not None and step <= final) or peer_step_pending():
+            run_step(step)
+            step += 1
+        else:
+            time.sleep(idle_seconds)
+
+
+def start_group_service(group_size: int, max_lag: int, grace_ms: float) -> None:
+    """Collective over all ranks: starts the heterogeneity-aware group generator (on rank 0)."""
+    _core.check(_core.lib().relax_group_service_start(group_size, max_lag, grace_ms))
+
+
+def retire_from_groups() -> None:
+    """Tells the group generator that this rank stopped training (others stop counting on it)."""
+    _core.check(_core.lib().relax_group_retire())
+
+
+@dataclass
+class Assignment:
+    """A group handed out by the group generator."""
+
+    members: list[int]
+    weights: list[float]
+    new_step: int
+    group_id: int
+
+
+def request_group(step: int, world_size: int) -> Assignment:
+    """Blocks until the group generator assigns this rank (at logical ``step``) a group."""
+    members = (ctypes.c_int32 * world_size)()
+    weights = (ctypes.c_double * world_size)()
+    new_step = ctypes.c_int64(step)
+    group_id = ctypes.c_int64(-1)
+    n = _core.lib().relax_group_request(step, members, weights, world_size, ctypes.byref(new_step),
+                                        ctypes.byref(group_id))
+    if n < 0:
+        _core.raise_last_error()
+    return Assignment(list(members[:n]), list(weights[:n]), int(new_step.value), int(group_id.value))

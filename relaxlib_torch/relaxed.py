@@ -1,0 +1,65 @@
+"""PyTorch wrappers of the direct averaging primitives (relaxlib.direct): neighbour averaging and
+partial all-reduce over a group of ranks. Not negotiated: every participant must issue the
+matching call (same name and size) in the same order, as deterministic schedules do."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from relaxlib import direct
+
+
+def _buffer(tensor: torch.Tensor) -> direct.Buffer:
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        raise ValueError("neighbour and group averages need contiguous CPU tensors")
+    return direct.Buffer(tensor.data_ptr(), tensor.numel(), str(tensor.dtype).rsplit(".", 1)[-1])
+
+
+def neighbor_average_async(tensor: torch.Tensor, peers: Sequence[int], weights: Sequence[float], self_weight: float,
+                           name: str, codec: str | None = None, estimates=None,
+                           consensus_step: float = 1.0) -> direct.DirectHandle:
+    """Starts ``self_weight * tensor + sum_k weights[k] * tensor@peers[k]`` (world ranks); ``wait()``
+    on the handle returns the result as a new tensor of ``tensor``'s shape. With ``codec`` the
+    CHOCO variant; ``estimates`` = (own estimate, peers' estimates) float32 tensors of ``numel``
+    and ``numel * len(peers)`` elements, updated in place."""
+    src = tensor.detach().contiguous()
+    out = torch.empty_like(src)
+    own, theirs = estimates if estimates is not None else (None, None)
+    return direct.neighbor_average_async(
+        _buffer(src), _buffer(out), name, list(peers), list(weights), self_weight, codec=codec,
+        estimate_self=_buffer(own) if own is not None else None,
+        estimate_peers=_buffer(theirs) if theirs is not None else None,
+        consensus_step=consensus_step, keepalive=(src, out, own, theirs), result=out)
+
+
+def neighbor_average(tensor: torch.Tensor, peers: Sequence[int], weights: Sequence[float], self_weight: float,
+                     name: str, **kwargs) -> torch.Tensor:
+    """Blocking ``neighbor_average_async``."""
+    return neighbor_average_async(tensor, peers, weights, self_weight, name, **kwargs).wait()
+
+
+def partial_allreduce_async(tensor: torch.Tensor, group: Sequence[int], name: str,
+                            weights: Sequence[float] | None = None) -> direct.DirectHandle:
+    """Starts the mean of ``tensor`` over the world ranks ``group`` (which must include this rank;
+    ``weights`` per member for a weighted sum instead). Other ranks are untouched. Runs on a cached
+    sub-communicator of the group (``RELAX_GROUP_CACHE_SIZE`` groups are kept, default 64)."""
+    members = sorted(int(r) for r in group)
+    if len(set(members)) != len(members):
+        raise ValueError(f"{name}: group {list(group)} repeats a rank")
+    if weights is None:
+        weights = [1.0 / len(members)] * len(members)
+    else:
+        by_rank = dict(zip(group, weights))
+        weights = [by_rank[r] for r in members]
+    src = tensor.detach().contiguous()
+    out = torch.empty_like(src)
+    return direct.group_average_async(_buffer(src), _buffer(out), name, members, weights, keepalive=(src, out),
+                                      result=out)
+
+
+def partial_allreduce(tensor: torch.Tensor, group: Sequence[int], name: str,
+                      weights: Sequence[float] | None = None) -> torch.Tensor:
+    """Blocking ``partial_allreduce_async``."""
+    return partial_allreduce_async(tensor, group, name, weights).wait()
