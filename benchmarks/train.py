@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "none")
+ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "none", "decentralized", "partial", "async")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,6 +49,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tune", action="store_true", help="DeAR: tune the bucket size")
     parser.add_argument("--codec", default="uint8", choices=["fp16", "uint8", "sign"], help="compressed: codec")
     parser.add_argument("--no-error-feedback", action="store_true", help="compressed: without error feedback")
+    parser.add_argument("--compress-model", action="store_true", help="decentralized: send --codec (CHOCO)")
+    parser.add_argument("--topology", default="ring", choices=["ring", "random"], help="decentralized: neighbours")
+    parser.add_argument("--generator", default="smart", choices=["static", "random", "smart"],
+                        help="partial: group generator")
+    parser.add_argument("--group-size", type=int, default=2, help="partial: ranks per group")
+    parser.add_argument("--sync-interval-ms", type=float, default=20.0, help="async: averaging interval")
     parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
     parser.add_argument("--straggler", help="RANK:FACTOR, e.g. 3:2.5")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
@@ -98,6 +104,10 @@ class Comms:
             "compressed": lambda: algorithms.CompressedScatterReduce(args.codec,
                                                                      error_feedback=not args.no_error_feedback),
             "onebit_adam": lambda: algorithms.OneBitAdam(lr=1e-4, warmup_steps=2),
+            "decentralized": lambda: algorithms.Decentralized(args.topology, codec=args.codec if args.compress_model
+                                                              else None),
+            "partial": lambda: algorithms.PartialAllReduce(args.group_size, args.generator),
+            "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms=args.sync_interval_ms),
         }[args.algorithm]()
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
@@ -160,6 +170,8 @@ def run_worker(args) -> None:
         rates.append(args.batch_size * args.num_batches_per_iter / elapsed)
     if hasattr(optimizer, "flush"):
         optimizer.flush()
+    if hasattr(getattr(optimizer, "algorithm", None), "average_now"):
+        optimizer.join()  # ranks finish at their own pace; the slower ones are still served
     stats_after = comms.stats()
     stats = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after}
     mine = {"rank": comms.rank, "samples_per_sec": rates, "step_seconds": iteration_s,
@@ -181,7 +193,8 @@ def free_port() -> int:
 def worker_argv(args, result: str) -> list[str]:
     argv = [sys.executable, __file__, "--worker", "--result", result]
     for key in ("algorithm", "model", "layers", "width", "forward_ms", "backward_ms", "batch_size",
-                "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec"):
+                "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec",
+                "topology", "generator", "group_size", "sync_interval_ms"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.straggler:
         argv += ["--straggler", args.straggler]
@@ -189,6 +202,8 @@ def worker_argv(args, result: str) -> list[str]:
         argv.append("--tune")
     if args.no_error_feedback:
         argv.append("--no-error-feedback")
+    if args.compress_model:
+        argv.append("--compress-model")
     return argv
 
 
@@ -250,7 +265,9 @@ def run(args) -> dict:
 
 
 def print_report(args, report: dict) -> None:
-    algorithm = f"{args.algorithm} ({args.codec})" if args.algorithm == "compressed" else args.algorithm
+    algorithm = {"compressed": f"compressed ({args.codec})", "decentralized": f"decentralized ({args.topology})",
+                 "partial": f"partial ({args.generator}, groups of {args.group_size})"}.get(args.algorithm,
+                                                                                          args.algorithm)
     print(f"Model: {args.model} ({args.layers} layers), algorithm: {algorithm}, batch size: {args.batch_size}, "
           f"ranks: {args.np}" + (f", link: {args.bandwidth:g} Mbit/s" if args.bandwidth else "")
           + (f", straggler {args.straggler}" if args.straggler else ""))

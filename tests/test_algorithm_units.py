@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from relaxlib.algorithms import DeAR
+from relaxlib.algorithms import AsyncModelAverage, DeAR, Decentralized, PartialAllReduce
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.tuning import BayesianSearch
 
@@ -45,3 +45,26 @@ def test_dear_rejects_bad_settings():
     with pytest.raises(ValueError):
         DeAR(tune=True, tune_steps=1)
     assert DeAR(fusion_mb=4).needs_model
+
+
+def test_decentralized_topology_defaults_to_the_relaxrun_setting(monkeypatch):
+    monkeypatch.setenv("RELAX_TOPOLOGY", "random")
+    assert Decentralized().topology == "random"
+    assert Decentralized("ring").topology == "ring"  # the keyword argument wins
+    monkeypatch.delenv("RELAX_TOPOLOGY")
+    assert Decentralized().topology == "ring"
+    monkeypatch.setenv("RELAX_TOPOLOGY", "star")
+    with pytest.raises(ValueError, match="star"):
+        Decentralized()
+
+
+def test_model_averaging_arguments_are_checked():
+    for bad in (dict(group_size=1), dict(generator="greedy"), dict(max_lag=-1), dict(period=0), dict(grace_ms=-1)):
+        with pytest.raises(ValueError):
+            PartialAllReduce(**bad)
+    for bad in (dict(codec="zip"), dict(period=0), dict(consensus_step=0.0), dict(consensus_step=1.5)):
+        with pytest.raises(ValueError):
+            Decentralized("ring", **bad)
+    with pytest.raises(ValueError):
+        AsyncModelAverage(sync_interval_ms=-1)
+    assert Decentralized("ring", codec="sign").consensus_step < Decentralized("ring", codec="fp16").consensus_step

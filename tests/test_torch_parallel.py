@@ -52,3 +52,14 @@ def test_compressed_scatter_reduce(np_):
 def test_convergence_on_digits_with_four_ranks():
     run = run_pytest_on_ranks(4, "torch_convergence.py", env={"RELAX_LOCAL_SIZE": "2"}, per_test_timeout=300)
     assert run.returncode == 0, run.report()
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_decentralized_and_partial_allreduce(np_):
+    run = run_pytest_on_ranks(np_, "torch_decentralized.py")
+    assert run.returncode == 0, run.report()
+
+
+def test_stragglers_with_four_ranks():
+    run = run_pytest_on_ranks(4, "torch_stragglers.py")
+    assert run.returncode == 0, run.report()
