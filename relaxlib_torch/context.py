@@ -97,8 +97,12 @@ class TorchContext(TrainingContext):
             offset += n
         return out
 
-    def flatten_params(self, indices: list[int]) -> torch.Tensor:
-        return torch.cat([self._params[i].detach().reshape(-1) for i in indices])
+    def flatten_params(self, indices: list[int], out=None) -> torch.Tensor:
+        views = [self._params[i].detach().reshape(-1) for i in indices]
+        total = sum(v.numel() for v in views)
+        if out is not None and out.numel() == total and out.dtype == views[0].dtype:
+            return torch.cat(views, out=out)
+        return torch.cat(views)
 
     def set_params_from_flat(self, indices: list[int], flat: torch.Tensor) -> None:
         offset = 0
@@ -106,6 +110,14 @@ class TorchContext(TrainingContext):
             for i in indices:
                 p = self._params[i]
                 p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    def add_to_params(self, indices: list[int], flat: torch.Tensor, alpha: float = 1.0) -> None:
+        offset = 0
+        with torch.no_grad():
+            for i in indices:
+                p = self._params[i]
+                p.add_(flat[offset:offset + p.numel()].view_as(p), alpha=alpha)
                 offset += p.numel()
 
     def sum_of_squares(self, tensor: torch.Tensor) -> float:
@@ -123,13 +135,13 @@ class TorchContext(TrainingContext):
 
     def neighbor_average_async(self, flat: torch.Tensor, name: str, peers: list[int], weights: list[float],
                                self_weight: float, codec: str | None = None, estimates=None,
-                               consensus_step: float = 1.0) -> direct.DirectHandle:
+                               consensus_step: float = 1.0, out=None) -> direct.DirectHandle:
         return relaxed.neighbor_average_async(flat, peers, weights, self_weight, name, codec=codec,
-                                              estimates=estimates, consensus_step=consensus_step)
+                                              estimates=estimates, consensus_step=consensus_step, out=out)
 
-    def group_average_async(self, flat: torch.Tensor, name: str, members: list[int],
-                            weights: list[float]) -> direct.DirectHandle:
-        return relaxed.partial_allreduce_async(flat, members, name, weights)
+    def group_average_async(self, flat: torch.Tensor, name: str, members: list[int], weights: list[float],
+                            out=None) -> direct.DirectHandle:
+        return relaxed.partial_allreduce_async(flat, members, name, weights, out=out)
 
     def reduce_scatter_async(self, flat: torch.Tensor, name: str):
         return mpi_ops.reducescatter_async(flat, name=name, op=mpi_ops.Average, process_set=self._process_set)

@@ -72,9 +72,7 @@ class AsyncModelAverage(ModelAveraging):
         middle of a forward/backward pass, whose autograd graph holds the weights)."""
         with self._params_lock:
             if self._pending is not None:
-                current = ctx.flatten_params(self._indices)
-                ctx.add_(current, self._pending)
-                ctx.set_params_from_flat(self._indices, current)
+                ctx.add_to_params(self._indices, self._pending)
                 self._pending = None
 
     def _raise_thread_error(self) -> None:

@@ -50,6 +50,9 @@ class ModelAveraging(Algorithm):
         self._last_step = -1  # the last step this rank ran (its own numbering)
         self._adopted_step: int | None = None  # set by an average that moves this rank ahead
         self._params_lock = threading.Lock()  # against a communication thread (async averaging)
+        # flat buffers reused every step: fresh large allocations cost page faults on each write
+        self._before: Any = None
+        self._averaged: Any = None
 
     # -- one training step --
 
@@ -73,19 +76,19 @@ class ModelAveraging(Algorithm):
         return ctx.wait(handle)
 
     def _combine(self, ctx: TrainingContext, before: Any, averaged: Any) -> None:
-        """x <- x + (averaged - before): keeps the local update made while averaging."""
+        """x <- x + (averaged - before): keeps the local update made while averaging
+        (``averaged`` is used as scratch)."""
         ctx.add_(averaged, before, -1.0)
-        current = ctx.flatten_params(self._indices)
-        ctx.add_(current, averaged)
-        ctx.set_params_from_flat(self._indices, current)
+        ctx.add_to_params(self._indices, averaged)
 
     def _average_step(self, ctx: TrainingContext, step: int, update: bool) -> None:
-        before = ctx.flatten_params(self._indices)
-        handle = self._start_average(ctx, before, step)
+        self._before = ctx.flatten_params(self._indices, out=self._before)
+        handle = self._start_average(ctx, self._before, step)  # writes into self._averaged if set
         if update:
             self._local_update(ctx)
         if handle is not None:
-            self._combine(ctx, before, self._finish_average(ctx, handle, step))
+            self._averaged = self._finish_average(ctx, handle, step)
+            self._combine(ctx, self._before, self._averaged)
 
     def step(self, ctx: TrainingContext) -> None:
         step = self._last_step + 1

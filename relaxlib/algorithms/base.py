@@ -62,12 +62,17 @@ class TrainingContext(ABC):
         """The gradients of ``indices`` concatenated into one flat tensor (missing ones as zeros)."""
 
     @abstractmethod
-    def flatten_params(self, indices: list[int]) -> Any:
-        """The parameters (weights) of ``indices`` concatenated into one new flat tensor."""
+    def flatten_params(self, indices: list[int], out: Any = None) -> Any:
+        """The parameters (weights) of ``indices`` concatenated into one flat tensor (``out`` if
+        given and of the right size and dtype, else a new one)."""
 
     @abstractmethod
     def set_params_from_flat(self, indices: list[int], flat: Any) -> None:
         """Overwrites the parameters of ``indices`` with consecutive slices of ``flat``."""
+
+    @abstractmethod
+    def add_to_params(self, indices: list[int], flat: Any, alpha: float = 1.0) -> None:
+        """Adds ``alpha`` times consecutive slices of ``flat`` to the parameters of ``indices``."""
 
     @abstractmethod
     def sum_of_squares(self, tensor: Any) -> float:
@@ -120,15 +125,16 @@ class TrainingContext(ABC):
     @abstractmethod
     def neighbor_average_async(self, flat: Any, name: str, peers: list[int], weights: list[float], self_weight: float,
                                codec: str | None = None, estimates: tuple[Any, Any] | None = None,
-                               consensus_step: float = 1.0) -> Any:
-        """``self_weight * flat + sum_k weights[k] * flat@peers[k]`` (world ranks) into a new tensor,
-        not negotiated (see relaxlib.direct); with ``codec``, CHOCO against ``estimates`` =
-        (own estimate, peers' estimates), flat float32 tensors updated in place."""
+                               consensus_step: float = 1.0, out: Any = None) -> Any:
+        """``self_weight * flat + sum_k weights[k] * flat@peers[k]`` (world ranks) into ``out`` or a
+        new tensor, not negotiated (see relaxlib.direct); with ``codec``, CHOCO against
+        ``estimates`` = (own estimate, peers' estimates), flat float32 tensors updated in place."""
 
     @abstractmethod
-    def group_average_async(self, flat: Any, name: str, members: list[int], weights: list[float]) -> Any:
+    def group_average_async(self, flat: Any, name: str, members: list[int], weights: list[float],
+                            out: Any = None) -> Any:
         """``sum_k weights[k] * flat@members[k]`` over the ascending world ranks ``members``
-        (including this rank) into a new tensor, not negotiated (see relaxlib.direct)."""
+        (including this rank) into ``out`` or a new tensor, not negotiated (see relaxlib.direct)."""
 
     @abstractmethod
     def node_groups(self) -> tuple[Any, Any, int]:

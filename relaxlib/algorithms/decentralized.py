@@ -69,7 +69,7 @@ class Decentralized(ModelAveraging):
             return None
         return ctx.neighbor_average_async(flat, f"{self.name}.{step}", list(row.peers), list(row.weights),
                                           row.self_weight, codec=self.codec, estimates=self._estimates,
-                                          consensus_step=self.consensus_step or 1.0)
+                                          consensus_step=self.consensus_step or 1.0, out=self._averaged)
 
     def state_dict(self) -> dict:
         """The CHOCO estimates (compressed mode): needed to resume without a consensus jump."""

@@ -64,7 +64,7 @@ class PartialAllReduce(ModelAveraging):
         self.last_group = members
         if len(members) == 1:
             return None
-        return ctx.group_average_async(flat, name, members, weights)
+        return ctx.group_average_async(flat, name, members, weights, out=self._averaged)
 
     def join(self, ctx: TrainingContext) -> int:
         """This rank ran out of data. Smart groups only ever hold ranks that asked for one, so
