@@ -8,7 +8,7 @@ from pathlib import Path
 
 from relaxlib.errors import error_for
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 # relax_dtype_t / relax_reduce_op_t / relax_request_type_t values
@@ -97,7 +97,7 @@ _SIGNATURES = {
     "relax_direct_pending": ([], ctypes.c_int),
     "relax_direct_join_start": ([ctypes.c_int64], ctypes.c_int),
     "relax_direct_join_test": ([ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
-    "relax_group_service_start": ([ctypes.c_int32, ctypes.c_int32, ctypes.c_double], ctypes.c_int),
+    "relax_group_service_start": ([ctypes.c_int32, ctypes.c_int32, ctypes.c_double, ctypes.c_double], ctypes.c_int),
     "relax_group_retire": ([], ctypes.c_int),
     "relax_group_request": ([ctypes.c_int64, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_double),
                              ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)],

@@ -181,9 +181,10 @@ def serve_until_all_joined(last_step: int, run_step, idle_seconds: float = 0.000
             time.sleep(idle_seconds)
 
 
-def start_group_service(group_size: int, max_lag: int, grace_ms: float) -> None:
-    """Collective over all ranks: starts the heterogeneity-aware group generator (on rank 0)."""
-    _core.check(_core.lib().relax_group_service_start(group_size, max_lag, grace_ms))
+def start_group_service(group_size: int, max_lag: int, grace_ms: float, grace_fraction: float = 0.0) -> None:
+    """Collective over all ranks: starts the heterogeneity-aware group generator (on rank 0). A
+    waiting rank goes in a smaller group after ``max(grace_ms, grace_fraction * its step interval)``."""
+    _core.check(_core.lib().relax_group_service_start(group_size, max_lag, grace_ms, grace_fraction))
 
 
 def retire_from_groups() -> None:

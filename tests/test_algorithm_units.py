@@ -59,7 +59,8 @@ def test_decentralized_topology_defaults_to_the_relaxrun_setting(monkeypatch):
 
 
 def test_model_averaging_arguments_are_checked():
-    for bad in (dict(group_size=1), dict(generator="greedy"), dict(max_lag=-1), dict(period=0), dict(grace_ms=-1)):
+    for bad in (dict(group_size=1), dict(generator="greedy"), dict(max_lag=-1), dict(period=0), dict(grace_ms=-1),
+                dict(grace_fraction=1.0)):
         with pytest.raises(ValueError):
             PartialAllReduce(**bad)
     for bad in (dict(codec="zip"), dict(period=0), dict(consensus_step=0.0), dict(consensus_step=1.5)):

@@ -1,6 +1,7 @@
 #include "group_service.h"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cstring>
 
@@ -49,16 +50,34 @@ GroupAssignment decode(const std::vector<uint8_t>& bytes) {
 
 // ---- policy ----
 
-GroupPolicy::GroupPolicy(int size, int group_size, int max_lag, double grace_seconds)
-    : size_(size), group_size_(group_size), max_lag_(max_lag), grace_(grace_seconds),
-      progress_(static_cast<size_t>(size), -1), retired_(static_cast<size_t>(size), false) {}
+GroupPolicy::GroupPolicy(int size, int group_size, int max_lag, double grace_seconds, double grace_fraction)
+    : size_(size), group_size_(group_size), max_lag_(max_lag), grace_(grace_seconds), grace_fraction_(grace_fraction),
+      progress_(static_cast<size_t>(size), -1), last_arrival_(static_cast<size_t>(size), -1.0),
+      interval_(static_cast<size_t>(size), 0.0), retired_(static_cast<size_t>(size), false) {}
 
 void GroupPolicy::retire(int rank) { retired_[static_cast<size_t>(rank)] = true; }
 
 void GroupPolicy::arrive(int rank, int64_t step, double now) {
-  retired_[static_cast<size_t>(rank)] = false;
-  progress_[static_cast<size_t>(rank)] = std::max(progress_[static_cast<size_t>(rank)], step);
-  waiting_.push_back({rank, step, now});
+  const auto r = static_cast<size_t>(rank);
+  if (retired_[r]) {
+    last_arrival_[r] = -1.0;  // the pause after a retirement is not a step
+  }
+  retired_[r] = false;
+  progress_[r] = std::max(progress_[r], step);
+  if (last_arrival_[r] >= 0) {
+    const double gap = now - last_arrival_[r];
+    interval_[r] = interval_[r] > 0 ? 0.75 * interval_[r] + 0.25 * gap : gap;
+  }
+  last_arrival_[r] = now;
+  waiting_.push_back({rank, step, now, now + std::max(grace_, grace_fraction_ * interval_[r])});
+}
+
+double GroupPolicy::next_deadline(double now) const {
+  double earliest = std::numeric_limits<double>::infinity();
+  for (const Waiting& w : waiting_) {
+    if (w.deadline > now) earliest = std::min(earliest, w.deadline);
+  }
+  return earliest;
 }
 
 GroupAssignment GroupPolicy::make(const std::vector<Waiting>& contributors, const Waiting* adopter) {
@@ -94,7 +113,7 @@ std::vector<GroupAssignment> GroupPolicy::form(double now) {
     std::vector<Waiting> chosen;
     if (static_cast<int>(fresh.size()) >= group_size_) {
       chosen.assign(fresh.begin(), fresh.begin() + group_size_);
-    } else if (!fresh.empty() && now >= fresh.front().since + grace_) {
+    } else if (!fresh.empty() && now >= fresh.front().deadline) {
       chosen = fresh;  // nobody else is ready: a smaller group (or alone) rather than waiting
     } else if (fresh.empty() && waiting_.size() >= active) {
       // Nobody can come to adopt from (the most advanced rank is waiting or retired): lagging
@@ -120,10 +139,11 @@ std::vector<GroupAssignment> GroupPolicy::form(double now) {
 
 GroupService::~GroupService() { stop(); }
 
-Status GroupService::start(MPI_Comm world, int group_size, int max_lag, double grace_ms) {
+Status GroupService::start(MPI_Comm world, int group_size, int max_lag, double grace_ms, double grace_fraction) {
   if (started()) return Status::ok();
-  if (group_size < 1 || max_lag < 0 || grace_ms < 0) {
-    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "group generator: group_size >= 1, max_lag >= 0, grace >= 0");
+  if (group_size < 1 || max_lag < 0 || grace_ms < 0 || grace_fraction < 0 || grace_fraction >= 1) {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "group generator: group_size >= 1, max_lag >= 0, grace_ms >= 0, 0 <= grace_fraction < 1");
   }
   MPI_Comm_dup(world, &comm_);
   MPI_Comm_rank(comm_, &rank_);
@@ -131,13 +151,14 @@ Status GroupService::start(MPI_Comm world, int group_size, int max_lag, double g
   group_size_ = group_size;
   max_lag_ = max_lag;
   grace_seconds_ = grace_ms / 1000.0;
+  grace_fraction_ = grace_fraction;
   stopping_ = false;
   if (rank_ == 0) generator_ = std::thread([this] { generate(); });
   return Status::ok();
 }
 
 void GroupService::generate() {
-  GroupPolicy policy(size_, group_size_, max_lag_, grace_seconds_);
+  GroupPolicy policy(size_, group_size_, max_lag_, grace_seconds_, grace_fraction_);
   int64_t incoming[2];
   MPI_Request receive;
   MPI_Irecv(incoming, 2, MPI_INT64_T, MPI_ANY_SOURCE, kRequestTag, comm_, &receive);

@@ -416,12 +416,12 @@ int relax_direct_join_test(int64_t* max_step) {
   return done ? 1 : 0;
 }
 
-int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms) {
+int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms, double grace_fraction) {
   relax::Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
   if (!relax::current_engine()) return relax::not_initialized();
   if (rt.mpi.thread_level() < MPI_THREAD_MULTIPLE) return relax::fail(relax::no_lane());
-  relax::Status s = rt.groups.start(rt.mpi.data(), group_size, max_lag, grace_ms);
+  relax::Status s = rt.groups.start(rt.mpi.data(), group_size, max_lag, grace_ms, grace_fraction);
   return s.is_ok() ? RELAX_OK : relax::fail(s);
 }
 

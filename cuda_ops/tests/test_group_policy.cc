@@ -19,18 +19,21 @@ struct Outcome {
   std::vector<int64_t> own_steps;  // steps each rank computed itself
   std::vector<int64_t> adoptions;  // times a rank adopted a group's model
   int64_t groups = 0;
+  int64_t lone = 0;                  // groups of one contributor (no averaging)
   double longest_wait = 0;           // of a contributing rank
+  std::vector<double> longest_wait_of;  // per rank, as a contributor
   double longest_adopter_wait = 0;   // of a lagging rank waiting for a group to adopt from
 };
 
 // Event-driven simulation: rank r computes a step in step_time[r] (jittered by +-20%), then
 // waits for the policy to place it in a group; averaging takes no time.
 Outcome simulate(int size, int group_size, int max_lag, double grace, const std::vector<double>& step_time,
-                 int64_t fast_steps) {
-  GroupPolicy policy(size, group_size, max_lag, grace);
+                 int64_t fast_steps, double grace_fraction = 0.0) {
+  GroupPolicy policy(size, group_size, max_lag, grace, grace_fraction);
   Outcome out;
   out.own_steps.assign(static_cast<size_t>(size), 0);
   out.adoptions.assign(static_cast<size_t>(size), 0);
+  out.longest_wait_of.assign(static_cast<size_t>(size), 0.0);
   std::vector<int64_t> step(static_cast<size_t>(size), 0);
   std::vector<double> ready_at(static_cast<size_t>(size)), waiting_since(static_cast<size_t>(size), -1);
   uint64_t lcg = 12345;
@@ -43,11 +46,10 @@ Outcome simulate(int size, int group_size, int max_lag, double grace, const std:
   while (*std::min_element(out.own_steps.begin() + 1, out.own_steps.end()) < fast_steps) {
     // next event: a rank finishes computing, or a waiting rank's grace time expires (after the
     // last policy call, which formed every group it could at `now`)
-    double next = std::numeric_limits<double>::infinity();
+    double next = policy.next_deadline(now);
     for (int r = 0; r < size; ++r) {
       const size_t i = static_cast<size_t>(r);
-      const double event = waiting_since[i] < 0 ? ready_at[i] : waiting_since[i] + grace;
-      if (event > now) next = std::min(next, event);
+      if (waiting_since[i] < 0 && ready_at[i] > now) next = std::min(next, ready_at[i]);
     }
     CHECK(next < std::numeric_limits<double>::infinity());
     if (!(next < std::numeric_limits<double>::infinity())) break;
@@ -78,6 +80,7 @@ Outcome simulate(int size, int group_size, int max_lag, double grace, const std:
         placed[m] = true;
         if (g.weights[k] > 0) {
           out.longest_wait = std::max(out.longest_wait, now - waiting_since[m]);
+          out.longest_wait_of[m] = std::max(out.longest_wait_of[m], now - waiting_since[m]);
           ++contributors;
         } else {
           CHECK(step[m] + max_lag < leader);  // only a lagging rank adopts
@@ -87,6 +90,7 @@ Outcome simulate(int size, int group_size, int max_lag, double grace, const std:
         }
       }
       CHECK(contributors >= 1 && contributors <= group_size);
+      if (contributors == 1) ++out.lone;
       for (int member : g.members) {
         const size_t m = static_cast<size_t>(member);
         waiting_since[m] = -1;
@@ -127,6 +131,29 @@ TEST(group_policy_equal_speeds_form_full_groups) {
   // groups per step (a few singletons where jitter separated arrivals by more than the grace)
   CHECK(o.groups < 2000 * 2 * 11 / 10);
   for (int r = 0; r < 4; ++r) CHECK(o.adoptions[static_cast<size_t>(r)] * 100 < o.own_steps[static_cast<size_t>(r)]);
+}
+
+TEST(group_policy_grace_fraction_lets_jittered_ranks_meet) {
+  // equal speeds, steps jittered by +-20%: a fixed grace of 0.2% of a step leaves nearly every
+  // rank alone; a quarter of the step interval pairs most of them, and no rank waits longer than
+  // that quarter (of its interval, itself at most a jittered step plus a wait)
+  const Outcome fixed = simulate(4, 2, 2, 0.002, std::vector<double>(4, 1.0), 2000);
+  const Outcome adaptive = simulate(4, 2, 2, 0.002, std::vector<double>(4, 1.0), 2000, 0.25);
+  const auto rank_steps = [](const Outcome& o) { return std::accumulate(o.own_steps.begin(), o.own_steps.end(), int64_t{0}); };
+  CHECK(fixed.lone * 10 > rank_steps(fixed) * 9);   // alone in over 90% of steps
+  CHECK(adaptive.lone * 4 < rank_steps(adaptive));  // alone in under 25%
+  CHECK(adaptive.longest_wait <= 0.25 * (1.2 + 0.25 * 1.5));
+  for (int r = 0; r < 4; ++r) CHECK(adaptive.adoptions[static_cast<size_t>(r)] * 100 < adaptive.own_steps[static_cast<size_t>(r)]);
+}
+
+TEST(group_policy_grace_fraction_keeps_fast_ranks_fast) {
+  std::vector<double> times(4, 1.0);
+  times[0] = 5.0;
+  const Outcome o = simulate(4, 2, 2, 0.002, times, 3000, 0.1);
+  CHECK(o.own_steps[0] * 4 < o.own_steps[1]);
+  CHECK(o.adoptions[0] * 10 > o.own_steps[0] * 9);
+  // a fast rank's grace follows its own interval, not the straggler's
+  for (int r = 1; r < 4; ++r) CHECK(o.longest_wait_of[static_cast<size_t>(r)] <= 0.1 * 1.5);
 }
 
 TEST(group_policy_lagging_ranks_go_on_when_the_leader_retired) {

@@ -17,14 +17,17 @@ class PartialAllReduce(ModelAveraging):
     in exactly one group per step), ``"random"`` (a fresh seeded random partition per step) or
     ``"smart"`` (heterogeneity-aware: groups form from ranks that are ready, in arrival order; a
     rank more than ``max_lag`` steps behind the most advanced one is left out of others' averages
-    and instead adopts the next group's average and step; a rank that finds no partner within
-    ``grace_ms`` goes on alone). ``static``/``random`` keep all ranks in lock step through the
-    overlapping groups; ``smart`` is the one that lets fast ranks run ahead of a straggler."""
+    and instead adopts the next group's average and step; a rank that finds no partner within its
+    grace time goes on alone). The grace time is ``grace_ms`` or ``grace_fraction`` of the rank's
+    own step interval, whichever is longer: ranks whose steps jitter by a few percent still meet,
+    and a rank never waits more than that fraction of a step for a partner. ``static``/``random``
+    keep all ranks in lock step through the overlapping groups; ``smart`` is the one that lets
+    fast ranks run ahead of a straggler."""
 
     name = "partial_allreduce"
 
     def __init__(self, group_size: int = 2, generator: str = "static", max_lag: int = 2, period: int = 1,
-                 seed: int = 0, grace_ms: float = 2.0) -> None:
+                 seed: int = 0, grace_ms: float = 2.0, grace_fraction: float = 0.1) -> None:
         if generator not in groups.GENERATORS:
             raise ValueError(f"unknown generator {generator!r}; choose one of {groups.GENERATORS}")
         if not isinstance(group_size, int) or group_size < 2:
@@ -35,19 +38,22 @@ class PartialAllReduce(ModelAveraging):
             raise ValueError(f"period must be a positive integer, got {period!r}")
         if grace_ms < 0:
             raise ValueError(f"grace_ms must be >= 0, got {grace_ms}")
+        if not 0 <= grace_fraction < 1:
+            raise ValueError(f"grace_fraction must be in [0, 1), got {grace_fraction}")
         self.group_size = group_size
         self.generator = generator
         self.max_lag = max_lag
         self.period = period
         self.seed = seed
         self.grace_ms = grace_ms
+        self.grace_fraction = grace_fraction
 
     def setup(self, ctx: TrainingContext) -> None:
         super().setup(ctx)
         self._join_serves = self.generator != "smart"  # smart groups only ever hold waiting ranks
         self.last_group: list[int] = []
         if self.generator == "smart":
-            direct.start_group_service(self.group_size, self.max_lag, self.grace_ms)
+            direct.start_group_service(self.group_size, self.max_lag, self.grace_ms, self.grace_fraction)
 
     def _start_average(self, ctx: TrainingContext, flat: Any, step: int) -> Any:
         if step % self.period:

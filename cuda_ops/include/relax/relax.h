@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 3
+#define RELAX_ABI_VERSION 4
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -206,8 +206,9 @@ RELAX_API int relax_direct_join_start(int64_t last_step);
 RELAX_API int relax_direct_join_test(int64_t* max_step);
 
 /* ---- group generator service (heterogeneity-aware partial all-reduce) ---- */
-/* Collective over all ranks: starts the group generator on rank 0 (idempotent). */
-RELAX_API int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms);
+/* Collective over all ranks: starts the group generator on rank 0 (idempotent). A waiting rank
+ * goes in a smaller group after max(grace_ms, grace_fraction x its step interval). */
+RELAX_API int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms, double grace_fraction);
 /* Blocks until the generator assigns this rank (at logical `step`) a group: writes the member
  * world ranks (sorted) and their weights in the group average, returns the member count; a rank
  * more than max_lag steps behind joins with weight 0 and adopts the average: *new_step is then
