@@ -3,9 +3,11 @@ compute takes that much longer), every model-averaging mode against all-reduce a
 
 Model: 8 sleep layers (forward 40 ms, backward 80 ms per step, 1 MB of parameters each). Ranks
 report their own samples/sec; the figure of merit is the total over the 4 ranks, relative to the
-same mode without a straggler. Expected: lock-step modes (all-reduce, DDP, and partial all-reduce
-with static or random groups, decentralized over a ring) fall towards 1/k, the slow rank setting
-everyone's pace; smart partial all-reduce and async averaging stay near (3 + 1/k)/4.
+same mode without a straggler; averagings per step tell how often each rank actually mixed
+its model with a peer (modes that do not wait may average less). Expected: lock-step modes
+(all-reduce, DDP, and partial all-reduce with static or random groups, decentralized over a
+ring) fall towards 1/k, the slow rank setting everyone's
+pace; smart partial all-reduce and async averaging stay near (3 + 1/k)/4.
 
     python benchmarks/straggler_sweep.py            (~10 minutes)
     python benchmarks/straggler_sweep.py --bandwidth 1000 --factors 1 --out-name shaped_link
@@ -40,9 +42,11 @@ MODES = {
 }
 
 
-def total_rate(extra: list[str]) -> tuple[float, list[float]]:
+def total_rate(extra: list[str]) -> tuple[float, list[float], list[float | None]]:
+    """(total samples/s, per-rank samples/s, per-rank averagings per step) of one run."""
     report = train.run(train.parse_args(COMMON + extra + ["--out", "/tmp/relax_straggler_run.json"]))
-    return report["samples_per_sec_total"], report["per_rank_samples_per_sec"]
+    return (report["samples_per_sec_total"], report["per_rank_samples_per_sec"],
+            report["per_rank_averagings_per_step"])
 
 
 def main() -> None:
@@ -63,11 +67,12 @@ def main() -> None:
             straggle = ["--straggler", f"3:{factor:g}"] if factor != 1 else []
             runs = [total_rate(MODES[mode] + straggle + extra) for _ in range(args.reps)]
             total = statistics.median(r[0] for r in runs)
-            per_rank = runs[len(runs) // 2][1]
+            _, per_rank, averagings = runs[len(runs) // 2]
             rows.append({"mode": mode, "slowdown": factor, "samples_per_sec_total": total,
-                         "per_rank_samples_per_sec": per_rank})
+                         "per_rank_samples_per_sec": per_rank, "per_rank_averagings_per_step": averagings})
+            mixing = "" if averagings[0] is None else "  averagings/step " + " ".join(f"{a:.2f}" for a in averagings)
             print(f"slowdown {factor:g}x  {mode:22s} total {total:7.1f} samples/s  per rank "
-                  + " ".join(f"{x:.1f}" for x in per_rank), flush=True)
+                  + " ".join(f"{x:.1f}" for x in per_rank) + mixing, flush=True)
     base = {r["mode"]: r["samples_per_sec_total"] for r in rows if r["slowdown"] == factors[0]}
     for r in rows:
         k = r["slowdown"]

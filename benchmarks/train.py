@@ -160,6 +160,8 @@ def run_worker(args) -> None:
         one_batch()
     comms.barrier()
     stats_before = comms.stats()
+    algorithm = getattr(optimizer, "algorithm", None)
+    averagings_before = getattr(algorithm, "averagings", None)
     rates, iteration_s = [], []
     for _ in range(args.num_iters):
         start = time.perf_counter()
@@ -170,12 +172,15 @@ def run_worker(args) -> None:
         rates.append(args.batch_size * args.num_batches_per_iter / elapsed)
     if hasattr(optimizer, "flush"):
         optimizer.flush()
-    if hasattr(getattr(optimizer, "algorithm", None), "average_now"):
+    timed_steps = args.num_iters * args.num_batches_per_iter
+    averagings = None if averagings_before is None else (algorithm.averagings - averagings_before) / timed_steps
+    if hasattr(algorithm, "average_now"):
         optimizer.join()  # ranks finish at their own pace; the slower ones are still served
     stats_after = comms.stats()
     stats = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after}
     mine = {"rank": comms.rank, "samples_per_sec": rates, "step_seconds": iteration_s,
             "forward_backward_seconds": statistics.median(compute_s), "engine": stats,
+            "averagings_per_step": averagings,
             "tuned_fusion_mb": getattr(getattr(optimizer, "algorithm", None), "chosen_fusion_mb", None)}
     gathered = comms.gather(mine)
     if comms.rank == 0:
@@ -233,6 +238,7 @@ def summarize(raw: dict) -> dict:
     steps = [x for r in raw["ranks"] for x in r["step_seconds"]]
     return {"samples_per_sec_per_worker": per_worker, "samples_per_sec_per_worker_conf95": conf,
             "samples_per_sec_total": sum(per_rank), "per_rank_samples_per_sec": per_rank,
+            "per_rank_averagings_per_step": [r.get("averagings_per_step") for r in raw["ranks"]],
             "step_seconds_median": statistics.median(steps)}
 
 

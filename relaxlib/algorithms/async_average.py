@@ -31,7 +31,6 @@ class AsyncModelAverage(ModelAveraging):
 
     def setup(self, ctx: TrainingContext) -> None:
         super().setup(ctx)
-        self.rounds = 0
         self._pending = None  # averaging change not yet added to the weights
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -55,7 +54,7 @@ class AsyncModelAverage(ModelAveraging):
                         self._pending = mean
                     else:
                         ctx.add_(self._pending, mean)
-                self.rounds += 1
+                self.averagings += 1
                 if still_active == 0:  # every rank paused: all leave after the same round
                     return
         except BaseException as error:  # reported to the training loop by step()/pause()

@@ -32,7 +32,11 @@ def dtype_name(dtype: str) -> str:
 class ModelAveraging(Algorithm):
     """Base of algorithms that average weights. Subclasses implement ``_start_average(ctx, flat,
     step)`` (return a started handle, or None when this rank does not average at ``step``) and may
-    override ``_join_serves`` (False when nobody can wait for a rank that stopped)."""
+    override ``_join_serves`` (False when nobody can wait for a rank that stopped).
+
+    ``averagings`` counts the averages this rank took part in with at least one peer: against the
+    number of steps it tells how often a mode that skips or goes alone (``period``, smart groups,
+    async averaging) actually mixed the models."""
 
     _join_serves = True
 
@@ -53,6 +57,7 @@ class ModelAveraging(Algorithm):
         # flat buffers reused every step: fresh large allocations cost page faults on each write
         self._before: Any = None
         self._averaged: Any = None
+        self.averagings = 0  # averages this rank took part in with at least one peer
 
     # -- one training step --
 
@@ -89,6 +94,7 @@ class ModelAveraging(Algorithm):
         if handle is not None:
             self._averaged = self._finish_average(ctx, handle, step)
             self._combine(ctx, self._before, self._averaged)
+            self.averagings += 1
 
     def step(self, ctx: TrainingContext) -> None:
         step = self._last_step + 1

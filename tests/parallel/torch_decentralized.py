@@ -244,7 +244,7 @@ def test_async_averages_while_training():
     start = everyone(flat(model))
     train_steps(opt, model, 20, sleep=0.005)
     algorithm.pause()
-    assert algorithm.rounds > 0
+    assert algorithm.averagings > 0
     np.testing.assert_allclose(everyone(flat(model)).mean(0), start.mean(0), atol=1e-5)
     if SIZE > 1:
         assert algorithm.consensus_distance() < 1e-5  # lr 0: every round is an exact average
