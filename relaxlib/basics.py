@@ -10,6 +10,7 @@ import atexit
 import ctypes
 import logging
 import os
+import warnings
 
 from relaxlib import _core
 from relaxlib.errors import NotInitializedError
@@ -21,6 +22,23 @@ Adasum = 2
 Min = 3
 Max = 4
 Product = 5
+
+
+def resolve_op(op: int | None, average: bool | None) -> int:
+    """The reduction of a Horovod-style call: ``op`` (default Average) or the deprecated
+    ``average=True/False``; rejects Adasum (not implemented) and unknown values."""
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if op is None:
+        if average is not None:
+            warnings.warn("Parameter `average` has been replaced with `op` and will be removed", DeprecationWarning,
+                          stacklevel=3)
+        op = Sum if average is False else Average
+    if op == Adasum:
+        raise NotImplementedError("relaxlib does not implement the Adasum reduction; use op=Average or op=Sum.")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Min, Max or Product")
+    return op
 
 logger = logging.getLogger("relaxlib")
 _atexit_registered = False

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -78,24 +77,7 @@ def _wait_core(core_handle: int) -> None:
 
 
 def _resolve_op(op, average, tensor: torch.Tensor | None) -> int:
-    op = _handle_average_backwards_compatibility(op, average)
-    if op == Adasum:
-        raise NotImplementedError("relaxlib does not implement the Adasum reduction; use op=Average or op=Sum.")
-    if op not in (Average, Sum, Min, Max, Product):
-        raise ValueError(f"unknown reduction op {op!r}; use hvd.Average, Sum, Min, Max or Product")
-    return op
-
-
-def _handle_average_backwards_compatibility(op, average):
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed", DeprecationWarning,
-                      stacklevel=4)
-        return Average if average else Sum
-    return Average
+    return basics.resolve_op(op, average)
 
 
 def _process_set_id(process_set: ProcessSet) -> int:

@@ -62,7 +62,9 @@ def partial_allreduce_async(tensor: torch.Tensor, group: Sequence[int], name: st
     if weights is None:
         weights = [1.0 / len(members)] * len(members)
     else:
-        by_rank = dict(zip(group, weights))
+        if len(weights) != len(members):
+            raise ValueError(f"{name}: {len(weights)} weights for a group of {len(members)} ranks")
+        by_rank = dict(zip((int(r) for r in group), weights))
         weights = [by_rank[r] for r in members]
     src = tensor.detach().contiguous()
     out = _output(src, out)
