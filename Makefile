@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEPS_STAMP := $(VENV)/.deps-stamp
 BUILD_STAMP := $(VENV)/.build-stamp
-BUILD_SOURCES := $(shell find cuda_ops relaxlib_torch/csrc -name '*.cc' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
+BUILD_SOURCES := $(shell find cuda_ops relaxlib_torch/csrc relaxlib_tf/csrc -name '*.cc' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
 CORE_LIB := relaxlib/lib/librelax_core.so
 CPP_TEST := build/cpp_tests
 

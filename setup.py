@@ -5,6 +5,7 @@ build uses the torch / TensorFlow you already have instead of downloading anothe
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -21,6 +22,7 @@ VERSION = "0.1.0"
 CORE_SOURCES = sorted((ROOT / "cuda_ops" / "src").rglob("*.cc"))
 CORE_HEADERS = sorted((ROOT / "cuda_ops").rglob("*.h"))
 CORE_INCLUDE = ROOT / "cuda_ops" / "include"
+TF_SOURCE = ROOT / "relaxlib_tf" / "csrc" / "ops.cc"
 
 
 def log(message: str) -> None:
@@ -88,6 +90,59 @@ def build_core(out_dir: Path, obj_dir: Path) -> Path:
     return target
 
 
+def tensorflow_info() -> dict | None:
+    """TensorFlow's version and custom-op compile / link flags, or None if TF is not importable.
+
+    One subprocess: importing TensorFlow takes seconds and should not happen in the build process.
+    """
+    code = ("import json, tensorflow as tf; print(json.dumps({'version': tf.__version__, "
+            "'compile': tf.sysconfig.get_compile_flags(), 'link': tf.sysconfig.get_link_flags()}))")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        return None
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        return None
+
+
+def build_tf_ops(core_dir: Path, info: dict, build_dir: Path) -> Path:
+    """Compiles relaxlib_tf/csrc/ops.cc into ``build_dir/_ops.so`` unless the source, the C ABI header
+    and the TensorFlow version are unchanged since the last build (editable installs build into a fresh
+    directory each time, so the cached library lives under build/)."""
+    cxx = os.environ.get("CXX", "g++")
+    target = build_dir / "_ops.so"
+    stamp = build_dir / "tf_version.txt"  # the TF version the cached library was compiled against
+    newest_input = max(TF_SOURCE.stat().st_mtime, (CORE_INCLUDE / "relax" / "relax.h").stat().st_mtime)
+    if (target.exists() and target.stat().st_mtime >= newest_input and stamp.exists()
+            and stamp.read_text().strip() == info["version"]):
+        return target
+    build_dir.mkdir(parents=True, exist_ok=True)
+    # TF's headers are system headers to us: -Wall -Wextra then reports only this library's warnings.
+    compile_flags = [f"-isystem{flag[2:]}" if flag.startswith("-I") else flag for flag in info["compile"]]
+    cmd = [
+        cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Wno-deprecated-declarations",
+        *compile_flags, f"-I{CORE_INCLUDE}", str(TF_SOURCE), "-o", str(target),
+        f"-L{core_dir}", "-lrelax_core", "-Wl,-rpath,$ORIGIN/../relaxlib/lib", *info["link"],
+    ]
+    log(f"{cxx} {TF_SOURCE.relative_to(ROOT)} (TensorFlow {info['version']})")
+    stamp.unlink(missing_ok=True)
+    subprocess.check_call(cmd)
+    stamp.write_text(info["version"] + "\n")
+    log(f"built {target}")
+    return target
+
+
+def install_file(source: Path, destination: Path) -> None:
+    """Copies via a temporary name, so a running process never maps a half-written library."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    shutil.copy2(source, partial)
+    partial.replace(destination)
+
+
 def torch_extension() -> list[Extension]:
     """The torch.ops.relaxlib extension, if torch is importable."""
     try:
@@ -120,21 +175,36 @@ class BuildRelax(build_command_base()):
     def run(self) -> None:
         package_root = ROOT if self.inplace else Path(self.build_lib)
         core_dir = package_root / "relaxlib" / "lib"
-        build_core(core_dir, ROOT / "build" / "core")
-        if not self.inplace:  # editable installs and tests load the library from the source tree
-            (ROOT / "relaxlib" / "lib").mkdir(exist_ok=True)
-            shutil.copy2(core_dir / "librelax_core.so", ROOT / "relaxlib" / "lib" / "librelax_core.so")
-        for ext in self.extensions:
-            ext.library_dirs.append(str(core_dir))
-        self.write_build_info(package_root)
-        super().run()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # Importing TensorFlow (seconds) overlaps the core build.
+            tf_info = pool.submit(tensorflow_info) if TF_SOURCE.exists() else None
+            build_core(core_dir, ROOT / "build" / "core")
+            if not self.inplace:  # editable installs and tests load the library from the source tree
+                (ROOT / "relaxlib" / "lib").mkdir(exist_ok=True)
+                shutil.copy2(core_dir / "librelax_core.so", ROOT / "relaxlib" / "lib" / "librelax_core.so")
+            for ext in self.extensions:
+                ext.library_dirs.append(str(core_dir))
+            tf = tf_info.result() if tf_info else None
+        if tf is None:
+            log("TensorFlow is not importable: skipping relaxlib_tf (install tensorflow, then reinstall relaxlib "
+                "with --no-build-isolation)")
+        self.write_build_info(package_root, tf["version"] if tf else None)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # The TF op library compiles while the torch extension does (one compiler each).
+            tf_ops = pool.submit(build_tf_ops, core_dir, tf, ROOT / "build" / "tf") if tf else None
+            super().run()
+            if tf_ops:
+                built = tf_ops.result()
+                for root in {package_root, ROOT}:  # ROOT: editable installs load from the source tree
+                    install_file(built, root / "relaxlib_tf" / "_ops.so")
 
-    def write_build_info(self, package_root: Path) -> None:
+    def write_build_info(self, package_root: Path, tf_version: str | None) -> None:
         torch_version = framework_version("torch") if self.extensions else None
         info = (
             '"""Generated by setup.py: what this installation was built with."""\n'
             f"VERSION = {VERSION!r}\n"
             f"TORCH_VERSION = {torch_version!r}\n"
+            f"TF_VERSION = {tf_version!r}\n"
             f"MPI_VERSION = {mpi_version()!r}\n"
         )
         for root in {package_root, ROOT}:
@@ -155,9 +225,10 @@ setup(
     version=VERSION,
     description="Horovod-style data-parallel training with communication relaxations",
     python_requires=">=3.9",
-    packages=["relaxlib", "relaxlib_torch", "relaxlib_launch"],
+    packages=["relaxlib", "relaxlib_torch", "relaxlib_launch",
+              *[name for name in ("relaxlib_tf", "relaxlib_tf.keras") if (ROOT / name.replace(".", "/")).is_dir()]],
     package_dir={"relaxlib_launch": "launch"},
-    package_data={"relaxlib": ["lib/*.so"]},
+    package_data={"relaxlib": ["lib/*.so"], "relaxlib_tf": ["_ops.so"]},
     ext_modules=torch_extension(),
     cmdclass={"build_ext": BuildRelax},
     entry_points={"console_scripts": ["relaxrun = relaxlib_launch.relaxrun:main"]},
