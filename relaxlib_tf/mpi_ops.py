@@ -1,0 +1,296 @@
+"""Collectives on TensorFlow tensors with Horovod's API (``horovod.tensorflow`` 0.28).
+
+Each collective is one TensorFlow op (an asynchronous kernel that hands the tensor to relaxlib's
+core engine and completes when the engine is done), so it works eagerly and inside
+``tf.function``, where independent collectives run concurrently and are fused by the engine.
+Operations are keyed by name: every rank must issue the same names with the same shapes and
+dtypes; unnamed operations are named by call order (in ``tf.function``: by tracing order).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import tensorflow as tf
+
+from relaxlib import basics
+from relaxlib.basics import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - re-exported
+from relaxlib.errors import InvalidArgumentError
+from relaxlib.process_sets import ProcessSet, global_process_set, process_set_id
+from relaxlib_tf._loader import library
+from relaxlib_tf.compression import Compression
+
+_ops = library()
+_name_counters: dict[str, itertools.count] = {}
+_lock = threading.Lock()
+
+
+def _auto_name(kind: str, name: str | None) -> str:
+    if name:
+        return name
+    with _lock:
+        counter = _name_counters.setdefault(kind, itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+def _name(kind: str, name: str | None) -> tf.Tensor:
+    """The request name as a scalar string tensor (a tensor, so eager calls share one kernel)."""
+    return tf.constant(_auto_name(kind, name), dtype=tf.string)
+
+
+def _names(kind: str, name: str | None, count: int) -> tf.Tensor:
+    """Names of a grouped request's members."""
+    base = _auto_name(kind, name)
+    return tf.constant([f"{base}.{i}" for i in range(count)], dtype=tf.string)
+
+
+def _set_id(process_set: ProcessSet) -> int:
+    return process_set_id(process_set)
+
+
+# ---- allreduce -------------------------------------------------------------------------------
+
+def _allreduce(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set) -> tf.Tensor:
+    return _ops.relaxlib_allreduce(tensor, _name("allreduce", name), reduce_op=op, prescale=float(prescale_factor),
+                                   postscale=float(postscale_factor), process_set=_set_id(process_set))
+
+
+def _sparse_allreduce(slices: tf.IndexedSlices, name, op, process_set) -> tf.IndexedSlices:
+    """Horovod's treatment of IndexedSlices: gather every rank's values and indices (Average
+    divides the values by the number of ranks)."""
+    if op not in (Average, Sum):
+        raise NotImplementedError("only Average and Sum are supported for tf.IndexedSlices")
+    values = allgather(slices.values, name=f"{name}.values" if name else None, process_set=process_set)
+    indices = allgather(slices.indices, name=f"{name}.indices" if name else None, process_set=process_set)
+    if op == Average:
+        values = values / tf.cast(process_set.size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """Averages (or sums, min, max, product) ``tensor`` over the ranks of ``process_set``;
+    differentiable. ``tf.IndexedSlices`` are gathered instead (Average divides by the size).
+    Integer Average truncates, as in Horovod. ``device_*`` and ``ignore_name_scope`` are accepted
+    for compatibility (CPU only)."""
+    op = basics.resolve_op(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _sparse_allreduce(tensor, name, op, process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    compressed, ctx = compression.compress(tensor)
+    reduced = _allreduce(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
+                      name=None, ignore_name_scope=False):
+    """Allreduces a list of tensors as one atomic, fused operation; differentiable."""
+    op = basics.resolve_op(op, average)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, process_set=process_set,
+                          name=f"{name}.{i}" if name else None) for i, t in enumerate(tensors)]
+    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    reduced = _ops.relaxlib_grouped_allreduce([c for c, _ in compressed], _names("grouped_allreduce", name,
+                                                                                   len(tensors)),
+                                              reduce_op=op, prescale=float(prescale_factor),
+                                              postscale=float(postscale_factor), process_set=_set_id(process_set))
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+@tf.RegisterGradient("RelaxlibAllreduce")
+def _allreduce_grad(op, grad):
+    """The gradient of an allreduce is the same allreduce of the gradient."""
+    reduced = _ops.relaxlib_allreduce(grad, _name("allreduce.grad", None), reduce_op=op.get_attr("reduce_op"),
+                                      prescale=op.get_attr("prescale"), postscale=op.get_attr("postscale"),
+                                      process_set=op.get_attr("process_set"))
+    return [reduced, None]
+
+
+@tf.RegisterGradient("RelaxlibGroupedAllreduce")
+def _grouped_allreduce_grad(op, *grads):
+    grads = [tf.zeros_like(t) if g is None else tf.convert_to_tensor(g) for g, t in zip(grads, op.inputs)]
+    reduced = _ops.relaxlib_grouped_allreduce(grads, _names("grouped_allreduce.grad", None, len(grads)),
+                                              reduce_op=op.get_attr("reduce_op"), prescale=op.get_attr("prescale"),
+                                              postscale=op.get_attr("postscale"),
+                                              process_set=op.get_attr("process_set"))
+    return list(reduced) + [None]
+
+
+# ---- allgather -------------------------------------------------------------------------------
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Concatenates ``tensor`` from every rank of ``process_set`` along dimension 0 (which may
+    differ per rank); differentiable."""
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise InvalidArgumentError("allgather needs a tensor with at least one dimension, got a scalar")
+    return _ops.relaxlib_allgather(tensor, _name("allgather", name), process_set=_set_id(process_set))
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Allgathers several tensors as one atomic operation; differentiable."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    if any(t.shape.rank == 0 for t in tensors):
+        raise InvalidArgumentError("allgather needs tensors with at least one dimension, got a scalar")
+    return list(_ops.relaxlib_grouped_allgather(tensors, _names("grouped_allgather", name, len(tensors)),
+                                                process_set=_set_id(process_set)))
+
+
+def _my_rows(grad, rows, process_set_id_value: int):
+    """This rank's block of a gathered gradient: sum over ranks, then the rows it contributed."""
+    ps_rank = _ops.relaxlib_rank(process_set=process_set_id_value)
+    counts = _ops.relaxlib_allgather(tf.reshape(tf.cast(rows, tf.int64), [1]), _name("allgather.grad.rows", None),
+                                     process_set=process_set_id_value)
+    offset = tf.reduce_sum(counts[:ps_rank])
+    return tf.slice(grad, tf.concat([[offset], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0),
+                    tf.concat([[tf.cast(rows, tf.int64)], tf.fill([tf.rank(grad) - 1], tf.constant(-1, tf.int64))],
+                              0))
+
+
+@tf.RegisterGradient("RelaxlibAllgather")
+def _allgather_grad(op, grad):
+    """Sum the gathered gradient over ranks; each rank keeps the rows it contributed."""
+    set_id = op.get_attr("process_set")
+    summed = _ops.relaxlib_allreduce(grad, _name("allgather.grad", None), reduce_op=Sum, prescale=1.0,
+                                     postscale=1.0, process_set=set_id)
+    return [_my_rows(summed, tf.shape(op.inputs[0], out_type=tf.int64)[0], set_id), None]
+
+
+# ---- broadcast -------------------------------------------------------------------------------
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """``root_rank``'s ``tensor`` (a world rank, member of ``process_set``) on every rank;
+    differentiable (the root receives the sum of every rank's gradient)."""
+    return _ops.relaxlib_broadcast(tf.convert_to_tensor(tensor), _name("broadcast", name), root_rank=int(root_rank),
+                                   process_set=_set_id(process_set))
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts variables from ``root_rank`` in place; returns the variables."""
+    single = not isinstance(variables, (list, tuple))
+    variables = [variables] if single else list(variables)
+    for i, var in enumerate(variables):
+        var.assign(broadcast(var, root_rank, name=f"{name}.{i}" if name else None, process_set=process_set))
+    return variables[0] if single else variables
+
+
+@tf.RegisterGradient("RelaxlibBroadcast")
+def _broadcast_grad(op, grad):
+    summed = _ops.relaxlib_allreduce(grad, _name("broadcast.grad", None), reduce_op=Sum, prescale=1.0,
+                                     postscale=1.0, process_set=op.get_attr("process_set"))
+    is_root = tf.equal(_ops.relaxlib_rank(process_set=0), op.get_attr("root_rank"))
+    return [tf.where(is_root, summed, tf.zeros_like(summed)), None]
+
+
+# ---- reducescatter / alltoall ----------------------------------------------------------------
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces ``tensor`` over ranks; this rank receives its dim-0 block (blocks differ by at
+    most one row, the first ranks taking the extra rows); differentiable."""
+    op = basics.resolve_op(op, None)
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension, got a scalar")
+    compressed, ctx = compression.compress(tensor)
+    out = _ops.relaxlib_reducescatter(compressed, _name("reducescatter", name), reduce_op=op,
+                                      prescale=float(prescale_factor), postscale=float(postscale_factor),
+                                      process_set=_set_id(process_set))
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average, name=None,
+                          process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Reduce-scatters several tensors as one atomic operation; differentiable."""
+    op = basics.resolve_op(op, None)
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    compressed = [compression.compress(t) for t in tensors]
+    out = _ops.relaxlib_grouped_reducescatter([c for c, _ in compressed],
+                                              _names("grouped_reducescatter", name, len(tensors)), reduce_op=op,
+                                              prescale=float(prescale_factor), postscale=float(postscale_factor),
+                                              process_set=_set_id(process_set))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(out, compressed)]
+
+
+def _reducescatter_grad_of(grad, op):
+    set_id = op.get_attr("process_set")
+    gathered = _ops.relaxlib_allgather(grad, _name("reducescatter.grad", None), process_set=set_id)
+    scale = op.get_attr("prescale") * op.get_attr("postscale")
+    if op.get_attr("reduce_op") == Average:
+        scale = scale / tf.cast(_ops.relaxlib_size(process_set=set_id), tf.float64)
+    return gathered * tf.cast(scale, gathered.dtype)
+
+
+@tf.RegisterGradient("RelaxlibReducescatter")
+def _reducescatter_grad(op, grad):
+    return [_reducescatter_grad_of(grad, op), None]
+
+
+@tf.RegisterGradient("RelaxlibGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    return [_reducescatter_grad_of(g, op) for g in grads] + [None]
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Sends ``splits[i]`` rows of ``tensor`` (dim 0, in order) to rank i of ``process_set``
+    (equal blocks when ``splits`` is None); returns ``(received, received_splits)``."""
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise InvalidArgumentError("alltoall needs a tensor with at least one dimension, got a scalar")
+    splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int64)
+    return _ops.relaxlib_alltoall(tensor, splits, _name("alltoall", name), process_set=_set_id(process_set))
+
+
+@tf.RegisterGradient("RelaxlibAlltoall")
+def _alltoall_grad(op, grad, _received_splits_grad):
+    back, _ = _ops.relaxlib_alltoall(grad, op.outputs[1], _name("alltoall.grad", None),
+                                     process_set=op.get_attr("process_set"))
+    return [back, None, None]
+
+
+# ---- synchronization and topology ops ----------------------------------------------------------
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of ``process_set`` reached the barrier."""
+    _ops.relaxlib_barrier(_name("barrier", None), process_set=_set_id(process_set))
+
+
+def join():
+    """This rank has no more data: it takes part in other ranks' allreduces with zeros until all
+    ranks joined. Returns the last rank to join (an int eagerly, an int32 tensor in a graph)."""
+    last = _ops.relaxlib_join(_name("join", None))
+    return int(last) if tf.executing_eagerly() else last
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks (of a process set) as an int32 tensor, evaluated when run."""
+    return _ops.relaxlib_size(process_set=process_set_id, name=name)
+
+
+def rank_op(process_set_id=0, name=None):
+    """This process's rank (in a process set) as an int32 tensor, evaluated when run."""
+    return _ops.relaxlib_rank(process_set=process_set_id, name=name)
+
+
+def local_size_op(name=None):
+    """The number of ranks on this node as an int32 tensor, evaluated when run."""
+    return _ops.relaxlib_local_size(name=name)
+
+
+def local_rank_op(name=None):
+    """This process's rank on its node as an int32 tensor, evaluated when run."""
+    return _ops.relaxlib_local_rank(name=name)
