@@ -1,0 +1,98 @@
+"""Keras 3 ``DistributedOptimizer``: averages gradients over ranks inside ``optimizer.apply``.
+
+Built on Keras 3's public optimizer API only: ``apply(grads, trainable_variables)`` is the one
+entry point of ``model.fit``, ``apply_gradients`` and custom loops, so overriding it covers all.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from relaxlib.basics import Average
+from relaxlib.process_sets import global_process_set
+from relaxlib_tf.compression import Compression
+from relaxlib_tf.gradient_tape import GradientReducer, check_algorithm
+
+
+class _DistributedMixin:
+    """Placed before the wrapped optimizer's class in a generated subclass."""
+
+    _relax_reducer: GradientReducer
+    _relax_passes: int
+
+    def apply(self, grads, trainable_variables=None):
+        """Averages ``grads`` over ranks, then applies them (every ``backward_passes_per_step``-th
+        call, with the mean of the accumulated gradients)."""
+        grads = list(grads)
+        parent = super()
+        if self._relax_passes == 1:
+            return parent.apply(self._relax_reducer.reduce(grads, trainable_variables), trainable_variables)
+        variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
+        if not self.built:
+            self.build(variables)
+        self._relax_accumulate(grads, variables)
+
+        def communicate_and_apply():
+            averaged = [None if g is None else acc / self._relax_passes
+                        for g, acc in zip(grads, self._relax_accumulators)]
+            parent.apply(self._relax_reducer.reduce(averaged, variables), variables)
+            for acc in self._relax_accumulators:
+                acc.assign(tf.zeros_like(acc))
+            return tf.constant(True)
+
+        due = tf.equal(self._relax_counter % self._relax_passes, 0)
+        if tf.executing_eagerly():
+            if bool(due):
+                communicate_and_apply()
+        else:
+            tf.cond(due, communicate_and_apply, lambda: tf.constant(False))
+
+    def _relax_accumulate(self, grads, variables) -> None:
+        if getattr(self, "_relax_accumulators", None) is None:
+            with tf.init_scope():
+                self._relax_accumulators = [tf.Variable(tf.zeros_like(tf.convert_to_tensor(v)), trainable=False)
+                                            for v in variables]
+                self._relax_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+        for acc, grad in zip(self._relax_accumulators, grads):
+            if grad is not None:
+                acc.assign_add(tf.convert_to_tensor(grad))
+        self._relax_counter.assign_add(1)
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
+                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=True, num_groups=0, groups=None,
+                         process_set=global_process_set, scale_local_gradients=True, algorithm=None):
+    """Wraps a Keras 3 optimizer so that gradients are averaged over the ranks of ``process_set``
+    before every update; works with ``model.compile``/``model.fit`` and custom loops.
+
+    ``backward_passes_per_step=k``: gradients of k calls are accumulated locally and averaged
+    over ranks once (one all-reduce per k batches; the optimizer steps every k-th call).
+    ``compression``, ``sparse_as_dense``, ``op``, ``gradient_predivide_factor``: as for
+    ``DistributedGradientTape``. ``algorithm``: None (all-reduce); relaxations are PyTorch-only
+    for now. An optimizer that has no variables yet is re-created from its config (as Horovod
+    does); an already built one is converted in place, keeping its state."""
+    check_algorithm(algorithm)
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(f"DistributedOptimizer wraps a Keras 3 optimizer (keras.optimizers.*), got "
+                        f"{type(optimizer).__name__}")
+    if isinstance(optimizer, _DistributedMixin):
+        raise ValueError("this optimizer is already a DistributedOptimizer")
+    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+        raise ValueError(f"backward_passes_per_step must be a positive integer, got {backward_passes_per_step!r}")
+    if not average_aggregated_gradients:
+        raise NotImplementedError("average_aggregated_gradients=False is not supported: accumulated gradients are "
+                                  "averaged")
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedMixin, base), {"__module__": base.__module__})
+    if optimizer.built:
+        optimizer.__class__ = cls
+        wrapped = optimizer
+    else:
+        wrapped = cls.from_config(optimizer.get_config())
+    wrapped._relax_reducer = GradientReducer(name or "DistributedOptimizer", compression, sparse_as_dense, op,
+                                             gradient_predivide_factor, process_set, scale_local_gradients)
+    wrapped._relax_passes = backward_passes_per_step
+    wrapped._relax_accumulators = None
+    return wrapped
