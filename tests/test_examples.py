@@ -22,3 +22,11 @@ def test_demo_trains_on_digits():
     assert run.returncode == 0, run.report()
     accuracy = float(re.search(r"final test accuracy ([0-9.]+)", run.outputs[0]).group(1))
     assert accuracy > 0.85, run.outputs[0]
+
+
+@pytest.mark.parametrize("script", ["tf_keras_digits.py", "tf_custom_loop.py"])
+def test_tensorflow_examples_train_on_four_ranks(script):
+    run = run_ranks(4, [sys.executable, str(REPO / "examples" / script), "--epochs", "4"], timeout=300)
+    assert run.returncode == 0, run.report()
+    accuracy = float(re.search(r"final test accuracy ([0-9.]+)", run.outputs[0]).group(1))
+    assert accuracy > 0.85, run.outputs[0]

@@ -1,0 +1,18 @@
+"""Runs the TensorFlow / Keras parallel modules on real ranks and fails with every rank's output."""
+
+import pytest
+
+from mpi_launch import run_pytest_on_ranks
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_tf_collectives(np_):
+    run = run_pytest_on_ranks(np_, "tf_collectives.py")
+    assert run.returncode == 0, run.report()
+
+
+def test_keras_optimizer_callbacks_and_shared_engine():
+    run = run_pytest_on_ranks(2, "tf_keras.py", per_test_timeout=300)
+    assert run.returncode == 0, run.report()
