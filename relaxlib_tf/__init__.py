@@ -65,6 +65,7 @@ from relaxlib_tf.mpi_ops import (
     reducescatter,
     size_op,
 )
+from relaxlib_tf.sync_batch_norm import SyncBatchNormalization
 
 HorovodInternalError = RelaxError
 
@@ -80,7 +81,8 @@ def DistributedOptimizer(optimizer, *args, **kwargs):
 __all__ = [
     "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "HorovodInternalError",
     "Max", "Min", "NotInitializedError", "PartialDistributedGradientTape", "ProcessSet", "Product", "RelaxError",
-    "Sum", "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast",
+    "Sum", "SyncBatchNormalization",
+    "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast",
     "broadcast_", "broadcast_global_variables", "broadcast_object", "broadcast_object_fn", "broadcast_variables",
     "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "engine_stats", "global_process_set",
     "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init",

@@ -19,6 +19,7 @@ from relaxlib_tf import (  # noqa: F401 - the Horovod Keras module re-exports th
     ProcessSet,
     Product,
     Sum,
+    SyncBatchNormalization,
     add_process_set,
     allgather,
     allgather_object,

@@ -138,33 +138,40 @@ def test_broadcast_in_place_on_variables():
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("op_name", ["sum", "average"])
-def test_reducescatter_blocks(op_name, mode):
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_reducescatter_blocks(dtype, op_name, mode):
     rows = 2 * SIZE + 1  # uneven: the first rank takes the extra row
-    full = [rank_data(r, (rows, 2), tf.float32, 11) for r in range(SIZE)]
-    result = run(mode, lambda t: hvd.reducescatter(t, op=OPS[op_name], name=f"rs.{op_name}.{mode}"),
-                 as_tensor(full[RANK], tf.float32))
-    reduced = np.sum(full, axis=0) / (SIZE if op_name == "average" else 1)
+    seed = zlib.crc32(f"rs.{dtype.name}.{op_name}".encode()) % 1000
+    tensor = as_tensor(rank_data(RANK, (rows, 2), dtype, seed, small=OPS[op_name] == hvd.Product), dtype)
+    result = run(mode, lambda t: hvd.reducescatter(t, op=OPS[op_name], name=f"rs.{dtype.name}.{op_name}.{mode}"),
+                 tensor)
     counts = [rows // SIZE + (1 if r < rows % SIZE else 0) for r in range(SIZE)]
     start = sum(counts[:RANK])
-    np.testing.assert_allclose(result.numpy(), reduced[start:start + counts[RANK]], rtol=1e-5, atol=1e-5)
+    expected = reference(dtype, OPS[op_name], (rows, 2), seed)[start:start + counts[RANK]]
+    close(result, expected, dtype)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_alltoall_with_splits(mode):
+@pytest.mark.parametrize("dtype", DTYPES + [tf.bool], ids=lambda d: d.name)
+def test_alltoall_with_splits(dtype, mode):
     splits = [(RANK + dest) % 3 for dest in range(SIZE)]  # rank r sends (r + d) % 3 rows to d
     rows = sum(splits)
-    tensor = tf.reshape(tf.range(rows * 2, dtype=tf.float32) + 100 * RANK, [rows, 2])
-    received, received_splits = run(mode, lambda t, s: hvd.alltoall(t, s, name=f"a2a.{mode}"), tensor,
-                                    tf.constant(splits, tf.int64))
+
+    def block(rank, n):  # rank's n rows: values that survive every dtype (bool: parity)
+        values = np.arange(n * 2).reshape(-1, 2) + 10 * rank
+        return as_tensor(values % 2 == 1 if dtype == tf.bool else values, dtype).numpy()
+
+    tensor = tf.constant(block(RANK, rows))
+    received, received_splits = run(mode, lambda t, s: hvd.alltoall(t, s, name=f"a2a.{dtype.name}.{mode}"),
+                                    tensor, tf.constant(splits, tf.int64))
     expected_splits = [(src + RANK) % 3 for src in range(SIZE)]
     np.testing.assert_array_equal(received_splits.numpy(), expected_splits)
     pieces = []
     for src in range(SIZE):
         src_splits = [(src + d) % 3 for d in range(SIZE)]
         offset = sum(src_splits[:RANK])
-        block = np.arange(sum(src_splits) * 2, dtype=np.float32).reshape(-1, 2) + 100 * src
-        pieces.append(block[offset:offset + src_splits[RANK]])
+        pieces.append(block(src, sum(src_splits))[offset:offset + src_splits[RANK]])
     np.testing.assert_array_equal(received.numpy(), np.concatenate(pieces))
 
 
@@ -196,6 +203,30 @@ def test_indexed_slices_are_gathered():
     result = hvd.allreduce(slices, op=hvd.Average, name="sparse")
     dense = tf.convert_to_tensor(result).numpy()
     np.testing.assert_allclose(dense, np.array([[r + 1, r + 1] for r in range(SIZE)]) / SIZE)
+
+
+def test_process_set_collectives_involve_only_members():
+    evens = hvd.add_process_set([r for r in range(SIZE) if r % 2 == 0])
+    odds = hvd.add_process_set([r for r in range(SIZE) if r % 2 == 1]) if SIZE > 1 else None
+    mine = evens if RANK % 2 == 0 else odds
+    members = [r for r in range(SIZE) if r % 2 == RANK % 2]
+    total = hvd.allreduce(tf.constant([float(RANK)]), op=hvd.Sum, process_set=mine, name="ps.ar")
+    assert float(total[0]) == sum(members)
+    gathered = hvd.allgather(tf.constant([RANK]), process_set=mine, name="ps.ag")
+    assert gathered.numpy().tolist() == members
+    assert int(hvd.size_op(mine.process_set_id)) == len(members)
+    assert int(hvd.rank_op(mine.process_set_id)) == members.index(RANK)
+    hvd.remove_process_set(evens)
+    if odds is not None:
+        hvd.remove_process_set(odds)
+
+
+def test_join_with_uneven_steps_contributes_zeros():
+    for step in range(RANK + 1):  # rank r runs r + 1 steps, then joins
+        active = [r for r in range(SIZE) if r + 1 > step]
+        total = hvd.allreduce(tf.ones([3]), op=hvd.Sum, name=f"join.ar.{step}")
+        np.testing.assert_array_equal(total.numpy(), np.full(3, float(len(active))))
+    assert hvd.join() == SIZE - 1
 
 
 # ---- gradients ----

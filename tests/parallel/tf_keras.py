@@ -162,3 +162,24 @@ def test_torch_and_tensorflow_share_one_engine():
     t = relaxlib_torch.allreduce(torch.full((2,), float(RANK)), op=relaxlib_torch.Sum, name="mixed.torch")
     f = hvd.allreduce(tf.fill([2], float(RANK)), op=hvd.Sum, name="mixed.tf")
     assert t.tolist() == f.numpy().tolist() == [SIZE * (SIZE - 1) / 2] * 2
+
+
+def test_sync_batch_norm_equals_batch_norm_on_the_global_batch():
+    rng = np.random.default_rng(5)
+    full = rng.normal(2.0, 3.0, size=(4 * SIZE, 3, 5)).astype(np.float32)
+    mine = full[RANK * 4:(RANK + 1) * 4]
+    sync, plain = hvd.SyncBatchNormalization(momentum=0.5), keras.layers.BatchNormalization(momentum=0.5)
+    with tf.GradientTape() as tape:
+        out = sync(mine, training=True)
+        loss = tf.reduce_sum(out * tf.range(5, dtype=tf.float32))
+    grads = tape.gradient(loss, [sync.gamma, sync.beta])
+    with tf.GradientTape() as tape:
+        ref = plain(full, training=True)
+        ref_loss = tf.reduce_sum(ref * tf.range(5, dtype=tf.float32))
+    ref_grads = tape.gradient(ref_loss, [plain.gamma, plain.beta])
+    np.testing.assert_allclose(out.numpy(), ref.numpy()[RANK * 4:(RANK + 1) * 4], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(sync.moving_mean.numpy(), plain.moving_mean.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(sync.moving_variance.numpy(), plain.moving_variance.numpy(), rtol=1e-4)
+    summed = [hvd.allreduce(g, op=hvd.Sum, name=f"syncbn.grad.{i}") for i, g in enumerate(grads)]
+    for got, want in zip(summed, ref_grads):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
