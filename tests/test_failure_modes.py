@@ -53,3 +53,18 @@ def test_torch_version_change_names_the_rebuild():
             "try:\n    import relaxlib_torch\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert "built against torch 0.0.1" in out.stdout and "--no-build-isolation" in out.stdout, out.stdout + out.stderr
+
+
+def test_tensorflow_version_change_names_the_rebuild():
+    code = ("import relaxlib._build_info as b; b.TF_VERSION = '0.0.1'\n"
+            "try:\n    import relaxlib_tf\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert "built against TensorFlow 0.0.1" in out.stdout and "--no-build-isolation" in out.stdout, \
+        out.stdout + out.stderr
+
+
+def test_tensorflow_ops_before_init_say_so():
+    code = ("import tensorflow as tf, relaxlib_tf as hvd\n"
+            "try:\n    hvd.allreduce(tf.ones([2]), name='early')\nexcept tf.errors.OpError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert "[NotInitializedError]" in out.stdout and "init()" in out.stdout, out.stdout + out.stderr
