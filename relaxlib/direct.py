@@ -132,6 +132,15 @@ def group_average_async(src: Buffer, dst: Buffer, name: str, members: Sequence[i
     return _submit(request, name, hold + keepalive, result)
 
 
+def flat_allreduce_async(src: Buffer, dst: Buffer, name: str, average: bool = True,
+                         keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
+    """Starts the all-reduce (mean, or sum) of a flat buffer over all ranks through the engine's
+    negotiated path: for bindings that hand algorithms plain host arrays (TensorFlow's context)."""
+    request, hold = _request(_core.REQ_ALLREDUCE, src, dst, name, [], [])
+    request.reduce_op = 0 if average else 1  # relax_reduce_op_t: Average, Sum
+    return _submit(request, name, hold + keepalive, result)
+
+
 def peer_step_pending() -> bool:
     """With none of this rank's averages in flight: whether a peer already sent its part of an
     average this rank has not started (so some rank still runs that step)."""

@@ -10,12 +10,20 @@ from relaxlib_tf import mpi_ops
 from relaxlib_tf.compression import Compression
 
 
-def check_algorithm(algorithm) -> None:
-    """TensorFlow runs the all-reduce baseline; relaxations plug in here once their TF context exists."""
-    if algorithm is not None:
-        raise NotImplementedError(
-            f"algorithm={type(algorithm).__name__}: relaxations are available for PyTorch only so far; "
-            "TensorFlow runs the all-reduce baseline (algorithm=None)")
+def check_algorithm(algorithm, model_averaging_ok: bool = False):
+    """None for the all-reduce baseline (``None`` or ``AllReduce()``), else the algorithm, if this
+    TensorFlow entry point supports it (model-averaging algorithms, in the Keras optimizer only)."""
+    from relaxlib.algorithms import AllReduce, ModelAveraging
+
+    if algorithm is None or type(algorithm) is AllReduce:
+        return None
+    if model_averaging_ok and isinstance(algorithm, ModelAveraging):
+        return algorithm
+    where = "TensorFlow" if model_averaging_ok else "DistributedGradientTape (gradients only)"
+    raise NotImplementedError(
+        f"algorithm={type(algorithm).__name__} is not available in {where}: TensorFlow runs the all-reduce "
+        "baseline everywhere and the model-averaging algorithms (Decentralized, PartialAllReduce, "
+        "AsyncModelAverage) in relaxlib_tf.keras.DistributedOptimizer; DeAR and compression are PyTorch-only")
 
 
 class GradientReducer:

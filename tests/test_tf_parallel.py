@@ -16,3 +16,8 @@ def test_tf_collectives(np_):
 def test_keras_optimizer_callbacks_and_shared_engine():
     run = run_pytest_on_ranks(2, "tf_keras.py", per_test_timeout=300)
     assert run.returncode == 0, run.report()
+
+
+def test_keras_model_averaging_algorithms():
+    run = run_pytest_on_ranks(3, "tf_decentralized.py", per_test_timeout=300)
+    assert run.returncode == 0, run.report()

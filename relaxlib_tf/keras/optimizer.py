@@ -7,6 +7,7 @@ entry point of ``model.fit``, ``apply_gradients`` and custom loops, so overridin
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from relaxlib.basics import Average
@@ -23,8 +24,11 @@ class _DistributedMixin:
 
     def apply(self, grads, trainable_variables=None):
         """Averages ``grads`` over ranks, then applies them (every ``backward_passes_per_step``-th
-        call, with the mean of the accumulated gradients)."""
+        call, with the mean of the accumulated gradients); with a relaxation ``algorithm``, hands
+        the step to it."""
         grads = list(grads)
+        if self._relax_algorithm is not None:
+            return self._relax_run_algorithm(grads, trainable_variables)
         parent = super()
         if self._relax_passes == 1:
             return parent.apply(self._relax_reducer.reduce(grads, trainable_variables), trainable_variables)
@@ -48,6 +52,47 @@ class _DistributedMixin:
         else:
             tf.cond(due, communicate_and_apply, lambda: tf.constant(False))
 
+    def local_apply(self, grads, trainable_variables):
+        """The wrapped optimizer's own update, without communication (what algorithms call)."""
+        return super().apply(grads, trainable_variables)
+
+    def _relax_run_algorithm(self, grads, trainable_variables):
+        variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
+        if not self.built:
+            self.build(variables)
+        if tf.executing_eagerly():
+            self._relax_algorithm_step(grads, variables)
+            return
+        # Algorithms work on host arrays in Python: inside tf.function (model.fit) they run as a
+        # py_function, which executes eagerly in program order with the rest of the step.
+        missing = [g is None for g in grads]
+        dense = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
+
+        def eager_step(*values):
+            self._relax_algorithm_step([None if m else v for m, v in zip(missing, values)], variables)
+            return []
+
+        tf.py_function(eager_step, dense, Tout=[])
+
+    def _relax_algorithm_step(self, grads, variables) -> None:
+        if self._relax_context is None:
+            from relaxlib_tf.context import KerasContext
+
+            self._relax_context = KerasContext(self, variables, self._relax_algorithm)
+            self._relax_algorithm.setup(self._relax_context)
+        ctx = self._relax_context
+        ctx.set_gradients([None if g is None else np.asarray(g) for g in grads])
+        self._relax_algorithm.step(ctx)
+        ctx.step_count += 1
+
+    def join(self) -> int:
+        """This rank ran out of data (model-averaging algorithms): serves the peers that still
+        train until every rank joined; returns the last step of any rank. Eager only."""
+        if self._relax_algorithm is None or self._relax_context is None:
+            raise RuntimeError("optimizer.join() is for model-averaging algorithms after at least one step; "
+                               "with all-reduce use relaxlib_tf.join()")
+        return self._relax_algorithm.join(self._relax_context)
+
     def _relax_accumulate(self, grads, variables) -> None:
         if getattr(self, "_relax_accumulators", None) is None:
             with tf.init_scope():
@@ -70,10 +115,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``backward_passes_per_step=k``: gradients of k calls are accumulated locally and averaged
     over ranks once (one all-reduce per k batches; the optimizer steps every k-th call).
     ``compression``, ``sparse_as_dense``, ``op``, ``gradient_predivide_factor``: as for
-    ``DistributedGradientTape``. ``algorithm``: None (all-reduce); relaxations are PyTorch-only
-    for now. An optimizer that has no variables yet is re-created from its config (as Horovod
-    does); an already built one is converted in place, keeping its state."""
-    check_algorithm(algorithm)
+    ``DistributedGradientTape``. ``algorithm``: None or ``AllReduce()`` (gradients all-reduced), or
+    a model-averaging algorithm (``Decentralized``, ``PartialAllReduce``, ``AsyncModelAverage``),
+    which then owns the step: it runs eagerly, inside ``model.fit`` through ``tf.py_function``;
+    call ``optimizer.join()`` when this rank's data ends and ``algorithm.average_now()`` at the end.
+    DeAR and compression are PyTorch-only for now. An optimizer that has no variables yet is
+    re-created from its config (as Horovod does); an already built one is converted in place,
+    keeping its state."""
+    relaxation = check_algorithm(algorithm, model_averaging_ok=True)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"DistributedOptimizer wraps a Keras 3 optimizer (keras.optimizers.*), got "
                         f"{type(optimizer).__name__}")
@@ -93,6 +142,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         wrapped = cls.from_config(optimizer.get_config())
     wrapped._relax_reducer = GradientReducer(name or "DistributedOptimizer", compression, sparse_as_dense, op,
                                              gradient_predivide_factor, process_set, scale_local_gradients)
+    if relaxation is not None and (backward_passes_per_step != 1 or process_set is not global_process_set):
+        raise ValueError(f"algorithm={type(relaxation).__name__} runs over all ranks with backward_passes_per_step=1")
     wrapped._relax_passes = backward_passes_per_step
     wrapped._relax_accumulators = None
+    wrapped._relax_algorithm = relaxation
+    wrapped._relax_context = None
     return wrapped

@@ -1,0 +1,171 @@
+"""The TensorFlow implementation of relaxlib's TrainingContext, for Keras 3 optimizers.
+
+Algorithms see flat numpy arrays (host memory the core reads and writes directly); weights move
+between them and the Keras variables once per step. It runs eagerly: inside ``tf.function`` the
+Keras optimizer reaches it through ``tf.py_function``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from relaxlib import basics, direct
+from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext
+from relaxlib_tf import functions
+
+UNSUPPORTED = "is not available for TensorFlow yet (model-averaging algorithms are: Decentralized, " \
+              "PartialAllReduce, AsyncModelAverage)"
+
+
+def _buffer(array: np.ndarray) -> direct.Buffer:
+    return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
+
+
+class KerasContext(TrainingContext):
+    """Binds an Algorithm to a Keras 3 optimizer and the variables it trains."""
+
+    def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
+        if algorithm.needs_model:
+            raise NotImplementedError(f"{type(algorithm).__name__} {UNSUPPORTED}")
+        self._optimizer = optimizer  # the wrapped optimizer's own update (no communication)
+        self._variables = list(variables)
+        self._algorithm = algorithm
+        self.rank = basics.rank()
+        self.size = basics.size()
+        self.step_count = 0
+        self.max_grad_norm = None
+        self._grads: list = [None] * len(self._variables)
+        self._refs = [ParamRef(i, getattr(v, "path", None) or v.name, int(np.prod(v.shape)),
+                               np.dtype(v.dtype).itemsize, np.dtype(v.dtype).name)
+                      for i, v in enumerate(self._variables)]
+
+    def set_gradients(self, grads: list) -> None:
+        """This step's gradients (numpy or tensors; None where a variable has none)."""
+        self._grads = list(grads)
+
+    # -- TrainingContext --
+
+    def parameters(self) -> list[ParamRef]:
+        return list(self._refs)
+
+    def forward_order(self):
+        return None
+
+    def watch_buckets(self, buckets) -> None:
+        raise NotImplementedError(f"forward hooks {UNSUPPORTED}")
+
+    def _flatten(self, arrays, indices: list[int], out):
+        total = sum(self._refs[i].numel for i in indices)
+        dtype = np.dtype(self._refs[indices[0]].dtype) if indices else np.float32
+        if out is None or out.size != total or out.dtype != dtype:
+            out = np.empty(total, dtype)
+        offset = 0
+        for i in indices:
+            n = self._refs[i].numel
+            value = arrays(i)
+            out[offset:offset + n] = 0 if value is None else np.asarray(value, dtype).reshape(-1)
+            offset += n
+        return out
+
+    def flatten_grads(self, indices: list[int], out=None):
+        return self._flatten(lambda i: self._grads[i], indices, out)
+
+    def flatten_params(self, indices: list[int], out=None):
+        return self._flatten(lambda i: self._variables[i].numpy(), indices, out)
+
+    def _slices(self, indices: list[int], flat: np.ndarray):
+        offset = 0
+        for i in indices:
+            n = self._refs[i].numel
+            yield self._variables[i], flat[offset:offset + n].reshape(self._variables[i].shape)
+            offset += n
+
+    def set_params_from_flat(self, indices: list[int], flat) -> None:
+        for var, value in self._slices(indices, flat):
+            var.assign(value)
+
+    def add_to_params(self, indices: list[int], flat, alpha: float = 1.0) -> None:
+        for var, value in self._slices(indices, flat):
+            var.assign_add(value * alpha if alpha != 1.0 else value)
+
+    def sum_of_squares(self, tensor) -> float:
+        return float(np.dot(tensor.astype(np.float64), tensor.astype(np.float64)))
+
+    def scale_(self, tensor, factor: float) -> None:
+        tensor *= factor
+
+    def add_(self, tensor, other, alpha: float = 1.0) -> None:
+        if alpha == 1.0:
+            tensor += other
+        else:
+            tensor += alpha * other
+
+    def zeros(self, numel: int):
+        return np.zeros(numel, np.float32)
+
+    def neighbor_average_async(self, flat, name: str, peers: list[int], weights: list[float], self_weight: float,
+                               codec: str | None = None, estimates=None, consensus_step: float = 1.0, out=None):
+        out = np.empty_like(flat) if out is None or out.shape != flat.shape or out.dtype != flat.dtype else out
+        own, theirs = estimates if estimates is not None else (None, None)
+        return direct.neighbor_average_async(
+            _buffer(flat), _buffer(out), name, peers, weights, self_weight, codec=codec,
+            estimate_self=_buffer(own) if own is not None else None,
+            estimate_peers=_buffer(theirs) if theirs is not None else None, consensus_step=consensus_step,
+            keepalive=(flat, out, own, theirs), result=out)
+
+    def group_average_async(self, flat, name: str, members: list[int], weights: list[float], out=None):
+        out = np.empty_like(flat) if out is None or out.shape != flat.shape or out.dtype != flat.dtype else out
+        return direct.group_average_async(_buffer(flat), _buffer(out), name, members, weights, keepalive=(flat, out),
+                                          result=out)
+
+    def allreduce_async(self, tensor, name: str, average: bool = True, group=None):
+        if group is not None:
+            raise NotImplementedError(f"all-reduce over a group {UNSUPPORTED}")
+        src = np.ascontiguousarray(tensor).reshape(-1)
+        out = np.empty_like(src)
+        return direct.flat_allreduce_async(_buffer(src), _buffer(out), name, average, keepalive=(src, out),
+                                           result=out)
+
+    def wait(self, handle):
+        return handle.wait()
+
+    def allreduce_scalar(self, value: float, name: str) -> float:
+        return float(self.wait(self.allreduce_async(np.array([value], np.float64), name, average=False))[0])
+
+    def broadcast_object(self, obj, root: int = 0):
+        return functions.broadcast_object(obj, root_rank=root)
+
+    def reduce_scatter_async(self, flat, name: str):
+        raise NotImplementedError(f"reduce-scatter {UNSUPPORTED}")
+
+    def broadcast_async(self, tensor, root: int, name: str, group=None):
+        raise NotImplementedError(f"asynchronous broadcast {UNSUPPORTED}")
+
+    def allgather_async(self, shard, name: str):
+        raise NotImplementedError(f"allgather {UNSUPPORTED}")
+
+    def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None):
+        raise NotImplementedError(f"compressed all-reduce {UNSUPPORTED}")
+
+    def error_feedback(self, numel: int, group=None):
+        raise NotImplementedError(f"error feedback {UNSUPPORTED}")
+
+    def node_groups(self):
+        raise NotImplementedError(f"hierarchical communication {UNSUPPORTED}")
+
+    # -- optimizer --
+
+    def snapshot(self):
+        return None  # Keras optimizers read their hyper-parameters from variables at apply time
+
+    def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
+        variables = [self._variables[i] for i in indices]
+        if flat_grads is not None:
+            grads = [value for _, value in self._slices(indices, flat_grads)]
+        else:
+            grads = [self._grads[i] for i in indices]
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        if pairs:
+            self._optimizer.local_apply([tf.convert_to_tensor(g, dtype=v.dtype) for g, v in pairs],
+                                        [v for _, v in pairs])
