@@ -120,6 +120,14 @@ class Comms:
             return out
         return self.hvd.allgather_object(obj)
 
+    def step_summary(self, last: int) -> dict | None:
+        """Medians of relaxlib's per-step telemetry over the timed steps (None for DDP)."""
+        if self.args.algorithm == "ddp":
+            return None
+        from relaxlib import telemetry
+        recorder = telemetry.current()
+        return recorder.summary(last) if recorder is not None else None
+
     def stats(self) -> dict:
         return {} if self.args.algorithm == "ddp" else self.hvd.engine_stats()
 
@@ -181,6 +189,7 @@ def run_worker(args) -> None:
     mine = {"rank": comms.rank, "samples_per_sec": rates, "step_seconds": iteration_s,
             "forward_backward_seconds": statistics.median(compute_s), "engine": stats,
             "averagings_per_step": averagings,
+            "step_stats": comms.step_summary(timed_steps),
             "tuned_fusion_mb": getattr(getattr(optimizer, "algorithm", None), "chosen_fusion_mb", None)}
     gathered = comms.gather(mine)
     if comms.rank == 0:
@@ -239,6 +248,7 @@ def summarize(raw: dict) -> dict:
     return {"samples_per_sec_per_worker": per_worker, "samples_per_sec_per_worker_conf95": conf,
             "samples_per_sec_total": sum(per_rank), "per_rank_samples_per_sec": per_rank,
             "per_rank_averagings_per_step": [r.get("averagings_per_step") for r in raw["ranks"]],
+            "per_rank_step_stats": [r.get("step_stats") for r in raw["ranks"]],
             "step_seconds_median": statistics.median(steps)}
 
 

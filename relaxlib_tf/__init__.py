@@ -33,6 +33,7 @@ from relaxlib.basics import (
 )
 from relaxlib.errors import NotInitializedError, RelaxError
 from relaxlib.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from relaxlib.telemetry import step_stats
 from relaxlib_tf.compression import Compression
 from relaxlib_tf.functions import (
     allgather_object,
@@ -88,5 +89,5 @@ __all__ = [
     "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init",
     "is_homogeneous", "is_initialized", "join", "local_rank", "local_rank_op", "local_size", "local_size_op",
     "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rank_op", "reducescatter",
-    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline",
+    "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "step_stats", "stop_timeline",
 ]

@@ -34,6 +34,7 @@ from relaxlib.basics import (
 )
 from relaxlib.errors import NotInitializedError, RelaxError
 from relaxlib.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from relaxlib.telemetry import step_stats
 from relaxlib_torch.compressed import ErrorFeedback, compressed_allreduce, compressed_allreduce_async
 from relaxlib_torch.compression import Compression
 from relaxlib_torch.functions import (
@@ -102,5 +103,5 @@ __all__ = [
     "grouped_allreduce_async_", "init", "is_initialized", "join", "local_rank", "local_size", "mpi_built",
     "mpi_enabled", "mpi_threads_supported", "nccl_built", "neighbor_average", "neighbor_average_async",
     "partial_allreduce", "partial_allreduce_async", "poll", "rank", "reducescatter", "reducescatter_async",
-    "rocm_built", "set_cycle_time", "set_fusion_threshold", "shutdown", "size", "synchronize",
+    "rocm_built", "set_cycle_time", "set_fusion_threshold", "shutdown", "size", "step_stats", "synchronize",
 ]

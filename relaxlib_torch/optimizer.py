@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import torch
 
-from relaxlib import basics
+from relaxlib import basics, telemetry
 from relaxlib.algorithms import Algorithm, AllReduce
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
@@ -209,6 +209,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def step(self, closure=None):
         """Synchronizes the gradients (unless inside ``skip_synchronize()``), then steps."""
+        self._relax_telemetry.begin_step()
+        try:
+            return self._synchronize_and_step(closure)
+        finally:
+            self._relax_telemetry.end_step()
+
+    def _synchronize_and_step(self, closure):
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without a new backward pass since synchronize(); call "
@@ -281,6 +288,13 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
 
     def step(self, closure=None):
         """Hands the step to the algorithm (which communicates and applies or schedules the update)."""
+        self._relax_telemetry.begin_step()
+        try:
+            return self._algorithm_step(closure)
+        finally:
+            self._relax_telemetry.end_step()
+
+    def _algorithm_step(self, closure):
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -369,6 +383,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         wrapped._relax_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                              groups if groups is not None else (num_groups or None), sparse_as_dense, process_set,
                              algorithm, model, max_grad_norm)
+        wrapped._relax_telemetry = telemetry.new_recorder()
         return wrapped
     if compression is not Compression.none or op != mpi_ops.Average or groups or num_groups or sparse_as_dense:
         raise ValueError(f"algorithm {algorithm.name} decides what is communicated: compression, op, groups and "
@@ -381,4 +396,5 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     names = _DistributedOptimizer._name_parameters(wrapped, named_parameters)
     wrapped._relax_setup_algorithm(names, algorithm, model, backward_passes_per_step, process_set, max_grad_norm,
                                    optimizer.__class__)
+    wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped

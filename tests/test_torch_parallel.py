@@ -63,3 +63,8 @@ def test_decentralized_and_partial_allreduce(np_):
 def test_stragglers_with_four_ranks():
     run = run_pytest_on_ranks(4, "torch_stragglers.py")
     assert run.returncode == 0, run.report()
+
+
+def test_step_telemetry():
+    run = run_pytest_on_ranks(3, "telemetry.py")
+    assert run.returncode == 0, run.report()

@@ -231,8 +231,12 @@ void DirectLane::loop() {
 }
 
 Status DirectLane::execute(DirectRequest& r) {
-  if (r.local.desc.type == RELAX_REQ_GROUP_AVERAGE) return group_average(r);
-  return r.codec ? choco_average(r) : neighbor_average(r);
+  const double start = steady_seconds();
+  Status st = r.local.desc.type == RELAX_REQ_GROUP_AVERAGE ? group_average(r)
+              : r.codec                                   ? choco_average(r)
+                                                          : neighbor_average(r);
+  busy_ns_ += static_cast<int64_t>((steady_seconds() - start) * 1e9);
+  return st;
 }
 
 Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const DirectRequest& r) {
@@ -323,6 +327,8 @@ Status DirectLane::neighbor_average(DirectRequest& r) {
     MPI_Isend(r.local.input, static_cast<int>(bytes), MPI_BYTE, r.peers[k], kDataTag, comm_, &requests.back());
   }
   const Status waited = wait_all(requests, r);
+  traffic_.bytes_sent += static_cast<int64_t>(bytes * npeers);
+  traffic_.bytes_received += static_cast<int64_t>(bytes * npeers);
   if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
   Status st = check_headers(r, mine, theirs);  // a size mismatch also truncates: name it first
   if (!st.is_ok()) return st;
@@ -374,6 +380,8 @@ Status DirectLane::choco_average(DirectRequest& r) {
     MPI_Isend(mine.data(), static_cast<int>(encoded), MPI_BYTE, r.peers[k], kDataTag, comm_, &requests.back());
   }
   const Status waited = wait_all(requests, r);
+  traffic_.bytes_sent += static_cast<int64_t>(encoded * npeers);
+  traffic_.bytes_received += static_cast<int64_t>(encoded * npeers);
   if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
   Status st = check_headers(r, header, headers);
   if (!st.is_ok()) return st;
@@ -439,7 +447,11 @@ Status DirectLane::group_average(DirectRequest& r) {
   bool transient = false;
   st = groups_.acquire(r.peers, collectives, transient);
   if (!st.is_ok()) return st;
+  const int64_t sent_before = collectives->traffic().bytes_sent;
+  const int64_t received_before = collectives->traffic().bytes_received;
   st = collectives->allreduce(r.local.output, r.local.output, count, d.dtype, RELAX_OP_SUM, 1.0);
+  traffic_.bytes_sent += collectives->traffic().bytes_sent - sent_before;
+  traffic_.bytes_received += collectives->traffic().bytes_received - received_before;
   if (transient) groups_.release_transient();
   return st;
 }

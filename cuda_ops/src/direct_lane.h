@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -81,6 +82,10 @@ class DirectLane {
   Status start_join(int64_t last_step);
   Status test_join(bool& done, int64_t& max_step);
 
+  // Bytes this rank's neighbour and group averages sent and received, and the lane's busy time.
+  const Traffic& traffic() const { return traffic_; }
+  int64_t busy_ns() const { return busy_ns_.load(); }
+
  private:
   void loop();
   Status execute(DirectRequest& r);
@@ -102,6 +107,8 @@ class DirectLane {
   EngineConfig config_;
   GroupCommunicators groups_;
   std::vector<uint8_t> scratch_;
+  Traffic traffic_;
+  std::atomic<int64_t> busy_ns_{0};
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -501,7 +501,12 @@ int relax_get_stats(relax_stats_t* out) {
   relax::Engine* engine = relax::current_engine();
   if (!engine) return relax::not_initialized();
   if (!out) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_get_stats: NULL output"));
-  const relax::EngineStats s = engine->stats();
+  relax::EngineStats s = engine->stats();
+  if (runtime().lane) {  // neighbour and group averages run beside the engine
+    s.bytes_sent += runtime().lane->traffic().bytes_sent;
+    s.bytes_received += runtime().lane->traffic().bytes_received;
+    s.execution_ns += runtime().lane->busy_ns();
+  }
   *out = relax_stats_t{s.rounds, s.completed, s.bytes_sent, s.bytes_received, s.negotiation_ns, s.execution_ns};
   return RELAX_OK;
 }

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from relaxlib import telemetry
 from relaxlib.basics import Average
 from relaxlib.process_sets import global_process_set
 from relaxlib_tf.compression import Compression
@@ -27,6 +28,15 @@ class _DistributedMixin:
         call, with the mean of the accumulated gradients); with a relaxation ``algorithm``, hands
         the step to it."""
         grads = list(grads)
+        if tf.executing_eagerly():
+            self._relax_telemetry.begin_step()
+            try:
+                return self._relax_apply(grads, trainable_variables)
+            finally:
+                self._relax_telemetry.end_step()
+        return self._relax_apply(grads, trainable_variables)
+
+    def _relax_apply(self, grads, trainable_variables):
         if self._relax_algorithm is not None:
             return self._relax_run_algorithm(grads, trainable_variables)
         parent = super()
@@ -148,4 +158,5 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._relax_accumulators = None
     wrapped._relax_algorithm = relaxation
     wrapped._relax_context = None
+    wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped

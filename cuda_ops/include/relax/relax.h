@@ -234,10 +234,10 @@ RELAX_API int relax_set_cycle_time_ms(double ms);
 typedef struct {
   int64_t rounds;          /* negotiation rounds */
   int64_t completed;       /* requests completed (ok or failed) */
-  int64_t bytes_sent;      /* by this rank's collectives */
+  int64_t bytes_sent;      /* by this rank's collectives, neighbour and group averages */
   int64_t bytes_received;
   int64_t negotiation_ns;  /* engine time inside negotiation rounds (includes waiting for peers) */
-  int64_t execution_ns;    /* engine time executing collectives */
+  int64_t execution_ns;    /* engine and direct-lane time executing collectives and averages */
 } relax_stats_t;
 RELAX_API int relax_get_stats(relax_stats_t* out);
 

@@ -1,0 +1,67 @@
+"""step_stats() on real ranks: compute time covers the work between steps, bytes match what each
+algorithm must move (all-reduce, ring neighbour average), in torch and Keras.
+Launched by tests/test_torch_parallel.py with 3 ranks.
+"""
+
+import time
+
+import numpy as np
+import torch
+
+import relaxlib_torch as hvd
+from relaxlib.algorithms import Decentralized
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+PARAMS = 4096  # float32 weights of the model below (64 x 64, no bias)
+
+
+def train(algorithm, steps: int = 4, pause: float = 0.02) -> list[dict]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 64, bias=False)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                         named_parameters=model.named_parameters(), algorithm=algorithm)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(torch.ones(2, 64)).sum().backward()
+        time.sleep(pause)  # "compute" between steps
+        optimizer.step()
+    return hvd.step_stats()
+
+
+def test_allreduce_steps_record_compute_and_ring_bytes():
+    records = train(None)
+    assert [r["step"] for r in records] == [1, 2, 3]  # the first step sets the baseline
+    for r in records:
+        assert r["compute_s"] >= 0.02 and r["wait_s"] >= 0 and r["comm_s"] >= 0
+        # an all-reduce moves at least 2 (n-1)/n of the gradient bytes per rank
+        assert r["bytes_sent"] >= 2 * (SIZE - 1) * PARAMS * 4 // SIZE
+        assert r["bytes_received"] >= 2 * (SIZE - 1) * PARAMS * 4 // SIZE
+
+
+def test_ring_neighbour_average_sends_the_model_to_each_neighbour():
+    records = train(Decentralized(topology="ring"))
+    neighbours = 2 if SIZE > 2 else 1
+    for r in records:
+        assert r["bytes_sent"] == neighbours * PARAMS * 4 and r["bytes_received"] == neighbours * PARAMS * 4
+
+
+def test_keras_optimizer_records_eager_steps():
+    import keras
+    import tensorflow as tf
+
+    import relaxlib_tf.keras as hvdk
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    optimizer = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(np.ones((2, 8), np.float32)))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    import relaxlib_tf
+    records = relaxlib_tf.step_stats()
+    assert len(records) == 2 and all(r["bytes_sent"] >= 2 * (SIZE - 1) * 36 * 4 // SIZE for r in records)
+
+
+def test_summary_of_no_steps():
+    from relaxlib import telemetry
+    assert telemetry.StepTelemetry().summary() == {"steps": 0}
