@@ -1,0 +1,89 @@
+"""The performance model's equations against hand-computed cases (docs/perfmodel.md)."""
+
+import pytest
+
+from relaxlib import perfmodel as pm
+
+ALPHA, BW = 1e-4, 1e8  # 100 us per message, 100 MB/s
+
+
+def workload(**overrides) -> pm.Workload:
+    base = dict(ranks=4, alpha_s=ALPHA, bandwidth_bytes_per_s=BW, buckets=[4e6, 4e6], forward_s=0.04,
+                backward_s=0.08, batch=32, codec_bytes_per_s={"uint8": 1e9, "sign": 2e9})
+    base.update(overrides)
+    return pm.Workload(**base)
+
+
+def test_collective_costs():
+    # 2(n-1) alpha + 2(n-1)/n b/BW = 6e-4 + 1.5 * 0.04
+    assert pm.allreduce_time(4, 4e6, ALPHA, BW) == pytest.approx(6e-4 + 0.06)
+    assert pm.reduce_scatter_time(4, 4e6, ALPHA, BW) == pytest.approx(3e-4 + 0.03)
+    assert pm.allreduce_time(1, 4e6, ALPHA, BW) == 0.0
+
+
+def test_pipeline_waits_for_readiness_and_the_previous_bucket():
+    assert pm.pipeline_end([0.0, 0.0], [1.0, 1.0]) == 2.0
+    assert pm.pipeline_end([0.5, 3.0], [1.0, 1.0]) == 4.0
+
+
+def test_allreduce_overlaps_backward():
+    # buckets ready at 0.04 and 0.08; each all-reduce 0.0606: ends 0.1006 and 0.1612
+    p = pm.predict_allreduce(workload())
+    assert p.exposed_comm_s == pytest.approx(0.1612 - 0.08)
+    assert p.step_s == pytest.approx(0.12 + 0.0812)
+    assert p.samples_per_s == pytest.approx(4 * 32 / p.step_s)
+    assert p.bytes_sent == pytest.approx(1.5 * 8e6)
+
+
+def test_allreduce_fully_hidden_behind_a_long_backward():
+    p = pm.predict_allreduce(workload(backward_s=1.0))
+    # ready at 0.5 and 1.0; the last all-reduce (0.0606) starts at 1.0
+    assert p.exposed_comm_s == pytest.approx(0.0606)
+
+
+def test_dear_hides_allgather_behind_forward():
+    w = workload(forward_s=1.0, backward_s=1.0)
+    p = pm.predict_dear(w)
+    rs = pm.reduce_scatter_time(4, 4e6, ALPHA, BW)  # 0.0303
+    # backward: ready 0.5, 1.0 -> last reduce-scatter ends 1.0 + rs; forward: first all-gather
+    # (rs) before the first half of forward (0.5), the second overlaps it
+    assert p.exposed_comm_s == pytest.approx(rs + rs)
+    assert p.step_s == pytest.approx(2.0 + 2 * rs)
+
+
+def test_compressed_costs_wire_and_codec():
+    p = pm.predict_compressed(workload(), "uint8")
+    wire = pm.allreduce_time(4, 0.25 * 8e6, ALPHA, BW)
+    assert p.comm_s == pytest.approx(wire + 4 * 8e6 / 1e9)
+    assert p.step_s == pytest.approx(0.12 + p.comm_s)
+    with pytest.raises(ValueError, match="calibrate"):
+        pm.predict_compressed(workload(codec_bytes_per_s={}), "fp16")
+
+
+def test_decentralized_ring_sends_twice_the_model():
+    ring, random = pm.predict_decentralized(workload(), "ring"), pm.predict_decentralized(workload(), "random")
+    assert ring.comm_s == pytest.approx(ALPHA + 2 * 8e6 / BW)
+    assert random.comm_s == pytest.approx(ALPHA + 8e6 / BW)
+    assert ring.bytes_sent == 2 * random.bytes_sent == 16e6
+
+
+def test_straggler_sets_the_pace_of_lock_step_modes_only():
+    w = workload(slowdown=[1.0, 1.0, 1.0, 3.0], backward_s=1.0, forward_s=0.5)
+    lock = pm.predict_partial(w, "static")
+    smart = pm.predict_partial(w, "smart")
+    async_ = pm.predict_async(w)
+    assert lock.step_s == pytest.approx(1.5 * 3 + lock.comm_s)
+    comm = pm.allreduce_time(2, 8e6, ALPHA, BW) + 2 * ALPHA
+    assert smart.samples_per_s == pytest.approx(3 * 32 / (1.5 + comm) + 32 / (4.5 + comm))
+    assert async_.samples_per_s == pytest.approx(3 * 32 / 1.5 + 32 / 4.5)
+
+
+def test_predict_all_ranks_by_throughput():
+    predictions = pm.predict_all(workload(bandwidth_bytes_per_s=1e7))  # a thin link
+    rates = [p.samples_per_s for p in predictions]
+    assert rates == sorted(rates, reverse=True)
+    modes = {p.mode for p in predictions}
+    assert {"allreduce", "dear", "compressed-uint8", "compressed-sign", "async"} <= modes
+    assert "compressed-fp16" not in modes  # not calibrated
+    by_mode = {p.mode: p for p in predictions}
+    assert by_mode["compressed-sign"].samples_per_s > by_mode["allreduce"].samples_per_s
