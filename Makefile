@@ -61,7 +61,7 @@ cuda-check:
 	else echo "cuda-check skipped: nvcc not found"; fi
 
 lint: $(DEPS_STAMP)
-	$(PY) -m ruff check relaxlib relaxlib_torch launch tests benchmarks examples setup.py
+	$(PY) -m ruff check relaxlib relaxlib_torch relaxlib_tf launch tests benchmarks examples setup.py
 
 pytest: build
 	$(PY) -m pytest tests
