@@ -40,6 +40,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--stall-shutdown-time", type=float,
                         help="seconds before a stalled operation fails (RELAX_STALL_SHUTDOWN_TIME)")
     parser.add_argument("--network-interface", help="restrict MPI's TCP traffic to this interface or subnet")
+    parser.add_argument("--advise", action="store_true",
+                        help="after --advise-steps training steps print the advisor's table: every relaxation's "
+                             "predicted step time on this launch (RELAX_ADVISE)")
+    parser.add_argument("--advise-steps", type=int, default=20, help="steps observed before advising (default 20)")
     parser.add_argument("--mpi-args", default="", help="extra arguments passed to mpirun verbatim (quoted)")
     parser.add_argument("--check-build", action="store_true", help="print which frameworks and transports are built")
     parser.add_argument("--verbose", action="store_true", help="print the mpirun command before running it")
@@ -54,6 +58,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error("-np must be at least 1")
         if args.hosts and args.hostfile:
             parser.error("use either -H or --hostfile, not both")
+        if args.advise and args.advise_steps < 3:
+            parser.error("--advise-steps must be at least 3")
     return args
 
 
@@ -62,6 +68,8 @@ def relax_environment(args: argparse.Namespace) -> dict[str, str]:
     env = {}
     if args.topology:
         env["RELAX_TOPOLOGY"] = args.topology
+    if args.advise:
+        env["RELAX_ADVISE"] = str(args.advise_steps)
     if args.fusion_threshold_mb is not None:
         env["RELAX_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
     if args.cycle_time_ms is not None:

@@ -34,6 +34,7 @@ from relaxlib.basics import (
 from relaxlib.errors import NotInitializedError, RelaxError
 from relaxlib.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from relaxlib.telemetry import step_stats
+from relaxlib_tf.advise import advise
 from relaxlib_tf.compression import Compression
 from relaxlib_tf.functions import (
     allgather_object,
@@ -80,7 +81,8 @@ def DistributedOptimizer(optimizer, *args, **kwargs):
 
 
 __all__ = [
-    "Adasum", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer", "HorovodInternalError",
+    "Adasum", "advise", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
+    "HorovodInternalError",
     "Max", "Min", "NotInitializedError", "PartialDistributedGradientTape", "ProcessSet", "Product", "RelaxError",
     "Sum", "SyncBatchNormalization",
     "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast",

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import torch
 
-from relaxlib import basics, telemetry
+from relaxlib import advisor, basics, telemetry
 from relaxlib.algorithms import Algorithm, AllReduce
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
@@ -214,6 +214,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return self._synchronize_and_step(closure)
         finally:
             self._relax_telemetry.end_step()
+            _advise_when_due(self)
 
     def _synchronize_and_step(self, closure):
         if self._should_synchronize:
@@ -237,6 +238,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
                                  "a race condition.")
         return super(self.__class__, self).zero_grad(set_to_none)
+
+
+def _advise_when_due(optimizer) -> None:
+    """``relaxrun --advise N``: after N steps, print the advisor's table from the telemetry (once)."""
+    due = advisor.steps_requested()
+    records = optimizer._relax_telemetry.records()
+    if due and len(records) == due - 1 and not getattr(optimizer, "_relax_advised", False):
+        optimizer._relax_advised = True
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+        advisor.advise_from_telemetry(records, [p.numel() * p.element_size() for p in reversed(params)])
 
 
 def clip_by_global_norm(params: list[torch.Tensor], max_norm: float) -> float:
@@ -293,6 +304,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
             return self._algorithm_step(closure)
         finally:
             self._relax_telemetry.end_step()
+            _advise_when_due(self)
 
     def _algorithm_step(self, closure):
         loss = None

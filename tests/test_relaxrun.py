@@ -69,3 +69,26 @@ def test_real_launch_exports_settings_to_every_rank():
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("relaxrun: mpirun -np 2")
     assert "RANK 0 2 2.0" in out.stdout and "RANK 1 2 2.0" in out.stdout
+
+
+def test_advise_option_is_exported_and_validated():
+    _, env = command_for(["-np", "2", "--advise", "python", "t.py"])
+    assert env["RELAX_ADVISE"] == "20"
+    _, env = command_for(["-np", "2", "--advise", "--advise-steps", "7", "python", "t.py"])
+    assert env["RELAX_ADVISE"] == "7"
+    with pytest.raises(SystemExit):
+        relaxrun.parse_args(["-np", "2", "--advise", "--advise-steps", "1", "python", "t.py"])
+
+
+def test_advise_prints_the_table_during_real_training():
+    out = subprocess.run(RELAXRUN + ["-np", "2", "--advise", "--advise-steps", "5", sys.executable,
+                                     str(REPO / "examples" / "torch_digits.py"), "--epochs", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("relaxlib advisor: 2 ranks") == 1, out.stdout
+    table = out.stdout[out.stdout.index("relaxlib advisor"):].splitlines()
+    modes = [line.split()[0] for line in table[2:13]]
+    assert {"allreduce", "dear", "compressed-uint8", "partial-smart", "async"} <= set(modes), out.stdout
+    speedups = [float(line.split()[2].rstrip("x")) for line in table[2:13]]
+    assert speedups == sorted(speedups, reverse=True) and 1.0 in speedups

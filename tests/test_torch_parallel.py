@@ -68,3 +68,8 @@ def test_stragglers_with_four_ranks():
 def test_step_telemetry():
     run = run_pytest_on_ranks(3, "telemetry.py")
     assert run.returncode == 0, run.report()
+
+
+def test_calibration_and_advisor():
+    run = run_pytest_on_ranks(2, "advisor.py")
+    assert run.returncode == 0, run.report()

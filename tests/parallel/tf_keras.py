@@ -183,3 +183,10 @@ def test_sync_batch_norm_equals_batch_norm_on_the_global_batch():
     summed = [hvd.allreduce(g, op=hvd.Sum, name=f"syncbn.grad.{i}") for i, g in enumerate(grads)]
     for got, want in zip(summed, ref_grads):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_advise_on_a_keras_model_ranks_modes():
+    net = model(seed=1)
+    predictions = relaxlib_tf.advise(net, np.ones((8, 6), np.float32), show=False)
+    assert [p.samples_per_s for p in predictions] == sorted((p.samples_per_s for p in predictions), reverse=True)
+    assert {"allreduce", "dear", "async"} <= {p.mode for p in predictions}

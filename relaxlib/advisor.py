@@ -1,0 +1,93 @@
+"""Which relaxation should I use? Calibrates the performance model on this launch (network,
+codecs, compute per rank) and ranks every mode by predicted throughput. Collective.
+
+Framework bindings call :func:`advise` with their measured forward/backward times and gradient
+sizes (``relaxlib_torch.advise``, ``relaxlib_tf.advise``); ``relaxrun --advise`` makes the
+distributed optimizer call it after a few training steps, from the step telemetry.
+"""
+
+from __future__ import annotations
+
+import os
+
+from relaxlib import basics, calibration, perfmodel
+
+BUCKET_BYTES = 25e6
+CAVEATS = {
+    "allreduce": "exact; the baseline",
+    "dear": "exact (same parameters as all-reduce)",
+    "compressed-fp16": "near exact",
+    "compressed-uint8": "use with error feedback",
+    "compressed-sign": "use with error feedback; 1 bit per element diverged on some tasks in BAGUA",
+    "decentralized-ring": "models differ until average_now(); more epochs may be needed",
+    "decentralized-random": "models differ until average_now(); more epochs may be needed",
+    "partial-static": "models differ until average_now()",
+    "partial-random": "models differ until average_now()",
+    "partial-smart": "fast ranks may average less often than every step",
+    "async": "averages every sync interval, not every step",
+}
+
+
+def buckets_of(sizes_backward_order: list[int], bucket_bytes: float = BUCKET_BYTES) -> list[float]:
+    """Gradient sizes (bytes, in the order backward produces them) merged into buckets."""
+    buckets: list[float] = []
+    for size in sizes_backward_order:
+        if buckets and buckets[-1] + size <= bucket_bytes:
+            buckets[-1] += size
+        else:
+            buckets.append(float(size))
+    return buckets
+
+
+def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[int], batch: int,
+           network: calibration.Network | None = None, codecs: dict[str, float] | None = None,
+           show: bool = True) -> list[perfmodel.Prediction]:
+    """Collective: calibrates what is not given, predicts every mode, prints the table on rank 0
+    (``show``) and returns the predictions, fastest first. ``forward_s``/``backward_s``: this
+    rank's compute per iteration (ranks may differ: the spread becomes the straggler model)."""
+    network = network or calibration.measure_network()
+    codecs = codecs if codecs is not None else calibration.measure_codecs()
+    spread = calibration.slowdowns(forward_s + backward_s)
+    base_compute = (forward_s + backward_s) / spread[basics.rank()]  # the fastest rank's compute
+    share = forward_s / (forward_s + backward_s) if forward_s + backward_s > 0 else 1 / 3
+    workload = perfmodel.Workload(
+        ranks=basics.size(), alpha_s=network.alpha_s, bandwidth_bytes_per_s=network.bandwidth_bytes_per_s,
+        buckets=buckets_of(grad_bytes_backward_order), forward_s=base_compute * share,
+        backward_s=base_compute * (1 - share), batch=batch, slowdown=spread, codec_bytes_per_s=codecs)
+    predictions = perfmodel.predict_all(workload)
+    if show and basics.rank() == 0:
+        print(format_table(predictions, network, workload), flush=True)
+    return predictions
+
+
+def format_table(predictions: list[perfmodel.Prediction], network: calibration.Network,
+                 workload: perfmodel.Workload) -> str:
+    """The advisor's table: mode, predicted step time, speedup over all-reduce, bytes, caveat."""
+    baseline = next(p for p in predictions if p.mode == "allreduce")
+    lines = [
+        f"relaxlib advisor: {workload.ranks} ranks, alpha {1e6 * network.alpha_s:.1f} us, bandwidth "
+        f"{network.bandwidth_bytes_per_s / 1e9:.2f} GB/s, model {workload.model_bytes / 1e6:.1f} MB in "
+        f"{len(workload.buckets)} buckets, compute {1e3 * (workload.forward_s + workload.backward_s):.1f} ms "
+        f"(slowest rank x{max(workload.speeds()):.2f})",
+        f"{'mode':22s} {'step ms':>9s} {'speedup':>8s} {'MB/step':>8s}  caveat",
+    ]
+    for p in predictions:
+        lines.append(f"{p.mode:22s} {1e3 * p.step_s:9.1f} {p.samples_per_s / baseline.samples_per_s:7.2f}x "
+                     f"{p.bytes_sent / 1e6:8.2f}  {CAVEATS.get(p.mode, '')}")
+    return "\n".join(lines)
+
+
+def advise_from_telemetry(records: list[dict], grad_bytes_backward_order: list[int],
+                          forward_share: float = 1 / 3) -> list[perfmodel.Prediction]:
+    """Collective: advice from observed steps (``relaxrun --advise``). Telemetry sees forward and
+    backward together; ``forward_share`` splits them (backward is usually about twice forward)."""
+    compute = sorted(r["compute_s"] for r in records)[len(records) // 2]
+    return advise(compute * forward_share, compute * (1 - forward_share), grad_bytes_backward_order, batch=1)
+
+
+def steps_requested() -> int:
+    """Steps ``relaxrun --advise`` asked to observe before advising (0: not asked)."""
+    try:
+        return max(0, int(os.environ.get("RELAX_ADVISE", "0")))
+    except ValueError:
+        return 0
