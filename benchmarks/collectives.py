@@ -7,8 +7,13 @@ Ratios between libraries are medians of *paired* ratios (job i of one library ag
 adjacent job i of the other), which cancels the slow drift of a shared or virtual machine.
 
     python benchmarks/collectives.py --np 2 --reps 3
+    python benchmarks/collectives.py --framework tf --np 2 --reps 3 --max-bytes 64M
 
 Writes benchmarks/results/collectives_np<N>.json and a PNG of bus bandwidth per size.
+--framework tf measures relaxlib's TensorFlow ops on eager tf tensors ("relaxlib-tf") beside
+relaxlib_torch and MPI (collectives_tf_np<N>.json), plus the op overhead: the median time of a
+1-element float32 allreduce through relaxlib_tf (eager, and in a tf.function: one call per op,
+and 100 chained ops in one call), relaxlib_torch and a bare MPI_Allreduce.
 busbw = algbw * 2(n-1)/n for allreduce and algbw * (n-1)/n for reduce_scatter / allgather,
 where `size` is the full (unscattered) buffer, as nccl-tests defines them.
 """
@@ -30,6 +35,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 LIBRARIES = ("relaxlib", "mpi", "gloo")
+TF_LIBRARIES = ("relaxlib-tf", "relaxlib", "mpi")
+WORKERS = LIBRARIES + ("relaxlib-tf",)
+OVERHEAD_CALLS = 3000  # timed 1-element allreduces per variant (after 200 warm-up calls)
+OVERHEAD_LOOP = 100    # chained allreduces in one tf.function call
 OPS = ("allreduce", "reduce_scatter", "allgather", "compressed_fp16", "compressed_uint8", "compressed_sign")
 DEFAULT_OPS = OPS[:3]
 BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
@@ -56,12 +65,20 @@ def default_sizes(low: int, high: int) -> list[int]:
 # ---- worker: runs under mpirun, one library per job -----------------------------------------
 
 class Library:
-    """One library's collectives on float32 torch tensors (numpy views for mpi4py)."""
+    """One library's collectives on float32 torch tensors (numpy views for mpi4py; eager tf
+    tensors for relaxlib-tf, which does not import torch)."""
 
     def __init__(self, name: str, port: int) -> None:
+        self.name = name
+        if name == "relaxlib-tf":
+            import tensorflow as tf
+
+            import relaxlib_tf as hvd
+            hvd.init()
+            self.tf, self.hvd, self.rank, self.size = tf, hvd, hvd.rank(), hvd.size()
+            return
         import torch
         self.torch = torch
-        self.name = name
         if name == "relaxlib":
             import relaxlib_torch as hvd
             hvd.init()
@@ -83,10 +100,10 @@ class Library:
 
     def bytes_sent(self) -> float | None:
         """Bytes this rank's collectives sent so far (relaxlib's engine counts them)."""
-        return self.hvd.engine_stats()["bytes_sent"] if self.name == "relaxlib" else None
+        return self.hvd.engine_stats()["bytes_sent"] if self.name.startswith("relaxlib") else None
 
     def barrier(self) -> None:
-        if self.name == "relaxlib":
+        if self.name.startswith("relaxlib"):
             self.hvd.barrier()
         elif self.name == "mpi":
             self.comm.Barrier()
@@ -94,6 +111,9 @@ class Library:
             self.dist.barrier()
 
     def max_over_ranks(self, value: float) -> float:
+        if self.name == "relaxlib-tf":
+            t = self.tf.constant([value], dtype=self.tf.float64)
+            return float(self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").numpy()[0])
         t = self.torch.tensor([value], dtype=self.torch.float64)
         if self.name == "relaxlib":
             return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").item()
@@ -104,6 +124,8 @@ class Library:
 
     def operation(self, op: str, count: int):
         """A zero-argument callable running `op` once on `count` float32 elements (full buffer)."""
+        if self.name == "relaxlib-tf":
+            return self.tf_operation(op, count)
         torch, n = self.torch, self.size
         full = torch.ones(count, dtype=torch.float32)
         chunk = torch.ones(count // n, dtype=torch.float32)
@@ -128,6 +150,76 @@ class Library:
         return {"allreduce": lambda: dist.all_reduce(full),
                 "reduce_scatter": lambda: dist.reduce_scatter_tensor(chunk, full),
                 "allgather": lambda: dist.all_gather_into_tensor(full, chunk)}[op]
+
+    def tf_operation(self, op: str, count: int):
+        """relaxlib_tf's op on eager tf tensors. TensorFlow has no in-place collectives: every call
+        returns a new output tensor (eager execution is synchronous, so the call returns when the
+        asynchronous kernel has completed)."""
+        tf, hvd = self.tf, self.hvd
+        if op.startswith("compressed_"):
+            raise NotImplementedError("relaxlib_tf has no compressed all-reduce (PyTorch only so far)")
+        full = tf.ones([count], dtype=tf.float32)
+        chunk = tf.ones([count // self.size], dtype=tf.float32)
+        return {"allreduce": lambda: hvd.allreduce(full, op=hvd.Sum, name="bench.allreduce"),
+                "reduce_scatter": lambda: hvd.reducescatter(full, op=hvd.Sum, name="bench.reduce_scatter"),
+                "allgather": lambda: hvd.allgather(chunk, name="bench.allgather")}[op]
+
+    def overhead_variants(self) -> dict:
+        """Zero-argument callables, each one 1-element float32 Sum allreduce (the tf.function loop
+        variant: OVERHEAD_LOOP chained allreduces in one call)."""
+        if self.name == "relaxlib-tf":
+            tf, hvd = self.tf, self.hvd
+            x = tf.zeros([1], dtype=tf.float32)
+
+            @tf.function
+            def one(t):
+                return hvd.allreduce(t, op=hvd.Sum, name="bench.overhead.function")
+
+            @tf.function
+            def noop(t):
+                return t + 1.0
+
+            @tf.function
+            def chained(t):
+                for _ in tf.range(OVERHEAD_LOOP):
+                    t = hvd.allreduce(t, op=hvd.Sum, name="bench.overhead.loop")
+                return t
+
+            return {"tf_eager": lambda: hvd.allreduce(x, op=hvd.Sum, name="bench.overhead.eager"),
+                    "tf_function": lambda: one(x),
+                    f"tf_function_loop{OVERHEAD_LOOP}": lambda: chained(x),
+                    "tf_function_noop (no collective)": lambda: noop(x)}
+        if self.name == "relaxlib":
+            hvd, t = self.hvd, self.torch.zeros(1, dtype=self.torch.float32)
+            return {"torch": lambda: hvd.allreduce(t, op=hvd.Sum, name="bench.overhead.torch"),
+                    "torch_inplace": lambda: hvd.allreduce_(t, op=hvd.Sum, name="bench.overhead.torch_")}
+        if self.name == "mpi":
+            comm, MPI, a = self.comm, self.MPI, self.torch.zeros(1, dtype=self.torch.float32).numpy()
+            return {"mpi4py": lambda: comm.Allreduce(MPI.IN_PLACE, a)}
+        return {}
+
+
+def measure_overhead(lib: Library) -> dict:
+    """Per variant: median (and 10th/90th percentile) microseconds per call over OVERHEAD_CALLS
+    individually timed calls, the largest median over ranks."""
+    out = {}
+    for variant, fn in lib.overhead_variants().items():
+        per_call = OVERHEAD_LOOP if variant.startswith("tf_function_loop") else 1
+        calls = OVERHEAD_CALLS // per_call
+        for _ in range(max(2, 200 // per_call)):
+            fn()
+        lib.barrier()
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) / per_call * 1e6)
+        times.sort()
+        median = statistics.median(times)
+        out[variant] = {"median_us": lib.max_over_ranks(median), "rank0_p10_us": times[len(times) // 10],
+                        "rank0_p90_us": times[len(times) * 9 // 10], "calls": calls, "ops_per_call": per_call}
+        lib.barrier()
+    return out
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -157,8 +249,11 @@ def run_worker(args: argparse.Namespace) -> None:
                                 "wire_bytes_per_rank": (sent - sent_before) / iters if sent is not None else None})
             except (RuntimeError, NotImplementedError, ValueError) as exc:
                 results.append({"op": op, "size": size, "time_us": None, "error": str(exc).splitlines()[0][:200]})
+    report = {"library": args.worker, "np": lib.size, "results": results}
+    if args.overhead:
+        report["overhead"] = measure_overhead(lib)
     if lib.rank == 0:
-        Path(args.out).write_text(json.dumps({"library": args.worker, "np": lib.size, "results": results}))
+        Path(args.out).write_text(json.dumps(report))
 
 
 # ---- driver ---------------------------------------------------------------------------------
@@ -183,6 +278,8 @@ def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: s
     name, _, setting = lib.partition("@")  # e.g. relaxlib@RELAX_MPI_ALLREDUCE_MAX_BYTES=0
     worker = [sys.executable, __file__, "--worker", name, "--ops", ",".join(args.ops), "--port", str(free_port()),
               "--sizes", ",".join(map(str, sizes)), "--seconds-per-size", str(args.seconds_per_size), "--out", out]
+    if args.overhead:
+        worker.append("--overhead")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     if setting:
@@ -289,7 +386,28 @@ def evaluate_targets(rows: list[dict], sizes: list[int]) -> list[dict]:
     return targets
 
 
+def comparisons(libs: list[str]) -> list[tuple[str, str, str]]:
+    """(ours, peer, column label) of the ratio columns: relaxlib/mpi, or for TensorFlow runs
+    relaxlib-tf against MPI and against relaxlib_torch."""
+    if "relaxlib-tf" in libs:
+        pairs = [("relaxlib-tf", "mpi", "tf/mpi"), ("relaxlib-tf", "relaxlib", "tf/torch")]
+    else:
+        pairs = [("relaxlib", "mpi", "relax/mpi")]
+    return [p for p in pairs if p[0] in libs and p[1] in libs] or [("relaxlib", "mpi", "relax/mpi")]
+
+
+def ratio_table(rows: list[dict], libs: list[str], sizes: list[int]) -> dict:
+    """{"ours/peer": {op: {size: median paired busbw ratio}}} for every comparison column."""
+    table = {}
+    for ours, peer, _ in comparisons(libs):
+        table[f"{ours}/{peer}"] = {op: {str(s): ratio(rows, op, s, peer, ours) for s in sizes}
+                                   for op in OPS if any(r["op"] == op for r in rows)}
+    return table
+
+
 def print_table(rows: list[dict], libs: list[str], np_: int) -> None:
+    columns = comparisons(libs)
+    ours_lib = columns[0][0]
     for op in OPS:
         op_rows = [r for r in rows if r["op"] == op]
         if not op_rows:
@@ -298,7 +416,7 @@ def print_table(rows: list[dict], libs: list[str], np_: int) -> None:
         header = f"{'size':>12} {'count':>10} {'dtype':>8}"
         for lib in libs:
             header += f" | {lib + ' time_us':>18} {'algbw':>7} {'busbw':>7}"
-        print(header + " | relax/mpi")
+        print(header + "".join(f" | {label:>9}" for _, _, label in columns))
         for size in sorted({r["size"] for r in op_rows}):
             line = f"{size:>12} {size // 4:>10} {'float32':>8}"
             for lib in libs:
@@ -307,14 +425,42 @@ def print_table(rows: list[dict], libs: list[str], np_: int) -> None:
                     line += f" | {r['time_us']:>18.1f} {r['algbw']:>7.2f} {r['busbw']:>7.2f}"
                 else:
                     line += f" | {'n/a':>18} {'':>7} {'':>7}"
-            rr = ratio(rows, op, size)
-            ours = lookup(rows, "relaxlib", op, size)
+            for ours_name, peer, _ in columns:
+                rr = ratio(rows, op, size, peer, ours_name)
+                line += f" | {rr:9.2f}" if rr else " |       n/a"
+            ours = lookup(rows, ours_lib, op, size)
             wire = ""
             if ours and ours.get("wire_bytes_per_rank") is not None:
                 wire = (f" | wire {ours['wire_bytes_per_rank'] / 1e6:8.3f} MB/rank "
                         f"(formula {ours['wire_bytes_formula'] / 1e6:8.3f})")
-            print(line + (f" | {rr:9.2f}" if rr else " |       n/a") + wire)
-    print("\n(relax/mpi: median of paired busbw ratios of adjacent jobs)")
+            print(line + wire)
+    labels = ", ".join(label for _, _, label in columns)
+    print(f"\n({labels}: median of paired busbw ratios of adjacent jobs)")
+
+
+def aggregate_overhead(runs: dict[str, list[dict]]) -> dict:
+    """Per variant: the median over jobs of the per-job median microseconds (variants of a
+    library run with a setting, e.g. relaxlib-tf@TF_NUM_INTEROP_THREADS=1, carry it in their key)."""
+    out = {}
+    for lib, lib_runs in runs.items():
+        setting = lib.partition("@")[2]
+        for run in lib_runs:
+            for variant, value in run.get("overhead", {}).items():
+                key = f"{variant} @{setting}" if setting else variant
+                entry = out.setdefault(key, {"library": lib, "median_us_runs": []})
+                entry["median_us_runs"].append(value["median_us"])
+    for entry in out.values():
+        entry["median_us"] = statistics.median(entry["median_us_runs"])
+    return out
+
+
+def print_overhead(overhead: dict) -> None:
+    if not overhead:
+        return
+    print("\n# op overhead: one 1-element float32 Sum allreduce (median us per op over jobs; max over ranks)")
+    for variant, entry in overhead.items():
+        runs = ", ".join(f"{v:.1f}" for v in entry["median_us_runs"])
+        print(f"{variant:>34}: {entry['median_us']:8.1f} us   (jobs: {runs})")
 
 
 def plot(rows: list[dict], libs: list[str], np_: int, path: Path) -> None:
@@ -363,7 +509,10 @@ def run_driver(args: argparse.Namespace) -> None:
             net.down()
     rows = aggregate(runs, args.np)
     print_table(rows, libs, args.np)
-    targets = evaluate_targets(rows, sizes)
+    overhead = aggregate_overhead(runs)
+    print_overhead(overhead)
+    tf_run = args.framework == "tf"
+    targets = [] if tf_run else evaluate_targets(rows, sizes)
     print()
     for t in targets:
         figures = t.get("ratios") or {"time_us": t.get("time_us")}
@@ -371,9 +520,10 @@ def run_driver(args: argparse.Namespace) -> None:
         print(f"[{'met' if t['met'] else 'MISSED'}] {t['target']}  ({shown})")
     RESULTS.mkdir(parents=True, exist_ok=True)
     link = f"_{int(args.bandwidth)}mbit" if args.bandwidth else ""
-    out = Path(args.out) if args.out else RESULTS / f"collectives_np{args.np}{link}.json"
+    prefix = "collectives_tf" if tf_run else "collectives"
+    out = Path(args.out) if args.out else RESULTS / f"{prefix}_np{args.np}{link}.json"
     report = {
-        "benchmark": "collectives", "framework": "torch", "np": args.np, "reps": args.reps,
+        "benchmark": "collectives", "framework": args.framework, "libraries": libs, "np": args.np, "reps": args.reps,
         "link": f"tc tbf {args.bandwidth:g} Mbit/s per rank, MPI over TCP" if args.bandwidth else "shared memory",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(), "cpus": os.cpu_count(),
         "mpi": subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
@@ -382,6 +532,20 @@ def run_driver(args: argparse.Namespace) -> None:
         "peers_not_measured": {"horovod": "0.28.1 does not build against torch 2.13 (see ENVIRONMENT.md)"},
         "results": rows, "targets": targets,
     }
+    if tf_run:
+        import tensorflow as tf
+        report["tensorflow"] = tf.__version__
+        report["tf_method"] = ("relaxlib-tf: hvd.allreduce/reducescatter/allgather of relaxlib_tf on eager tf tensors "
+                               "(out of place: TensorFlow has no in-place collectives; relaxlib_torch's allreduce "
+                               "row is in place, allreduce_); TensorFlow's default thread pools unless a library "
+                               "name sets one, e.g. relaxlib-tf@TF_NUM_INTEROP_THREADS=1")
+        report["ratios"] = ratio_table(rows, libs, sizes)
+    if overhead:
+        report["overhead_us"] = overhead
+        report["overhead_method"] = (f"{OVERHEAD_CALLS} individually timed calls per variant per job after "
+                                     "warm-up; median per rank, max over ranks, then median over jobs; "
+                                     f"tf_function_loop{OVERHEAD_LOOP}: one tf.function call running "
+                                     f"{OVERHEAD_LOOP} chained allreduces, time divided by {OVERHEAD_LOOP}")
     out.write_text(json.dumps(report, indent=1))
     plot(rows, libs, args.np, out.with_suffix(".png"))
     print(f"\nwrote {out} and {out.with_suffix('.png')}")
@@ -391,7 +555,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5, help="jobs per library (alternated); medians are reported")
-    parser.add_argument("--libs", default=",".join(LIBRARIES))
+    parser.add_argument("--framework", choices=["torch", "tf"], default="torch",
+                        help="tf: relaxlib's TensorFlow ops (relaxlib-tf) beside relaxlib_torch and MPI, plus the "
+                             "op overhead; writes collectives_tf_np<N>.json")
+    parser.add_argument("--libs", help=f"default {','.join(LIBRARIES)}; with --framework tf "
+                                       f"{','.join(TF_LIBRARIES)} (choices: {','.join(WORKERS)})")
+    parser.add_argument("--overhead", action="store_true",
+                        help="also measure 1-element allreduce latency per library (on with --framework tf)")
     parser.add_argument("--ops", type=lambda s: s.split(","), default=list(DEFAULT_OPS),
                         help=f"comma-separated, from {','.join(OPS)}")
     parser.add_argument("--min-bytes", default="4K")
@@ -402,10 +572,14 @@ def main() -> None:
                         help="run over MPI TCP with each rank's link shaped to this many Mbit/s (root; netem.py)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out")
-    parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=29500, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.libs is None:
+        args.libs = ",".join(TF_LIBRARIES if args.framework == "tf" else LIBRARIES)
+    if args.framework == "tf" and not args.worker:
+        args.overhead = True
     if args.worker:
         args.ops = ",".join(args.ops)
         run_worker(args)
