@@ -28,6 +28,16 @@ CAVEATS = {
 }
 
 
+KIND = {"allreduce": "exact", "dear": "exact", "compressed-fp16": "fp16", "compressed-uint8": "compressed",
+        "compressed-sign": "compressed", "async": "async"}
+
+
+def kind_of(mode: str) -> str:
+    """How far a mode departs from all-reduce's mathematics: exact, fp16, compressed (gradients
+    with error feedback), averaging (models differ between ranks), async."""
+    return KIND.get(mode, "averaging")
+
+
 def buckets_of(sizes_backward_order: list[int], bucket_bytes: float = BUCKET_BYTES) -> list[float]:
     """Gradient sizes (bytes, in the order backward produces them) merged into buckets."""
     buckets: list[float] = []
@@ -69,11 +79,15 @@ def format_table(predictions: list[perfmodel.Prediction], network: calibration.N
         f"{network.bandwidth_bytes_per_s / 1e9:.2f} GB/s, model {workload.model_bytes / 1e6:.1f} MB in "
         f"{len(workload.buckets)} buckets, compute {1e3 * (workload.forward_s + workload.backward_s):.1f} ms "
         f"(slowest rank x{max(workload.speeds()):.2f})",
-        f"{'mode':22s} {'step ms':>9s} {'speedup':>8s} {'MB/step':>8s}  caveat",
+        f"{'mode':22s} {'step ms':>9s} {'speedup':>8s} {'MB/step':>8s}  {'kind':10s}  caveat",
     ]
     for p in predictions:
         lines.append(f"{p.mode:22s} {1e3 * p.step_s:9.1f} {p.samples_per_s / baseline.samples_per_s:7.2f}x "
-                     f"{p.bytes_sent / 1e6:8.2f}  {CAVEATS.get(p.mode, '')}")
+                     f"{p.bytes_sent / 1e6:8.2f}  {kind_of(p.mode):10s}  {CAVEATS.get(p.mode, '')}")
+    best_exact = next(p for p in predictions if kind_of(p.mode) == "exact")
+    lines.append(f"fastest with all-reduce's results: {best_exact.mode}; fastest overall: {predictions[0].mode} "
+                 f"({kind_of(predictions[0].mode)}). Median prediction error 20 % on the reference grid "
+                 "(docs/which-relaxation.md): confirm the top modes on your model.")
     return "\n".join(lines)
 
 
