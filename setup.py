@@ -22,7 +22,8 @@ VERSION = "0.1.0"
 CORE_SOURCES = sorted((ROOT / "cuda_ops" / "src").rglob("*.cc"))
 CORE_HEADERS = sorted((ROOT / "cuda_ops").rglob("*.h"))
 CORE_INCLUDE = ROOT / "cuda_ops" / "include"
-TF_SOURCE = ROOT / "relaxlib_tf" / "csrc" / "ops.cc"
+TF_DIR = ROOT / "relaxlib_tf" / "csrc"
+TF_SOURCES = sorted(TF_DIR.glob("*.cc"))
 
 
 def log(message: str) -> None:
@@ -109,13 +110,14 @@ def tensorflow_info() -> dict | None:
 
 
 def build_tf_ops(core_dir: Path, info: dict, build_dir: Path) -> Path:
-    """Compiles relaxlib_tf/csrc/ops.cc into ``build_dir/_ops.so`` unless the source, the C ABI header
+    """Compiles relaxlib_tf/csrc/*.cc into ``build_dir/_ops.so`` unless the sources, the C ABI header
     and the TensorFlow version are unchanged since the last build (editable installs build into a fresh
     directory each time, so the cached library lives under build/)."""
     cxx = os.environ.get("CXX", "g++")
     target = build_dir / "_ops.so"
     stamp = build_dir / "tf_version.txt"  # the TF version the cached library was compiled against
-    newest_input = max(TF_SOURCE.stat().st_mtime, (CORE_INCLUDE / "relax" / "relax.h").stat().st_mtime)
+    inputs = [*TF_SOURCES, *TF_DIR.glob("*.h"), CORE_INCLUDE / "relax" / "relax.h"]
+    newest_input = max(path.stat().st_mtime for path in inputs)
     if (target.exists() and target.stat().st_mtime >= newest_input and stamp.exists()
             and stamp.read_text().strip() == info["version"]):
         return target
@@ -124,10 +126,10 @@ def build_tf_ops(core_dir: Path, info: dict, build_dir: Path) -> Path:
     compile_flags = [f"-isystem{flag[2:]}" if flag.startswith("-I") else flag for flag in info["compile"]]
     cmd = [
         cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Wno-deprecated-declarations",
-        *compile_flags, f"-I{CORE_INCLUDE}", str(TF_SOURCE), "-o", str(target),
+        *compile_flags, f"-I{CORE_INCLUDE}", f"-I{TF_DIR}", *map(str, TF_SOURCES), "-o", str(target),
         f"-L{core_dir}", "-lrelax_core", "-Wl,-rpath,$ORIGIN/../relaxlib/lib", *info["link"],
     ]
-    log(f"{cxx} {TF_SOURCE.relative_to(ROOT)} (TensorFlow {info['version']})")
+    log(f"{cxx} {TF_DIR.relative_to(ROOT)}/*.cc (TensorFlow {info['version']})")
     stamp.unlink(missing_ok=True)
     subprocess.check_call(cmd)
     stamp.write_text(info["version"] + "\n")
@@ -177,7 +179,7 @@ class BuildRelax(build_command_base()):
         core_dir = package_root / "relaxlib" / "lib"
         with ThreadPoolExecutor(max_workers=1) as pool:
             # Importing TensorFlow (seconds) overlaps the core build.
-            tf_info = pool.submit(tensorflow_info) if TF_SOURCE.exists() else None
+            tf_info = pool.submit(tensorflow_info) if TF_SOURCES else None
             build_core(core_dir, ROOT / "build" / "core")
             if not self.inplace:  # editable installs and tests load the library from the source tree
                 (ROOT / "relaxlib" / "lib").mkdir(exist_ok=True)

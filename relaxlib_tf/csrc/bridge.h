@@ -1,0 +1,90 @@
+// TensorFlow glue, shared part: core status -> TF status, TF tensors -> core requests, and the
+// in-flight state of an asynchronous op until the core's completion callback finishes it.
+// Only the C ABI (relax/relax.h) is called: no MPI, no algorithm logic lives here.
+//
+// Errors carry the core's class in brackets ("[MismatchError] allreduce 'x': ...") so the Python
+// layer can raise the matching relaxlib.errors class; the TF error code follows the same mapping.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "relax/relax.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace relaxlib_tf {
+
+using ::tensorflow::AsyncOpKernel;
+using ::tensorflow::DataType;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using Status = ::absl::Status;
+
+// The TF status of a core status code and message: "[<relaxlib.errors class>] <message>".
+Status FromRelax(int code, const std::string& message);
+// The error of the last failing C ABI call on this thread.
+Status LastError();
+Status Invalid(const std::string& message);
+
+// Like OP_REQUIRES_OK_ASYNC, without TF's warning log (the error reaches Python anyway).
+#define RELAX_REQUIRES_OK_ASYNC(CTX, STATUS, DONE) \
+  do {                                             \
+    Status _relax_status = (STATUS);               \
+    if (!_relax_status.ok()) {                     \
+      (CTX)->SetStatus(_relax_status);             \
+      (DONE)();                                    \
+      return;                                      \
+    }                                              \
+  } while (0)
+
+void* DataPtr(const Tensor& t);
+Status ScalarString(const Tensor& t, const char* what, std::string* out);
+Status StringVector(const Tensor& t, const char* what, int64_t expected, std::vector<std::string>* out);
+
+// ---- in-flight state ----
+
+struct Call;
+
+// One request of a call: the tensors the engine reads and writes, kept alive (Tensor copies hold
+// a reference) until the request completes.
+struct Part {
+  Call* call = nullptr;
+  int output_index = 0;       // output the engine allocates (allgather, reducescatter, alltoall)
+  bool engine_allocates = false;
+  Tensor input;
+  Tensor output;
+  std::vector<int64_t> shape;  // storage for the request's shape
+  bool allocated = false;
+  Status alloc_status;
+  Status status;
+};
+
+// One TF op invocation: one request, or a group submitted atomically. Owned by the completion
+// callbacks once submitted; the last part to finish completes the TF op and frees it.
+struct Call {
+  OpKernelContext* ctx = nullptr;
+  AsyncOpKernel::DoneCallback done;
+  std::vector<Part> parts;  // sized before submission, never resized afterwards
+  std::atomic<int> remaining{0};
+  // Run on success before the handle is released: fills outputs from the handle's results.
+  std::function<Status(relax_handle_t, Part&)> on_success;
+};
+
+std::unique_ptr<Call> NewCall(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, size_t parts);
+// Submits the call's requests (one, or an atomic group) and returns at once; the callbacks own
+// the call from then on. On a local error the op fails immediately.
+void Submit(std::unique_ptr<Call> call, std::vector<relax_request_t>& requests, bool allocating);
+// A request for `p.input` (or none: barrier, join).
+Status MakeRequest(int32_t type, Part& p, const std::string& name, int32_t process_set, relax_request_t* r);
+
+}  // namespace relaxlib_tf

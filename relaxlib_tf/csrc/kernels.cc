@@ -1,0 +1,261 @@
+// TensorFlow glue: the kernels of the Relaxlib* ops (defined in op_defs.cc). Each collective is an
+// AsyncOpKernel that turns its tensors into core requests, submits them and returns at once; the
+// core's completion callback (engine thread) sets the op's status and calls TF's `done`.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bridge.h"
+
+namespace relaxlib_tf {
+namespace {
+
+// ---- kernels ----
+
+// Shared attrs of reductions.
+struct ReduceAttrs {
+  int reduce_op = RELAX_OP_SUM;
+  float prescale = 1.0f;
+  float postscale = 1.0f;
+
+  explicit ReduceAttrs(OpKernelConstruction* c) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale", &prescale));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale", &postscale));
+  }
+
+  void Apply(relax_request_t& r) const {
+    r.reduce_op = reduce_op;
+    r.prescale = prescale;
+    r.postscale = postscale;
+  }
+};
+
+class CollectiveKernel : public AsyncOpKernel {
+ public:
+  explicit CollectiveKernel(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    if (c->HasAttr("process_set")) OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
+  }
+
+ protected:
+  int process_set_ = 0;
+};
+
+// Allreduce, broadcast, allgather, reducescatter and their grouped forms: N tensors (one, with a
+// scalar name, or N with 1-D names) submitted atomically; the op completes with the last. Allreduce
+// and broadcast write outputs of the input's shape (in place when TF allows); the others get
+// outputs the engine allocates once it knows the shape.
+class TensorsOp : public CollectiveKernel {
+ public:
+  TensorsOp(OpKernelConstruction* c, int32_t type, bool grouped, const char* what)
+      : CollectiveKernel(c), type_(type), grouped_(grouped), what_(what) {
+    if (type_ == RELAX_REQ_ALLREDUCE || type_ == RELAX_REQ_REDUCESCATTER) attrs_ = std::make_unique<ReduceAttrs>(c);
+    if (type_ == RELAX_REQ_BROADCAST) OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const int n = grouped_ ? ctx->num_inputs() - 1 : 1;
+    std::vector<std::string> names(1);
+    RELAX_REQUIRES_OK_ASYNC(ctx,
+                            grouped_ ? StringVector(ctx->input(n), (what_ + ": tensor_names").c_str(), n, &names)
+                                     : ScalarString(ctx->input(1), (what_ + ": tensor_name").c_str(), &names[0]),
+                            done);
+    const bool allocating = type_ == RELAX_REQ_ALLGATHER || type_ == RELAX_REQ_REDUCESCATTER;
+    std::vector<Tensor*> outputs(static_cast<size_t>(n), nullptr);
+    for (int i = 0; i < n; ++i) {
+      const Tensor& input = ctx->input(i);
+      const std::string& name = names[static_cast<size_t>(i)];
+      if (allocating && input.dims() == 0) {
+        RELAX_REQUIRES_OK_ASYNC(ctx, Invalid(what_ + " needs at least one dimension ('" + name + "' is a scalar)"),
+                                done);
+      }
+      if (!allocating) {
+        RELAX_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &outputs[i]), done);
+      }
+    }
+    auto call = NewCall(ctx, std::move(done), static_cast<size_t>(n));
+    std::vector<relax_request_t> requests(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      Part& p = call->parts[static_cast<size_t>(i)];
+      p.input = ctx->input(i);
+      relax_request_t& r = requests[static_cast<size_t>(i)];
+      RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(type_, p, names[static_cast<size_t>(i)], process_set_, &r),
+                              call->done);
+      if (!allocating) {
+        p.output = *outputs[static_cast<size_t>(i)];
+        r.output = DataPtr(p.output);
+      }
+      if (attrs_) attrs_->Apply(r);
+      r.root_rank = root_rank_;
+    }
+    Submit(std::move(call), requests, allocating);
+  }
+
+ private:
+  int32_t type_;
+  bool grouped_;
+  std::string what_;
+  std::unique_ptr<ReduceAttrs> attrs_;
+  int root_rank_ = 0;
+};
+
+#define RELAX_TENSORS_KERNEL(Class, type, grouped, what)                                 \
+  class Class : public TensorsOp {                                                       \
+   public:                                                                               \
+    explicit Class(OpKernelConstruction* c) : TensorsOp(c, type, grouped, what) {}       \
+  };
+RELAX_TENSORS_KERNEL(AllreduceOp, RELAX_REQ_ALLREDUCE, false, "allreduce")
+RELAX_TENSORS_KERNEL(BroadcastOp, RELAX_REQ_BROADCAST, false, "broadcast")
+RELAX_TENSORS_KERNEL(AllgatherOp, RELAX_REQ_ALLGATHER, false, "allgather")
+RELAX_TENSORS_KERNEL(ReducescatterOp, RELAX_REQ_REDUCESCATTER, false, "reducescatter")
+RELAX_TENSORS_KERNEL(GroupedAllreduceOp, RELAX_REQ_ALLREDUCE, true, "grouped_allreduce")
+RELAX_TENSORS_KERNEL(GroupedAllgatherOp, RELAX_REQ_ALLGATHER, true, "grouped_allgather")
+RELAX_TENSORS_KERNEL(GroupedReducescatterOp, RELAX_REQ_REDUCESCATTER, true, "grouped_reducescatter")
+#undef RELAX_TENSORS_KERNEL
+
+class AlltoallOp : public CollectiveKernel {
+ public:
+  explicit AlltoallOp(OpKernelConstruction* c) : CollectiveKernel(c) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    std::string name;
+    RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(2), "alltoall: tensor_name", &name), done);
+    const Tensor& input = ctx->input(0);
+    const Tensor& splits = ctx->input(1);
+    if (input.dims() == 0) {
+      RELAX_REQUIRES_OK_ASYNC(ctx, Invalid("alltoall needs at least one dimension ('" + name + "' is a scalar)"), done);
+    }
+    if (splits.dims() != 1) {
+      RELAX_REQUIRES_OK_ASYNC(
+          ctx, Invalid("alltoall '" + name + "': splits must be 1-D, got shape " + splits.shape().DebugString()), done);
+    }
+    auto call = NewCall(ctx, std::move(done), 1);
+    Part& p = call->parts[0];
+    p.input = input;
+    call->on_success = [](relax_handle_t handle, Part& part) -> Status {
+      const int n = relax_handle_received_splits(handle, nullptr, 0);
+      if (n < 0) return Status(absl::StatusCode::kInternal, "[RelaxError] alltoall: received splits are unavailable");
+      Tensor* out = nullptr;
+      TF_RETURN_IF_ERROR(part.call->ctx->allocate_output(1, TensorShape({n}), &out));
+      if (n > 0) relax_handle_received_splits(handle, out->flat<int64_t>().data(), n);
+      return Status();
+    };
+    std::vector<relax_request_t> requests(1);
+    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(RELAX_REQ_ALLTOALL, p, name, process_set_, &requests[0]), call->done);
+    requests[0].nsplits = static_cast<int32_t>(splits.NumElements());
+    requests[0].splits = splits.NumElements() > 0 ? splits.flat<int64_t>().data() : nullptr;
+    Submit(std::move(call), requests, true);
+  }
+};
+
+class BarrierOp : public CollectiveKernel {
+ public:
+  explicit BarrierOp(OpKernelConstruction* c) : CollectiveKernel(c) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    std::string name;
+    RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(0), "barrier: tensor_name", &name), done);
+    auto call = NewCall(ctx, std::move(done), 1);
+    std::vector<relax_request_t> requests(1);
+    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(RELAX_REQ_BARRIER, call->parts[0], name, process_set_, &requests[0]),
+                            call->done);
+    Submit(std::move(call), requests, false);
+  }
+};
+
+class JoinOp : public CollectiveKernel {
+ public:
+  explicit JoinOp(OpKernelConstruction* c) : CollectiveKernel(c) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    std::string name;
+    RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(0), "join: tensor_name", &name), done);
+    if (name.empty()) name = "join";  // the core uses its own name for joins; it must be non-empty
+    Tensor* last_rank = nullptr;
+    RELAX_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, TensorShape(), &last_rank), done);
+    auto call = NewCall(ctx, std::move(done), 1);
+    call->parts[0].output = *last_rank;
+    call->on_success = [](relax_handle_t handle, Part& part) -> Status {
+      part.output.scalar<int32_t>()() = static_cast<int32_t>(relax_handle_result(handle));
+      return Status();
+    };
+    std::vector<relax_request_t> requests(1);
+    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(RELAX_REQ_JOIN, call->parts[0], name, 0, &requests[0]), call->done);
+    Submit(std::move(call), requests, false);
+  }
+};
+
+// Synchronous topology queries: int32 scalars.
+class TopologyOp : public OpKernel {
+ public:
+  enum Kind { kSize, kRank, kLocalSize, kLocalRank };
+
+  TopologyOp(OpKernelConstruction* c, Kind kind) : OpKernel(c), kind_(kind) {
+    if (kind_ == kSize || kind_ == kRank) OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    if (!relax_is_initialized()) {
+      ctx->SetStatus(FromRelax(RELAX_ERR_NOT_INITIALIZED,
+                               "relaxlib has not been initialized (or was shut down); call init() first."));
+      return;
+    }
+    int value = 0;
+    switch (kind_) {
+      case kSize: value = relax_process_set_size(process_set_); break;
+      case kRank:
+        value = relax_process_set_rank(process_set_);
+        if (value == -1) {  // initialized (checked above): not a member of the set
+          ctx->SetStatus(FromRelax(RELAX_ERR_PROCESS_SET, "rank " + std::to_string(relax_rank()) +
+                                                              " is not a member of process set " +
+                                                              std::to_string(process_set_)));
+          return;
+        }
+        break;
+      case kLocalSize: value = relax_local_size(); break;
+      case kLocalRank: value = relax_local_rank(); break;
+    }
+    if (value < 0) {
+      ctx->SetStatus(LastError());
+      return;
+    }
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape(), &out));
+    out->scalar<int32_t>()() = value;
+  }
+
+ private:
+  Kind kind_;
+  int process_set_ = 0;
+};
+
+#define RELAX_TOPOLOGY_KERNEL(Class, kind)                                         \
+  class Class : public TopologyOp {                                                \
+   public:                                                                         \
+    explicit Class(OpKernelConstruction* c) : TopologyOp(c, TopologyOp::kind) {} \
+  };
+RELAX_TOPOLOGY_KERNEL(SizeOp, kSize)
+RELAX_TOPOLOGY_KERNEL(RankOp, kRank)
+RELAX_TOPOLOGY_KERNEL(LocalSizeOp, kLocalSize)
+RELAX_TOPOLOGY_KERNEL(LocalRankOp, kLocalRank)
+#undef RELAX_TOPOLOGY_KERNEL
+
+using ::tensorflow::DEVICE_CPU;
+
+REGISTER_KERNEL_BUILDER(Name("RelaxlibAllreduce").Device(DEVICE_CPU), AllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibGroupedAllreduce").Device(DEVICE_CPU), GroupedAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibAllgather").Device(DEVICE_CPU), AllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibGroupedAllgather").Device(DEVICE_CPU), GroupedAllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibBroadcast").Device(DEVICE_CPU), BroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibReducescatter").Device(DEVICE_CPU), ReducescatterOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibGroupedReducescatter").Device(DEVICE_CPU), GroupedReducescatterOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibAlltoall").Device(DEVICE_CPU), AlltoallOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibBarrier").Device(DEVICE_CPU), BarrierOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibJoin").Device(DEVICE_CPU), JoinOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibSize").Device(DEVICE_CPU), SizeOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibRank").Device(DEVICE_CPU), RankOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibLocalSize").Device(DEVICE_CPU), LocalSizeOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibLocalRank").Device(DEVICE_CPU), LocalRankOp);
+
+}  // namespace
+}  // namespace relaxlib_tf

@@ -1,0 +1,212 @@
+// TensorFlow glue: the Relaxlib* op definitions (inputs, attrs, outputs, shape functions). The
+// kernels are in kernels.cc.
+#include <functional>
+#include <string>
+
+#include "bridge.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace relaxlib_tf {
+namespace {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+// ---- shape functions ----
+
+Status ScalarNameAt(InferenceContext* c, int index) {
+  ShapeHandle unused;
+  return c->WithRank(c->input(index), 0, &unused);
+}
+
+// Output `out` is `in` with an unknown dim 0 (allgather, reducescatter, alltoall).
+Status Dim0Unknown(InferenceContext* c, int in, int out, const char* what) {
+  ShapeHandle shape = c->input(in);
+  if (!c->RankKnown(shape)) {
+    c->set_output(out, c->UnknownShape());
+    return Status();
+  }
+  if (c->Rank(shape) == 0) return Invalid(std::string(what) + " needs at least one dimension");
+  ShapeHandle result;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(shape, 0, c->UnknownDim(), &result));
+  c->set_output(out, result);
+  return Status();
+}
+
+Status SameShapeFn(InferenceContext* c) {
+  TF_RETURN_IF_ERROR(ScalarNameAt(c, 1));
+  c->set_output(0, c->input(0));
+  return Status();
+}
+
+Status GroupedSameShapeFn(InferenceContext* c) {
+  const int n = c->num_inputs() - 1;
+  ShapeHandle names;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(n), 1, &names));
+  for (int i = 0; i < n; ++i) c->set_output(i, c->input(i));
+  return Status();
+}
+
+std::function<Status(InferenceContext*)> GroupedDim0Fn(const char* what) {
+  return [what](InferenceContext* c) -> Status {
+    const int n = c->num_inputs() - 1;
+    ShapeHandle names;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(n), 1, &names));
+    for (int i = 0; i < n; ++i) TF_RETURN_IF_ERROR(Dim0Unknown(c, i, i, what));
+    return Status();
+  };
+}
+
+// ---- op registrations ----
+
+#define RELAX_REDUCE_TYPES "{float, double, half, bfloat16, int32, int64, uint8, int8}"
+#define RELAX_ALL_TYPES "{float, double, half, bfloat16, int32, int64, uint8, int8, bool}"
+
+REGISTER_OP("RelaxlibAllreduce")
+    .Attr("T: " RELAX_REDUCE_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .Attr("process_set: int = 0")
+    .Input("tensor: T")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn(SameShapeFn)
+    .Doc("Reduces `tensor` over the ranks of `process_set` (relaxlib). Names must match across ranks.");
+
+REGISTER_OP("RelaxlibGroupedAllreduce")
+    .Attr("T: list(" RELAX_REDUCE_TYPES ") >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .Attr("process_set: int = 0")
+    .Input("tensors: T")
+    .Input("tensor_names: string")
+    .Output("outputs: T")
+    .SetIsStateful()
+    .SetShapeFn(GroupedSameShapeFn)
+    .Doc("All-reduces a list of tensors as one atomic group (relaxlib).");
+
+REGISTER_OP("RelaxlibAllgather")
+    .Attr("T: " RELAX_ALL_TYPES)
+    .Attr("process_set: int = 0")
+    .Input("tensor: T")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 1));
+      return Dim0Unknown(c, 0, 0, "allgather");
+    })
+    .Doc("Concatenates `tensor` of every rank along dim 0 (dim 0 may differ per rank) (relaxlib).");
+
+REGISTER_OP("RelaxlibGroupedAllgather")
+    .Attr("T: list(" RELAX_ALL_TYPES ") >= 1")
+    .Attr("process_set: int = 0")
+    .Input("tensors: T")
+    .Input("tensor_names: string")
+    .Output("outputs: T")
+    .SetIsStateful()
+    .SetShapeFn(GroupedDim0Fn("allgather"))
+    .Doc("Allgathers a list of tensors as one atomic group (relaxlib).");
+
+REGISTER_OP("RelaxlibBroadcast")
+    .Attr("T: " RELAX_ALL_TYPES)
+    .Attr("root_rank: int")
+    .Attr("process_set: int = 0")
+    .Input("tensor: T")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn(SameShapeFn)
+    .Doc("Broadcasts `tensor` from world rank `root_rank` (relaxlib).");
+
+REGISTER_OP("RelaxlibReducescatter")
+    .Attr("T: " RELAX_REDUCE_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .Attr("process_set: int = 0")
+    .Input("tensor: T")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 1));
+      return Dim0Unknown(c, 0, 0, "reducescatter");
+    })
+    .Doc("Reduces `tensor` and gives rank i block i of dim 0 (relaxlib).");
+
+REGISTER_OP("RelaxlibGroupedReducescatter")
+    .Attr("T: list(" RELAX_REDUCE_TYPES ") >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale: float = 1.0")
+    .Attr("postscale: float = 1.0")
+    .Attr("process_set: int = 0")
+    .Input("tensors: T")
+    .Input("tensor_names: string")
+    .Output("outputs: T")
+    .SetIsStateful()
+    .SetShapeFn(GroupedDim0Fn("reducescatter"))
+    .Doc("Reduce-scatters a list of tensors as one atomic group (relaxlib).");
+
+REGISTER_OP("RelaxlibAlltoall")
+    .Attr("T: " RELAX_ALL_TYPES)
+    .Attr("process_set: int = 0")
+    .Input("tensor: T")
+    .Input("splits: int64")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .Output("received_splits: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle splits;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &splits));
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 2));
+      TF_RETURN_IF_ERROR(Dim0Unknown(c, 0, 0, "alltoall"));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return Status();
+    })
+    .Doc("Sends `splits[i]` rows of dim 0 to rank i (empty splits: equal parts) (relaxlib).");
+
+REGISTER_OP("RelaxlibBarrier")
+    .Attr("process_set: int = 0")
+    .Input("tensor_name: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status { return ScalarNameAt(c, 0); })
+    .Doc("Waits until every rank of `process_set` reached the barrier (relaxlib).");
+
+REGISTER_OP("RelaxlibJoin")
+    .Input("tensor_name: string")
+    .Output("last_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 0));
+      c->set_output(0, c->Scalar());
+      return Status();
+    })
+    .Doc("Joins: returns the last rank to join once every rank joined (relaxlib).");
+
+REGISTER_OP("RelaxlibSize")
+    .Attr("process_set: int = 0")
+    .Output("size: int32")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape);
+
+REGISTER_OP("RelaxlibRank")
+    .Attr("process_set: int = 0")
+    .Output("rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape);
+
+REGISTER_OP("RelaxlibLocalSize").Output("local_size: int32").SetIsStateful().SetShapeFn(
+    tensorflow::shape_inference::ScalarShape);
+
+REGISTER_OP("RelaxlibLocalRank").Output("local_rank: int32").SetIsStateful().SetShapeFn(
+    tensorflow::shape_inference::ScalarShape);
+
+}  // namespace
+}  // namespace relaxlib_tf
