@@ -8,8 +8,6 @@ distributed optimizer call it after a few training steps, from the step telemetr
 
 from __future__ import annotations
 
-import os
-
 from relaxlib import basics, calibration, perfmodel
 
 BUCKET_BYTES = 25e6
@@ -97,11 +95,3 @@ def advise_from_telemetry(records: list[dict], grad_bytes_backward_order: list[i
     backward together; ``forward_share`` splits them (backward is usually about twice forward)."""
     compute = sorted(r["compute_s"] for r in records)[len(records) // 2]
     return advise(compute * forward_share, compute * (1 - forward_share), grad_bytes_backward_order, batch=1)
-
-
-def steps_requested() -> int:
-    """Steps ``relaxrun --advise`` asked to observe before advising (0: not asked)."""
-    try:
-        return max(0, int(os.environ.get("RELAX_ADVISE", "0")))
-    except ValueError:
-        return 0

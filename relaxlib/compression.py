@@ -61,3 +61,30 @@ def decode(codec: str | int, data: np.ndarray, n: int) -> np.ndarray:
     _core.check(_core.lib().relax_codec_decode(codec_id(codec), data.ctypes.data_as(ctypes.c_void_p), n,
                                                out.ctypes.data_as(ctypes.c_void_p)))
     return out
+
+
+class Compressor:
+    """Horovod's gradient-compression interface (``hvd.Compression.*``): compress before the
+    collective, decompress after. Framework bindings subclass it for their tensor type."""
+
+    @staticmethod
+    def compress(tensor):
+        """Returns the tensor to communicate and a context for decompress()."""
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        """Restores a communicated tensor using the context from compress()."""
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    """Communicates tensors unchanged (any framework)."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor

@@ -15,6 +15,7 @@ The framework's distributed optimizer calls ``begin_step()`` when ``step()`` is 
 from __future__ import annotations
 
 import collections
+import os
 import statistics
 import time
 
@@ -32,6 +33,10 @@ class StepTelemetry:
         self._last_end: float | None = None
         self._last_stats: dict | None = None
         self._begin: float | None = None
+        self.advise_at = advisor_steps()  # relaxrun --advise: steps to observe first (0: never)
+
+    def __len__(self) -> int:
+        return len(self._records)
 
     def begin_step(self) -> None:
         """``step()`` was entered."""
@@ -66,6 +71,14 @@ class StepTelemetry:
         if not records:
             return {"steps": 0}
         return {"steps": len(records), **{f: statistics.median(r[f] for r in records) for f in FIELDS}}
+
+
+def advisor_steps() -> int:
+    """Steps ``relaxrun --advise`` asked to observe before advising (RELAX_ADVISE; 0: not asked)."""
+    try:
+        return max(0, int(os.environ.get("RELAX_ADVISE", "0")))
+    except ValueError:
+        return 0
 
 
 _current: StepTelemetry | None = None

@@ -4,31 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-
-class Compressor:
-    """Interface: compress before communicating, decompress after."""
-
-    @staticmethod
-    def compress(tensor):
-        """Returns the tensor to communicate and a context for decompress()."""
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Restores a communicated tensor using the context from compress()."""
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Communicates tensors unchanged."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from relaxlib.compression import Compressor, NoneCompressor
 
 
 class FP16Compressor(Compressor):

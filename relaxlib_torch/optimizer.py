@@ -241,13 +241,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def _advise_when_due(optimizer) -> None:
-    """``relaxrun --advise N``: after N steps, print the advisor's table from the telemetry (once)."""
-    due = advisor.steps_requested()
-    records = optimizer._relax_telemetry.records()
-    if due and len(records) == due - 1 and not getattr(optimizer, "_relax_advised", False):
-        optimizer._relax_advised = True
+    """``relaxrun --advise``: after the requested number of steps, print the advisor's table from
+    the telemetry (once). Costs one comparison per step otherwise."""
+    recorder = optimizer._relax_telemetry
+    if recorder.advise_at and len(recorder) == recorder.advise_at - 1:
+        recorder.advise_at = 0
         params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-        advisor.advise_from_telemetry(records, [p.numel() * p.element_size() for p in reversed(params)])
+        advisor.advise_from_telemetry(recorder.records(), [p.numel() * p.element_size() for p in reversed(params)])
 
 
 def clip_by_global_norm(params: list[torch.Tensor], max_norm: float) -> float:
