@@ -39,13 +39,15 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_GROUP_CACHE_SIZE", nullptr, c.group_cache_capacity, int64_t{0}, error);
   read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);
   read("RELAX_MPI_ALLGATHER_MAX_BYTES", nullptr, c.mpi_allgather_max_bytes, int64_t{0}, error);
+  read("RELAX_IDLE_SPIN_US", nullptr, c.idle_spin_us, 0.0, error);
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
   if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
   return c;
 }
 
-void EngineConfig::apply_topology_defaults(bool single_node) {
+void EngineConfig::apply_topology_defaults(bool single_node, int local_size, int cores) {
+  if (idle_spin_us < 0) idle_spin_us = (cores > 0 && local_size <= cores) ? 100.0 : 0.0;
   if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : (16ll << 20);
   if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
   if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : (256ll << 10);

@@ -19,6 +19,7 @@ struct EngineConfig {
   int64_t group_cache_capacity = 64;            // RELAX_GROUP_CACHE_SIZE: cached group communicators
   int64_t mpi_allreduce_max_bytes = -1;         // RELAX_MPI_ALLREDUCE_MAX_BYTES
   int64_t mpi_allgather_max_bytes = -1;         // RELAX_MPI_ALLGATHER_MAX_BYTES
+  double idle_spin_us = -1;                     // RELAX_IDLE_SPIN_US
 
   // Reads the environment; invalid values produce a message in `error` and keep the default.
   static EngineConfig from_environment(std::string& error);
@@ -27,7 +28,10 @@ struct EngineConfig {
   // memory) Open MPI's allreduce/allgather match our ring up to 16 MiB and 1 MiB ring segments
   // are fastest; across nodes (TCP) our ring beats Open MPI's algorithms from 1 MiB and needs
   // 16 MiB segments (one rendezvous per segment stalls the stream).
-  void apply_topology_defaults(bool single_node);
+  // An idle engine polls for new submissions for idle_spin_us before it sleeps: waking a sleeping
+  // thread costs 10-40 us on a virtual machine, more than a small collective. Polling only pays
+  // when every rank of the node has a core of its own, so it is off when ranks outnumber cores.
+  void apply_topology_defaults(bool single_node, int local_size, int cores);
 };
 
 }  // namespace relax

@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <sched.h>
 #include <sys/prctl.h>
 
 #include <algorithm>
@@ -131,6 +132,7 @@ Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests) {
       incoming_.emplace_back(process_set, std::move(r));
     }
   }
+  submissions_.fetch_add(1, std::memory_order_release);
   cv_.notify_one();
   return Status::ok();
 }
@@ -385,13 +387,27 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
   for (auto& entry : sets_) fail_set(*entry.second, status, message);
 }
 
+// Polls (yielding the core) for a new submission before cycle() sleeps on the condition variable.
+void Engine::spin_while_idle() {
+  if (config_.idle_spin_us <= 0) return;
+  for (const auto& entry : sets_) {
+    if (entry.second->busy()) return;
+  }
+  const double until = steady_seconds() + config_.idle_spin_us * 1e-6;
+  while (submissions_.load(std::memory_order_acquire) == seen_submissions_ && steady_seconds() < until) {
+    sched_yield();
+  }
+}
+
 // One engine cycle: a round of the global set, then rounds of the process sets that have work.
 // Returns false when the engine must stop.
 bool Engine::cycle(std::vector<RankMessage>& messages) {
   std::vector<std::pair<int32_t, LocalRequest>> fresh;
   bool stopping;
+  spin_while_idle();
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    seen_submissions_ = submissions_.load(std::memory_order_acquire);
     bool busy = false;
     for (const auto& entry : sets_) busy = busy || entry.second->busy();
     if (!busy || throttle_ms_ > 0) {

@@ -69,6 +69,7 @@ class Engine {
 
  private:
   void loop();
+  void spin_while_idle();
   bool cycle(std::vector<RankMessage>& messages);
   Status run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,
                    bool& progress);
@@ -94,6 +95,7 @@ class Engine {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::pair<int32_t, LocalRequest>> incoming_;
+  std::atomic<uint64_t> submissions_{0};  // counts submit() calls, for the lock-free idle poll
   std::unordered_set<std::string> active_keys_;  // request_key(set, name) of pending requests
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
@@ -105,6 +107,7 @@ class Engine {
   std::map<int32_t, std::unique_ptr<ProcessSetState>> sets_;
   int32_t next_set_id_ = 1;
   double throttle_ms_ = 0;
+  uint64_t seen_submissions_ = 0;
   std::atomic<int64_t> rounds_{0};
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> negotiation_ns_{0};

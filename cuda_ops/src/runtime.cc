@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "codecs/codec.h"
 #include "direct_lane.h"
@@ -94,10 +95,11 @@ int initialize() {
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
   Status s = rt.mpi.open();
   if (!s.is_ok()) return fail(s);
-  config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size);
+  config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size, rt.mpi.topology().local_size,
+                                 static_cast<int>(std::thread::hardware_concurrency()));
   RELAX_LOG(Debug, "ring segment " << config.ring_segment_bytes << " B, MPI allreduce up to "
                                    << config.mpi_allreduce_max_bytes << " B, MPI allgather up to "
-                                   << config.mpi_allgather_max_bytes << " B");
+                                   << config.mpi_allgather_max_bytes << " B, idle spin " << config.idle_spin_us << " us");
   register_finalize_hook();
   rt.engine = std::make_unique<Engine>(rt.mpi, rt.handles, config);
   rt.lane.reset();
