@@ -2,7 +2,8 @@
 ranks behind tbf-shaped links at several bandwidths, plus one straggler setting.
 
 For each setting the model is calibrated the way the advisor does it: α and bandwidth from
-timed all-reduces on the same shaped launch, codec throughput locally, compute time from the
+timed all-reduces (bucket-sized and large; α of DeAR's steps from a bucket-sized reduce-scatter)
+on the same shaped launch, codec throughput locally, compute time from the
 all-reduce run's own telemetry (one third forward, two thirds backward). Prediction and
 measurement are seconds per step of the fastest rank (for lock-step modes: of every rank).
 
@@ -51,7 +52,7 @@ def calibrate_worker(out: str) -> None:
     import relaxlib
     from relaxlib import calibration
     relaxlib.init()
-    network = calibration.measure_network(reps=5)
+    network = calibration.measure_network(reps=5, bucket_bytes=LAYER_BYTES)
     if relaxlib.rank() == 0:
         Path(out).write_text(json.dumps(vars(network)))
 
@@ -87,7 +88,8 @@ def predict(network: dict, codecs: dict, compute: list[float]) -> dict:
     workload = perfmodel.Workload(
         ranks=RANKS, alpha_s=network["alpha_s"], bandwidth_bytes_per_s=network["bandwidth_bytes_per_s"],
         buckets=[float(LAYER_BYTES)] * LAYERS, forward_s=fastest / 3, backward_s=2 * fastest / 3, batch=BATCH,
-        slowdown=[c / fastest for c in compute], codec_bytes_per_s=codecs)
+        slowdown=[c / fastest for c in compute], codec_bytes_per_s=codecs,
+        reduce_scatter_alpha_s=network["reduce_scatter_alpha_s"])
     return {p.mode: p for p in perfmodel.predict_all(workload, codecs=("uint8", "sign"))}
 
 

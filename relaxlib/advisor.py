@@ -47,21 +47,35 @@ def buckets_of(sizes_backward_order: list[int], bucket_bytes: float = BUCKET_BYT
     return buckets
 
 
+def typical_bucket(buckets: list[float]) -> int:
+    """The bucket size the network is calibrated at: the byte-weighted median bucket (where most
+    gradient bytes travel), rounded to a multiple of 4 bytes."""
+    if not buckets:
+        return 0
+    half, seen = sum(buckets) / 2, 0.0
+    for size in sorted(buckets):
+        seen += size
+        if seen >= half:
+            return int(size) // 4 * 4
+    return 0
+
+
 def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[int], batch: int,
            network: calibration.Network | None = None, codecs: dict[str, float] | None = None,
            show: bool = True) -> list[perfmodel.Prediction]:
     """Collective: calibrates what is not given, predicts every mode, prints the table on rank 0
     (``show``) and returns the predictions, fastest first. ``forward_s``/``backward_s``: this
     rank's compute per iteration (ranks may differ: the spread becomes the straggler model)."""
-    network = network or calibration.measure_network()
+    buckets = buckets_of(grad_bytes_backward_order)
+    network = network or calibration.measure_network(bucket_bytes=typical_bucket(buckets))
     codecs = codecs if codecs is not None else calibration.measure_codecs()
     spread = calibration.slowdowns(forward_s + backward_s)
     base_compute = (forward_s + backward_s) / spread[basics.rank()]  # the fastest rank's compute
     share = forward_s / (forward_s + backward_s) if forward_s + backward_s > 0 else 1 / 3
     workload = perfmodel.Workload(
         ranks=basics.size(), alpha_s=network.alpha_s, bandwidth_bytes_per_s=network.bandwidth_bytes_per_s,
-        buckets=buckets_of(grad_bytes_backward_order), forward_s=base_compute * share,
-        backward_s=base_compute * (1 - share), batch=batch, slowdown=spread, codec_bytes_per_s=codecs)
+        buckets=buckets, forward_s=base_compute * share, backward_s=base_compute * (1 - share), batch=batch,
+        slowdown=spread, codec_bytes_per_s=codecs, reduce_scatter_alpha_s=network.reduce_scatter_alpha_s)
     predictions = perfmodel.predict_all(workload)
     if show and basics.rank() == 0:
         print(format_table(predictions, network, workload), flush=True)

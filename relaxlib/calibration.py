@@ -20,23 +20,45 @@ LARGE_BYTES = 32 << 20  # above RELAX_MPI_ALLREDUCE_MAX_BYTES on one node: the r
 
 @dataclass
 class Network:
-    """α (seconds per message) and bandwidth (bytes per second per rank) as the engine sees them."""
+    """α (seconds per message) and bandwidth (bytes per second per rank) as the engine sees them;
+    ``reduce_scatter_alpha_s``: α of a reduce-scatter / all-gather step (DeAR's primitives),
+    which can differ from an all-reduce's on the same link."""
 
     alpha_s: float
     bandwidth_bytes_per_s: float
     small_allreduce_s: float
     large_allreduce_s: float
     large_bytes: int
+    bucket_bytes: int = 0
+    bucket_allreduce_s: float = 0.0
+    bucket_reduce_scatter_s: float = 0.0
+    reduce_scatter_alpha_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.reduce_scatter_alpha_s:
+            self.reduce_scatter_alpha_s = self.alpha_s
+
+
+def _buffer(values: np.ndarray) -> direct.Buffer:
+    return direct.Buffer(values.ctypes.data, values.size, values.dtype.name)
+
+
+def _allreduce_async(values: np.ndarray, name: str, average: bool = True) -> direct.DirectHandle:
+    out = np.empty_like(values)
+    return direct.flat_allreduce_async(_buffer(values), _buffer(out), name, average, keepalive=(values, out),
+                                       result=out)
 
 
 def _allreduce(values: np.ndarray, name: str, average: bool = True) -> np.ndarray:
-    out = np.empty_like(values)
-    return direct.flat_allreduce_async(direct.Buffer(values.ctypes.data, values.size, values.dtype.name),
-                                       direct.Buffer(out.ctypes.data, out.size, out.dtype.name), name, average,
-                                       keepalive=(values, out), result=out).wait()
+    return _allreduce_async(values, name, average).wait()
 
 
-def _timed_allreduce(nbytes: int, reps: int, label: str) -> float:
+def _reducescatter_async(values: np.ndarray, name: str) -> direct.DirectHandle:
+    out = np.empty(-(-values.size // basics.size()), values.dtype)
+    return direct.flat_reducescatter_async(_buffer(values), _buffer(out), name, keepalive=(values, out), result=out)
+
+
+def _timed(nbytes: int, reps: int, label: str) -> float:
     """Median over ``reps`` of the ranks' mean time for one all-reduce of ``nbytes``."""
     values = np.ones(max(1, nbytes // 4), np.float32)
     times = []
@@ -50,18 +72,53 @@ def _timed_allreduce(nbytes: int, reps: int, label: str) -> float:
     return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
 
 
-def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES) -> Network:
-    """Collective: α from a tiny all-reduce, bandwidth from a large one, by the ring formula
-    T(b) = 2(n-1)α + 2(n-1)/n · b/BW (docs/perfmodel.md)."""
+def _timed_stream(nbytes: int, reps: int, label: str, start_async=_allreduce_async, streak: int = 4,
+                  gap_s: float = 1e-3) -> float:
+    """Like :func:`_timed`, per operation of a stream: ``streak`` operations submitted ``gap_s``
+    apart without waiting, as backward hands buckets to the engine (the gap keeps the engine
+    from fusing them). A lone operation costs more on TCP: the link idles between them."""
+    values = [np.ones(max(1, nbytes // 4), np.float32) for _ in range(streak)]
+    times = []
+    for i in range(-1, reps):
+        _allreduce(np.zeros(1, np.float32), f"{label}.sync")
+        start = time.perf_counter()
+        handles = []
+        for k, buffer in enumerate(values):
+            handles.append(start_async(buffer, f"{label}.{k}"))
+            time.sleep(gap_s)
+        for handle in handles:
+            handle.wait()
+        if i >= 0:
+            times.append((time.perf_counter() - start) / streak)
+    return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
+
+
+def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES, bucket_bytes: int = 0) -> Network:
+    """Collective: α and bandwidth of the ring formula T(b) = 2(n-1)α + 2(n-1)/n · b/BW
+    (docs/perfmodel.md), from timed all-reduces.
+
+    Without ``bucket_bytes`` the line runs through a tiny and a large all-reduce. With it (the
+    model's typical gradient bucket) the line runs through the bucket-sized and the large one:
+    mid-sized messages pay costs a tiny one does not (rendezvous, TCP slow start after idle),
+    and the model is about buckets. A bucket-sized reduce-scatter then gives DeAR's α."""
     n = basics.size()
     if n < 2:
         raise ValueError("measuring the network needs at least 2 ranks")
-    small = _timed_allreduce(SMALL_BYTES, reps, "relax.calibrate.small")
-    large = _timed_allreduce(large_bytes, max(3, reps // 2), "relax.calibrate.large")
-    alpha = small / (2 * (n - 1))
-    transfer = max(large - small, 1e-9)
-    bandwidth = 2 * (n - 1) / n * large_bytes / transfer
-    return Network(alpha, bandwidth, small, large, large_bytes)
+    small = _timed(SMALL_BYTES, reps, "relax.calibrate.small")
+    large = _timed(large_bytes, max(3, reps // 2), "relax.calibrate.large")
+    share = 2 * (n - 1) / n  # of the buffer each rank sends in an all-reduce
+    if not SMALL_BYTES < bucket_bytes < large_bytes:
+        bandwidth = share * large_bytes / max(large - small, 1e-9)
+        return Network(small / (2 * (n - 1)), bandwidth, small, large, large_bytes)
+    bucket = _timed_stream(bucket_bytes, reps, "relax.calibrate.bucket")
+    scatter = _timed_stream(bucket_bytes, reps, "relax.calibrate.scatter", _reducescatter_async)
+    if large <= bucket:  # noise at near sizes: the slope is meaningless, use the wide one
+        bandwidth = share * large_bytes / max(large - small, 1e-9)
+    else:
+        bandwidth = share * (large_bytes - bucket_bytes) / (large - bucket)
+    alpha = max(bucket - share * bucket_bytes / bandwidth, small) / (2 * (n - 1))
+    scatter_alpha = max(scatter - share / 2 * bucket_bytes / bandwidth, small / 2) / (n - 1)
+    return Network(alpha, bandwidth, small, large, large_bytes, bucket_bytes, bucket, scatter, scatter_alpha)
 
 
 def measure_codecs(nbytes: int = 16 << 20, reps: int = 3) -> dict[str, float]:

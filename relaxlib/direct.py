@@ -141,6 +141,20 @@ def flat_allreduce_async(src: Buffer, dst: Buffer, name: str, average: bool = Tr
     return _submit(request, name, hold + keepalive, result)
 
 
+def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tuple[Any, ...] = (),
+                             result: Any = None) -> DirectHandle:
+    """Starts the sum reduce-scatter of a flat buffer over all ranks through the negotiated path:
+    ``dst`` receives this rank's contiguous chunk (``src.count`` split into ``size()`` chunks whose
+    sizes differ by at most one, the larger ones first); it must hold at least that many elements."""
+    if src.dtype != dst.dtype or src.dtype not in DTYPES:
+        raise ValueError(f"{name}: reduce-scatter needs matching float32/float64 buffers, got {src.dtype} and "
+                         f"{dst.dtype}")
+    request, hold = _request(_core.REQ_REDUCESCATTER, src, src, name, [], [])
+    request.output = dst.address
+    request.reduce_op = 1  # relax_reduce_op_t: Sum
+    return _submit(request, name, hold + keepalive, result)
+
+
 def peer_step_pending() -> bool:
     """With none of this rank's averages in flight: whether a peer already sent its part of an
     average this rank has not started (so some rank still runs that step)."""

@@ -22,7 +22,8 @@ class Workload:
     ``buckets``: gradient bytes per bucket, in the order backward produces them (the first bucket
     is the last layers'); ``forward_s`` / ``backward_s``: compute time of one iteration on a rank
     of speed 1, spread over the buckets in proportion to their size; ``slowdown``: each rank's
-    compute-time factor (empty: all 1); ``codec_bytes_per_s``: encode + decode throughput per codec
+    compute-time factor (empty: all 1); ``reduce_scatter_alpha_s``: α of DeAR's reduce-scatter and
+    all-gather steps when calibrated apart (0: ``alpha_s``); ``codec_bytes_per_s``: encode + decode throughput per codec
     (float32 bytes handled per second); ``batch``: samples per rank and iteration."""
 
     ranks: int
@@ -36,6 +37,7 @@ class Workload:
     codec_bytes_per_s: dict[str, float] = field(default_factory=dict)
     group_size: int = 2
     sync_interval_s: float = 0.05
+    reduce_scatter_alpha_s: float = 0.0  # α of a reduce-scatter / all-gather step (0: alpha_s)
 
     @property
     def model_bytes(self) -> float:
@@ -119,7 +121,7 @@ def predict_allreduce(w: Workload) -> Prediction:
 def predict_dear(w: Workload) -> Prediction:
     """DeAR: reduce-scatters overlap backward, all-gathers overlap the next forward (in forward
     order: the last bucket produced is the first needed)."""
-    n, a, bw = w.ranks, w.alpha_s, w.bandwidth_bytes_per_s
+    n, a, bw = w.ranks, w.reduce_scatter_alpha_s or w.alpha_s, w.bandwidth_bytes_per_s
     speed = max(w.speeds())
     backward, forward = w.backward_s * speed, w.forward_s * speed
     rs = [reduce_scatter_time(n, b, a, bw) for b in w.buckets]
