@@ -52,9 +52,10 @@ def calibrate_worker(out: str) -> None:
     import relaxlib
     from relaxlib import calibration
     relaxlib.init()
-    network = calibration.measure_network(reps=5, bucket_bytes=LAYER_BYTES)
+    network = calibration.measure_network(reps=5, bucket_bytes=LAYER_BYTES, exchange_bytes=LAYERS * LAYER_BYTES)
+    codecs = calibration.measure_codecs()  # on every rank at once, as the advisor does
     if relaxlib.rank() == 0:
-        Path(out).write_text(json.dumps(vars(network)))
+        Path(out).write_text(json.dumps({**vars(network), "codecs": codecs}))
 
 
 def calibrate_network(bandwidth: float) -> dict:
@@ -89,7 +90,7 @@ def predict(network: dict, codecs: dict, compute: list[float]) -> dict:
         ranks=RANKS, alpha_s=network["alpha_s"], bandwidth_bytes_per_s=network["bandwidth_bytes_per_s"],
         buckets=[float(LAYER_BYTES)] * LAYERS, forward_s=fastest / 3, backward_s=2 * fastest / 3, batch=BATCH,
         slowdown=[c / fastest for c in compute], codec_bytes_per_s=codecs,
-        reduce_scatter_alpha_s=network["reduce_scatter_alpha_s"])
+        reduce_scatter_alpha_s=network["reduce_scatter_alpha_s"], exchange_bytes_per_s=network["exchange_bytes_per_s"])
     return {p.mode: p for p in perfmodel.predict_all(workload, codecs=("uint8", "sign"))}
 
 
@@ -101,12 +102,11 @@ def main() -> None:
     if args.calibrate_worker:
         calibrate_worker(args.calibrate_worker)
         return
-    from relaxlib import calibration
-    codecs = calibration.measure_codecs()
     modes = args.modes.split(",")
     points = []
     for bandwidth, straggler in SETTINGS:
         network = calibrate_network(bandwidth)
+        codecs = network["codecs"]
         measured = {"allreduce": measure("allreduce", bandwidth, straggler)}
         predictions = predict(network, codecs, measured["allreduce"]["compute_s"])
         for mode in modes:
@@ -124,7 +124,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in summary.items() if not k.startswith("picks")}, indent=1))
     RESULTS.mkdir(parents=True, exist_ok=True)
     report = {"benchmark": "validate_model", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "ranks": RANKS,
-              "codecs_bytes_per_s": codecs, "points": points, "summary": summary}
+              "points": points, "summary": summary}
     (RESULTS / "validate_model.json").write_text(json.dumps(report, indent=1))
     plot(points, RESULTS / "validate_model.png")
 

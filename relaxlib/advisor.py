@@ -67,7 +67,8 @@ def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[
     (``show``) and returns the predictions, fastest first. ``forward_s``/``backward_s``: this
     rank's compute per iteration (ranks may differ: the spread becomes the straggler model)."""
     buckets = buckets_of(grad_bytes_backward_order)
-    network = network or calibration.measure_network(bucket_bytes=typical_bucket(buckets))
+    network = network or calibration.measure_network(bucket_bytes=typical_bucket(buckets),
+                                                     exchange_bytes=int(sum(buckets)) // 4 * 4)
     codecs = codecs if codecs is not None else calibration.measure_codecs()
     spread = calibration.slowdowns(forward_s + backward_s)
     base_compute = (forward_s + backward_s) / spread[basics.rank()]  # the fastest rank's compute
@@ -75,7 +76,8 @@ def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[
     workload = perfmodel.Workload(
         ranks=basics.size(), alpha_s=network.alpha_s, bandwidth_bytes_per_s=network.bandwidth_bytes_per_s,
         buckets=buckets, forward_s=base_compute * share, backward_s=base_compute * (1 - share), batch=batch,
-        slowdown=spread, codec_bytes_per_s=codecs, reduce_scatter_alpha_s=network.reduce_scatter_alpha_s)
+        slowdown=spread, codec_bytes_per_s=codecs, reduce_scatter_alpha_s=network.reduce_scatter_alpha_s,
+        exchange_bytes_per_s=network.exchange_bytes_per_s)
     predictions = perfmodel.predict_all(workload)
     if show and basics.rank() == 0:
         print(format_table(predictions, network, workload), flush=True)

@@ -33,10 +33,13 @@ class Network:
     bucket_allreduce_s: float = 0.0
     bucket_reduce_scatter_s: float = 0.0
     reduce_scatter_alpha_s: float = 0.0
+    exchange_bytes_per_s: float = 0.0  # point-to-point model exchange (decentralized, partial)
 
     def __post_init__(self) -> None:
         if not self.reduce_scatter_alpha_s:
             self.reduce_scatter_alpha_s = self.alpha_s
+        if not self.exchange_bytes_per_s:
+            self.exchange_bytes_per_s = self.bandwidth_bytes_per_s
 
 
 def _buffer(values: np.ndarray) -> direct.Buffer:
@@ -93,7 +96,26 @@ def _timed_stream(nbytes: int, reps: int, label: str, start_async=_allreduce_asy
     return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
 
 
-def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES, bucket_bytes: int = 0) -> Network:
+def _timed_exchange(nbytes: int, reps: int, label: str) -> float:
+    """Median time of a pairwise model exchange (rank 2k with 2k+1; a last odd rank idles): a
+    neighbour average on the direct lane, what decentralized and partial modes send."""
+    rank, n = basics.rank(), basics.size()
+    partner = rank ^ 1
+    values, out = np.ones(max(1, nbytes // 4), np.float32), np.empty(max(1, nbytes // 4), np.float32)
+    times = []
+    for i in range(-1, reps):
+        _allreduce(np.zeros(1, np.float32), f"{label}.sync")
+        start = time.perf_counter()
+        if partner < n:
+            direct.neighbor_average_async(_buffer(values), _buffer(out), f"{label}.{i}", [partner], [0.5], 0.5,
+                                          keepalive=(values, out)).wait()
+        if i >= 0:
+            times.append(time.perf_counter() - start)
+    return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
+
+
+def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES, bucket_bytes: int = 0,
+                    exchange_bytes: int = 0) -> Network:
     """Collective: α and bandwidth of the ring formula T(b) = 2(n-1)α + 2(n-1)/n · b/BW
     (docs/perfmodel.md), from timed all-reduces.
 
@@ -107,9 +129,12 @@ def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES, bucket_bytes:
     small = _timed(SMALL_BYTES, reps, "relax.calibrate.small")
     large = _timed(large_bytes, max(3, reps // 2), "relax.calibrate.large")
     share = 2 * (n - 1) / n  # of the buffer each rank sends in an all-reduce
+    exchange_bytes = min(exchange_bytes, large_bytes)
+    exchange = exchange_bytes / _timed_exchange(exchange_bytes, max(3, reps // 2), "relax.calibrate.exchange") \
+        if exchange_bytes > 0 else 0.0
     if not SMALL_BYTES < bucket_bytes < large_bytes:
         bandwidth = share * large_bytes / max(large - small, 1e-9)
-        return Network(small / (2 * (n - 1)), bandwidth, small, large, large_bytes)
+        return Network(small / (2 * (n - 1)), bandwidth, small, large, large_bytes, exchange_bytes_per_s=exchange)
     bucket = _timed_stream(bucket_bytes, reps, "relax.calibrate.bucket")
     scatter = _timed_stream(bucket_bytes, reps, "relax.calibrate.scatter", _reducescatter_async)
     if large <= bucket:  # noise at near sizes: the slope is meaningless, use the wide one
@@ -118,7 +143,7 @@ def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES, bucket_bytes:
         bandwidth = share * (large_bytes - bucket_bytes) / (large - bucket)
     alpha = max(bucket - share * bucket_bytes / bandwidth, small) / (2 * (n - 1))
     scatter_alpha = max(scatter - share / 2 * bucket_bytes / bandwidth, small / 2) / (n - 1)
-    return Network(alpha, bandwidth, small, large, large_bytes, bucket_bytes, bucket, scatter, scatter_alpha)
+    return Network(alpha, bandwidth, small, large, large_bytes, bucket_bytes, bucket, scatter, scatter_alpha, exchange)
 
 
 def measure_codecs(nbytes: int = 16 << 20, reps: int = 3) -> dict[str, float]:

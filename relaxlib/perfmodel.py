@@ -23,7 +23,9 @@ class Workload:
     is the last layers'); ``forward_s`` / ``backward_s``: compute time of one iteration on a rank
     of speed 1, spread over the buckets in proportion to their size; ``slowdown``: each rank's
     compute-time factor (empty: all 1); ``reduce_scatter_alpha_s``: α of DeAR's reduce-scatter and
-    all-gather steps when calibrated apart (0: ``alpha_s``); ``codec_bytes_per_s``: encode + decode throughput per codec
+    all-gather steps when calibrated apart (0: ``alpha_s``); ``exchange_bytes_per_s``: bandwidth
+    of the whole-model point-to-point exchanges of decentralized and partial modes when
+    calibrated apart (0: ``bandwidth_bytes_per_s``); ``codec_bytes_per_s``: encode + decode throughput per codec
     (float32 bytes handled per second); ``batch``: samples per rank and iteration."""
 
     ranks: int
@@ -38,6 +40,7 @@ class Workload:
     group_size: int = 2
     sync_interval_s: float = 0.05
     reduce_scatter_alpha_s: float = 0.0  # α of a reduce-scatter / all-gather step (0: alpha_s)
+    exchange_bytes_per_s: float = 0.0  # point-to-point bandwidth of model exchanges (0: bandwidth)
 
     @property
     def model_bytes(self) -> float:
@@ -161,7 +164,8 @@ def predict_decentralized(w: Workload, topology: str) -> Prediction:
     """Model averaging with neighbours after the local update: ring sends the model to two
     neighbours (α + 2P/BW on a rank's link), a random matching to one (α + P/BW)."""
     peers = 2 if topology == "ring" and w.ranks > 2 else 1
-    comm = w.alpha_s + peers * w.model_bytes / w.bandwidth_bytes_per_s if w.ranks > 1 else 0.0
+    bandwidth = w.exchange_bytes_per_s or w.bandwidth_bytes_per_s
+    comm = w.alpha_s + peers * w.model_bytes / bandwidth if w.ranks > 1 else 0.0
     return _lock_step(w, f"decentralized-{topology}", comm, comm, peers * w.model_bytes,
                       "models differ between ranks until average_now(); random matchings soften stragglers "
                       "(modelled as lock step: pessimistic)" if topology == "random" else
@@ -172,7 +176,7 @@ def predict_partial(w: Workload, generator: str) -> Prediction:
     """Partial all-reduce of the model within groups of g: 2(g-1)α + 2(g-1)/g · P/BW; the smart
     generator adds a round trip to the generator rank and lets fast ranks run at their own pace."""
     g = min(w.group_size, w.ranks)
-    comm = allreduce_time(g, w.model_bytes, w.alpha_s, w.bandwidth_bytes_per_s)
+    comm = allreduce_time(g, w.model_bytes, w.alpha_s, w.exchange_bytes_per_s or w.bandwidth_bytes_per_s)
     nbytes = 2 * (g - 1) / g * w.model_bytes if g > 1 else 0.0
     if generator != "smart":
         return _lock_step(w, f"partial-{generator}", comm, comm, nbytes, "models differ until average_now()")

@@ -17,6 +17,17 @@ def test_network_calibration_is_plausible():
     assert network.large_allreduce_s > network.small_allreduce_s > 0
 
 
+def test_bucket_and_exchange_calibration_fits_through_the_bucket():
+    bucket, size = 1 << 20, hvd.size()
+    network = calibration.measure_network(reps=3, large_bytes=8 << 20, bucket_bytes=bucket, exchange_bytes=4 << 20)
+    assert network.bucket_bytes == bucket and network.bucket_allreduce_s > 0 and network.bucket_reduce_scatter_s > 0
+    assert 1e-7 < network.alpha_s < 0.05 and 1e-7 < network.reduce_scatter_alpha_s < 0.05
+    assert 1e6 < network.bandwidth_bytes_per_s < 1e12 and 1e6 < network.exchange_bytes_per_s < 1e12
+    # the fitted line passes through the bucket's time (unless clamped at the tiny message's α)
+    fitted = perfmodel.allreduce_time(size, bucket, network.alpha_s, network.bandwidth_bytes_per_s)
+    assert fitted >= network.bucket_allreduce_s * 0.999
+
+
 def test_codec_throughput_is_positive_for_every_codec():
     codecs = calibration.measure_codecs(nbytes=1 << 20, reps=1)
     assert set(codecs) == {"fp16", "uint8", "sign"} and all(v > 0 for v in codecs.values())
