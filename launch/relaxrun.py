@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
 EXPORTED_PREFIXES = ("RELAX_", "HOROVOD_", "PYTHON", "OMP_", "MKL_")
 EXPORTED_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
@@ -22,6 +24,7 @@ EXPORTED_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Parses relaxrun's options; everything after them is the command to run."""
+    from relaxlib.auto import LEVELS as AUTO_LEVELS
     parser = argparse.ArgumentParser(
         prog="relaxrun",
         description="Launch a relaxlib training script on N ranks (a front end to mpirun).",
@@ -44,6 +47,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="after --advise-steps training steps print the advisor's table: every relaxation's "
                              "predicted step time on this launch (RELAX_ADVISE)")
     parser.add_argument("--advise-steps", type=int, default=20, help="steps observed before advising (default 20)")
+    parser.add_argument("--auto", action="store_true",
+                        help="advise (implies --advise), then restart the script with the predicted-fastest mode "
+                             "allowed by --auto-allow (RELAX_ALGORITHM)")
+    parser.add_argument("--auto-allow", choices=AUTO_LEVELS, default="exact", metavar="LEVEL",
+                        help="how far --auto may depart from all-reduce's results: "
+                             f"{', '.join(AUTO_LEVELS)} (default exact: all-reduce or DeAR)")
     parser.add_argument("--mpi-args", default="", help="extra arguments passed to mpirun verbatim (quoted)")
     parser.add_argument("--check-build", action="store_true", help="print which frameworks and transports are built")
     parser.add_argument("--verbose", action="store_true", help="print the mpirun command before running it")
@@ -58,6 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error("-np must be at least 1")
         if args.hosts and args.hostfile:
             parser.error("use either -H or --hostfile, not both")
+        args.advise = args.advise or args.auto
         if args.advise and args.advise_steps < 3:
             parser.error("--advise-steps must be at least 3")
     return args
@@ -162,13 +172,39 @@ def main(argv: list[str] | None = None) -> int:
         return 127
     environ = dict(os.environ)
     environ.update(relax_environment(args))
+    try:
+        if args.auto:
+            return run_auto(args, environ)
+        return run(args, environ)
+    except KeyboardInterrupt:
+        return 130
+
+
+def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
+    """Runs the job once; returns mpirun's exit code."""
     cmd = mpirun_command(args, environ)
     if args.verbose:
         print("relaxrun: " + shlex.join(cmd), flush=True)
-    try:
-        return subprocess.call(cmd, env=environ)
-    except KeyboardInterrupt:
-        return 130
+    return subprocess.call(cmd, env=environ)
+
+
+def run_auto(args: argparse.Namespace, environ: dict[str, str]) -> int:
+    """``--auto``: an advising run that ends after the advice, then the real run with the pick."""
+    with tempfile.TemporaryDirectory(prefix="relaxrun-auto-") as tmp:
+        choice_file = os.path.join(tmp, "choice.json")
+        code = run(args, dict(environ, RELAX_AUTO=args.auto_allow, RELAX_AUTO_FILE=choice_file))
+        if code != 0:
+            return code
+        if not os.path.exists(choice_file):
+            print("relaxrun --auto: the script ended before the advice (it needs a DistributedOptimizer and more "
+                  f"than --advise-steps={args.advise_steps} steps); not restarting", file=sys.stderr)
+            return 1
+        with open(choice_file) as f:
+            choice = json.load(f)
+    final = {k: v for k, v in environ.items() if k != "RELAX_ADVISE"}
+    final["RELAX_ALGORITHM"] = choice["mode"]
+    print(f"relaxrun --auto: running with RELAX_ALGORITHM={choice['mode']}", flush=True)
+    return run(args, final)
 
 
 if __name__ == "__main__":

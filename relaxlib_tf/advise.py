@@ -11,6 +11,11 @@ import tensorflow as tf
 from relaxlib import advisor
 
 
+def gradient_bytes(variables) -> list[int]:
+    """Bytes of each variable's gradient, in the order backward produces them (last layer first)."""
+    return [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in reversed(list(variables))]
+
+
 def advise(model, sample_batch, loss_fn=None, reps: int = 3, show: bool = True):
     """Collective: times the forward and backward pass of ``model`` on ``sample_batch`` (this
     rank's batch, eagerly), calibrates the network and codecs, and prints (rank 0) and returns
@@ -29,6 +34,6 @@ def advise(model, sample_batch, loss_fn=None, reps: int = 3, show: bool = True):
         _ = [g.numpy() for g in grads if g is not None]  # backward finished
         forward.append(middle - start)
         backward.append(time.perf_counter() - middle)
-    sizes = [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in reversed(variables)]
+    sizes = gradient_bytes(variables)
     batch = int(tf.shape(sample_batch)[0]) if hasattr(sample_batch, "shape") else 1
     return advisor.advise(statistics.median(forward[1:]), statistics.median(backward[1:]), sizes, batch, show=show)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import torch
 
-from relaxlib import advisor, basics, telemetry
+from relaxlib import advisor, auto, basics, telemetry
 from relaxlib.algorithms import Algorithm, AllReduce
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
@@ -247,7 +247,10 @@ def _advise_when_due(optimizer) -> None:
     if recorder.advise_at and len(recorder) == recorder.advise_at - 1:
         recorder.advise_at = 0
         params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-        advisor.advise_from_telemetry(recorder.records(), [p.numel() * p.element_size() for p in reversed(params)])
+        predictions = advisor.advise_from_telemetry(recorder.records(),
+                                                    [p.numel() * p.element_size() for p in reversed(params)])
+        supported = {p.mode for p in predictions} - (set() if optimizer.model is not None else {"dear"})
+        auto.finish_phase(predictions, supported)
 
 
 def clip_by_global_norm(params: list[torch.Tensor], max_norm: float) -> float:
@@ -380,7 +383,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         raise NotImplementedError("relaxlib does not implement Adasum; use op=Average or op=Sum.")
     if max_grad_norm is not None and max_grad_norm <= 0:
         raise ValueError("max_grad_norm must be positive")
-    algorithm = algorithm if algorithm is not None else AllReduce()
+    if algorithm is None:
+        algorithm = auto.default_algorithm() or AllReduce()  # relaxrun --auto's pick, if any
+        if algorithm.needs_model and model is None:
+            warnings.warn(f"RELAX_ALGORITHM={algorithm.name} needs model=<your nn.Module>; using all-reduce",
+                          stacklevel=2)
+            algorithm = AllReduce()
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"algorithm must be a relaxlib.algorithms.Algorithm, got {type(algorithm).__name__}")
     if algorithm.needs_model and model is None:

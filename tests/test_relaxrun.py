@@ -92,3 +92,44 @@ def test_advise_prints_the_table_during_real_training():
     assert {"allreduce", "dear", "compressed-uint8", "partial-smart", "async"} <= set(modes), out.stdout
     speedups = [float(line.split()[2].rstrip("x")) for line in table[2:13]]
     assert speedups == sorted(speedups, reverse=True) and 1.0 in speedups
+
+
+def test_auto_restarts_with_the_advisors_pick():
+    out = subprocess.run(RELAXRUN + ["-np", "2", "--auto", "--auto-allow", "averaging", "--advise-steps", "5",
+                                     sys.executable, str(REPO / "tests" / "scripts" / "auto_probe.py")],
+                         capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("relaxlib advisor: 2 ranks") == 1, out.stdout
+    picked = out.stdout.split("relaxrun --auto averaging: picked ")[1].split()[0]
+    assert f"running with RELAX_ALGORITHM={picked}" in out.stdout
+    assert out.stdout.count("probe ran") == 1, out.stdout  # the advising run ended before its end
+    ran = out.stdout.split("probe ran ")[1].splitlines()[0]
+    from relaxlib.auto import algorithm_for
+    expected = algorithm_for(picked)
+    assert ran.split()[0] == expected.name, (picked, ran)
+    assert picked != "async", "async is beyond the 'averaging' level"
+
+
+def test_auto_option_implies_advise_and_validates_the_level():
+    args = relaxrun.parse_args(["-np", "2", "--auto", "python", "t.py"])
+    assert args.auto and args.auto_allow == "exact" and args.advise
+    assert args.command == ["python", "t.py"]
+    with pytest.raises(SystemExit):
+        relaxrun.parse_args(["-np", "2", "--auto", "--auto-allow", "reckless", "python", "t.py"])
+
+
+def test_auto_with_keras_fit_advises_inside_the_graph_and_restarts():
+    pytest.importorskip("relaxlib_tf")
+    out = subprocess.run(RELAXRUN + ["-np", "2", "--auto", "--auto-allow", "async", "--advise-steps", "4",
+                                     sys.executable, str(REPO / "tests" / "scripts" / "auto_probe_keras.py")],
+                         capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("relaxlib advisor: 2 ranks") == 1, out.stdout
+    picked = out.stdout.split("relaxrun --auto async: picked ")[1].split()[0]
+    from relaxlib.auto import algorithm_for
+    from relaxlib_tf.keras.optimizer import KERAS_MODES
+    assert picked in KERAS_MODES
+    assert out.stdout.count("probe ran") == 1, out.stdout
+    assert out.stdout.split("probe ran ")[1].split()[0] == algorithm_for(picked).name

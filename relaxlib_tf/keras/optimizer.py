@@ -6,15 +6,22 @@ entry point of ``model.fit``, ``apply_gradients`` and custom loops, so overridin
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import tensorflow as tf
 
-from relaxlib import telemetry
+from relaxlib import advisor, auto, telemetry
 from relaxlib.basics import Average
 from relaxlib.process_sets import global_process_set
+from relaxlib_tf.advise import gradient_bytes
 from relaxlib_tf.compression import Compression
 from relaxlib_tf.gradient_tape import GradientReducer, check_algorithm
+
+# advisor modes the Keras optimizer runs (DeAR and compression are PyTorch-only)
+KERAS_MODES = {"allreduce", "decentralized-ring", "decentralized-random", "partial-static", "partial-random",
+               "partial-smart", "async"}
 
 
 class _DistributedMixin:
@@ -33,8 +40,26 @@ class _DistributedMixin:
             try:
                 return self._relax_apply(grads, trainable_variables)
             finally:
-                self._relax_telemetry.end_step()
-        return self._relax_apply(grads, trainable_variables)
+                self._relax_end_step()
+        if not self._relax_telemetry.advise_at:
+            return self._relax_apply(grads, trainable_variables)
+        # relaxrun --advise inside tf.function (model.fit): step marks as py_functions, which
+        # tf.function runs in program order with the step's other stateful ops
+        tf.py_function(self._relax_telemetry.begin_step, [], Tout=[])
+        result = self._relax_apply(grads, trainable_variables)
+        tf.py_function(self._relax_end_step, [], Tout=[])
+        return result
+
+    def _relax_end_step(self) -> None:
+        """Records the step; with ``relaxrun --advise``, advises once enough steps were seen (and
+        with ``--auto`` ends this advising run)."""
+        recorder = self._relax_telemetry
+        recorder.end_step()
+        if recorder.advise_at and len(recorder) == recorder.advise_at - 1:
+            recorder.advise_at = 0
+            predictions = advisor.advise_from_telemetry(recorder.records(), gradient_bytes(self._trainable_variables))
+            auto.finish_phase(predictions, {p.mode for p in predictions} & KERAS_MODES,
+                              hard_exit=True)  # SystemExit would become an op error in a py_function
 
     def _relax_apply(self, grads, trainable_variables):
         if self._relax_algorithm is not None:
@@ -132,6 +157,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     DeAR and compression are PyTorch-only for now. An optimizer that has no variables yet is
     re-created from its config (as Horovod does); an already built one is converted in place,
     keeping its state."""
+    if algorithm is None:
+        algorithm = auto.default_algorithm()  # relaxrun --auto's pick, if any
+        if algorithm is not None and algorithm.name not in {"allreduce", "decentralized", "partial_allreduce",
+                                                            "async_model_average"}:
+            warnings.warn(f"RELAX_ALGORITHM={algorithm.name} is PyTorch-only; using all-reduce", stacklevel=2)
+            algorithm = None
     relaxation = check_algorithm(algorithm, model_averaging_ok=True)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"DistributedOptimizer wraps a Keras 3 optimizer (keras.optimizers.*), got "
