@@ -2,12 +2,13 @@
 ranks behind tbf-shaped links at several bandwidths, plus one straggler setting.
 
 For each setting the model is calibrated the way the advisor does it: α and bandwidth from
-timed all-reduces (bucket-sized and large; α of DeAR's steps from a bucket-sized reduce-scatter)
-on the same shaped launch, codec throughput locally, compute time from the
+timed all-reduces (bucket-sized and large; α of DeAR's steps from a bucket-sized reduce-scatter),
+the exchange bandwidth from a pairwise model exchange, each codec's effective throughput from a
+compressed all-reduce of the model, all on the same shaped launch; compute time from the
 all-reduce run's own telemetry (one third forward, two thirds backward). Prediction and
 measurement are seconds per step of the fastest rank (for lock-step modes: of every rank).
 
-    python benchmarks/validate_model.py            (root; ~20 minutes)
+    python benchmarks/validate_model.py            (root; ~12 minutes)
 
 Writes benchmarks/results/validate_model.json ({"points": [{mode, bandwidth_mbit, straggler,
 predicted, measured}, ...], "summary": ...}) and validate_model.png.
@@ -53,7 +54,7 @@ def calibrate_worker(out: str) -> None:
     from relaxlib import calibration
     relaxlib.init()
     network = calibration.measure_network(reps=5, bucket_bytes=LAYER_BYTES, exchange_bytes=LAYERS * LAYER_BYTES)
-    codecs = calibration.measure_codecs()  # on every rank at once, as the advisor does
+    codecs = calibration.measure_compressed(network, LAYERS * LAYER_BYTES)  # as the advisor does
     if relaxlib.rank() == 0:
         Path(out).write_text(json.dumps({**vars(network), "codecs": codecs}))
 

@@ -69,7 +69,8 @@ def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[
     buckets = buckets_of(grad_bytes_backward_order)
     network = network or calibration.measure_network(bucket_bytes=typical_bucket(buckets),
                                                      exchange_bytes=int(sum(buckets)) // 4 * 4)
-    codecs = codecs if codecs is not None else calibration.measure_codecs()
+    if codecs is None:
+        codecs = calibration.measure_compressed(network, int(sum(buckets)))
     spread = calibration.slowdowns(forward_s + backward_s)
     base_compute = (forward_s + backward_s) / spread[basics.rank()]  # the fastest rank's compute
     share = forward_s / (forward_s + backward_s) if forward_s + backward_s > 0 else 1 / 3

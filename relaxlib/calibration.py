@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxlib import basics, compression, direct
+from relaxlib import basics, compression, direct, perfmodel
 
 SMALL_BYTES = 8
 LARGE_BYTES = 32 << 20  # above RELAX_MPI_ALLREDUCE_MAX_BYTES on one node: the ring the model assumes
@@ -61,15 +61,16 @@ def _reducescatter_async(values: np.ndarray, name: str) -> direct.DirectHandle:
     return direct.flat_reducescatter_async(_buffer(values), _buffer(out), name, keepalive=(values, out), result=out)
 
 
-def _timed(nbytes: int, reps: int, label: str) -> float:
-    """Median over ``reps`` of the ranks' mean time for one all-reduce of ``nbytes``."""
+def _timed(nbytes: int, reps: int, label: str, operation=_allreduce) -> float:
+    """Median over ``reps`` of the ranks' mean time for one ``operation(values, label)`` (by
+    default an all-reduce) of ``nbytes``."""
     values = np.ones(max(1, nbytes // 4), np.float32)
     times = []
     for i in range(-2, reps):  # two warm-ups (buffers, connections)
         # the same names every time, as in training: the engine's response cache answers them
         _allreduce(np.zeros(1, np.float32), f"{label}.sync")  # start together
         start = time.perf_counter()
-        _allreduce(values, label)
+        operation(values, label)
         if i >= 0:
             times.append(time.perf_counter() - start)
     return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
@@ -158,6 +159,30 @@ def measure_codecs(nbytes: int = 16 << 20, reps: int = 3) -> dict[str, float]:
             compression.decode(codec, encoded, values.size)
             times.append(time.perf_counter() - start)
         result[codec] = 2 * values.nbytes / min(times)
+    return result
+
+
+def measure_compressed(network: Network, nbytes: int, codecs: tuple[str, ...] = tuple(compression.CODECS),
+                       reps: int = 5) -> dict[str, float]:
+    """Collective: each codec's effective throughput as the engine's compressed all-reduce with
+    error feedback runs it on ``nbytes`` (the model), on every rank at once: 4·nbytes over the
+    time the all-reduce takes beyond its wire time (the model's codec term, docs/perfmodel.md).
+    It includes what the bare codec misses: error-feedback passes, chunking, cores shared by ranks."""
+    n, rank = basics.size(), basics.rank()
+    count = max(n, min(nbytes, LARGE_BYTES) // 4)
+    chunk = count // n + (1 if rank < count % n else 0)
+    values = np.random.default_rng(rank).normal(size=count).astype(np.float32)
+    out, worker, owner = np.empty_like(values), np.zeros(count, np.float32), np.zeros(chunk, np.float32)
+    result = {}
+    for codec in codecs:
+        def run(_values, label, codec=codec):
+            return direct.flat_compressed_allreduce_async(_buffer(values), _buffer(out), label, codec,
+                                                          _buffer(worker), _buffer(owner),
+                                                          keepalive=(values, out, worker, owner)).wait()
+        elapsed = _timed(4 * count, reps, f"relax.calibrate.codec.{codec}", run)
+        wire = perfmodel.allreduce_time(n, perfmodel.CODEC_RATIO[codec] * 4 * count, network.alpha_s,
+                                        network.bandwidth_bytes_per_s)
+        result[codec] = 4 * 4 * count / max(elapsed - wire, 1e-6)
     return result
 
 

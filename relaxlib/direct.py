@@ -155,6 +155,22 @@ def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tup
     return _submit(request, name, hold + keepalive, result)
 
 
+def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: str,
+                                    worker_error: Buffer | None = None, owner_error: Buffer | None = None,
+                                    keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
+    """Starts the compressed all-reduce (mean) of a float32 buffer through the negotiated path,
+    with error feedback when both residual buffers are given: ``worker_error`` as long as
+    ``src``, ``owner_error`` as long as this rank's chunk."""
+    if src.dtype != "float32":
+        raise ValueError(f"{name}: compressed all-reduce needs float32 buffers, got {src.dtype}")
+    request, hold = _request(_core.REQ_COMPRESSED_ALLREDUCE, src, dst, name, [], [])
+    request.reduce_op = 0  # relax_reduce_op_t: Average
+    request.codec = codec_id(codec)
+    if worker_error is not None and owner_error is not None:
+        request.aux0, request.aux1 = worker_error.address, owner_error.address
+    return _submit(request, name, hold + keepalive, result)
+
+
 def peer_step_pending() -> bool:
     """With none of this rank's averages in flight: whether a peer already sent its part of an
     average this rank has not started (so some rank still runs that step)."""

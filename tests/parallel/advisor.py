@@ -33,6 +33,13 @@ def test_codec_throughput_is_positive_for_every_codec():
     assert set(codecs) == {"fp16", "uint8", "sign"} and all(v > 0 for v in codecs.values())
 
 
+def test_compressed_allreduce_gives_every_codec_an_effective_throughput():
+    network = calibration.Network(1e-5, 1e9, 2e-5, 0.1, 1 << 20)
+    codecs = calibration.measure_compressed(network, 1 << 20, reps=2)
+    assert set(codecs) == {"fp16", "uint8", "sign"}
+    assert all(1e6 < v < 1e12 for v in codecs.values()), codecs
+
+
 def test_slowdowns_are_relative_to_the_fastest_rank():
     spread = calibration.slowdowns(1.0 + hvd.rank())
     assert spread == [1.0 + r for r in range(hvd.size())]
