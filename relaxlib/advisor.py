@@ -101,7 +101,7 @@ def format_table(predictions: list[perfmodel.Prediction], network: calibration.N
                      f"{p.bytes_sent / 1e6:8.2f}  {kind_of(p.mode):10s}  {CAVEATS.get(p.mode, '')}")
     best_exact = next(p for p in predictions if kind_of(p.mode) == "exact")
     lines.append(f"fastest with all-reduce's results: {best_exact.mode}; fastest overall: {predictions[0].mode} "
-                 f"({kind_of(predictions[0].mode)}). Median prediction error 20 % on the reference grid "
+                 f"({kind_of(predictions[0].mode)}). Median prediction error 7 % on the reference grid "
                  "(docs/which-relaxation.md): confirm the top modes on your model.")
     return "\n".join(lines)
 
