@@ -151,7 +151,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set) -> torch.Tensor:
     """In-place allreduce; returns ``tensor``."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    if not tensor.is_contiguous():
+        return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    # one call submits, waits and releases: no handle bookkeeping in Python on the critical path
+    _submit(_ops.allreduce_sync_, tensor.detach(), _auto_name("allreduce", name), _resolve_op(op, average, tensor),
+            float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
+    return tensor
 
 
 # ---- grouped allreduce -----------------------------------------------------------------------

@@ -316,6 +316,23 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
   return submit(r, std::move(flight), false);
 }
 
+void release(int64_t handle);
+
+// Synchronous in-place allreduce in one dispatcher call (submit, wait, release): what
+// hvd.allreduce_ runs, so the caller's thread goes from the engine's wake-up straight back to
+// Python. Errors carry the "[relaxlib:<code>]" prefix, as submission errors do.
+void allreduce_sync_(const at::Tensor& tensor, const std::string& name, int64_t op, double prescale, double postscale,
+                     int64_t process_set) {
+  const int64_t h = allreduce_async(tensor, tensor, name, op, prescale, postscale, process_set);
+  const int status = relax_wait(h);
+  if (status != 0) {
+    const std::string text = relax_handle_message(h);
+    release(h);
+    TORCH_CHECK(false, "[relaxlib:", status, "] ", text);
+  }
+  release(h);
+}
+
 int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
   relax_request_t r{};
   r.type = type;
@@ -380,6 +397,8 @@ TORCH_LIBRARY(relaxlib, m) {
   m.def("allreduce_async(Tensor input, Tensor(a!) output, str name, int op, float prescale, float postscale, "
         "int process_set) -> int",
         allreduce_async);
+  m.def("allreduce_sync_(Tensor(a!) tensor, str name, int op, float prescale, float postscale, int process_set) -> ()",
+        allreduce_sync_);
   m.def("grouped_allreduce_async(Tensor[] inputs, Tensor(a!)[] outputs, str name, int op, float prescale, "
         "float postscale, int process_set) -> int[]",
         grouped_allreduce_async);

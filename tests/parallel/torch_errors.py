@@ -26,6 +26,14 @@ def test_shape_mismatch_raises_on_every_rank_naming_the_tensor():
     still_works()
 
 
+def test_in_place_shape_mismatch_raises_on_every_rank():
+    tensor = torch.ones((3,) if RANK == 0 else (5,))
+    with pytest.raises(relaxlib.MismatchError, match=r"shapes for 'inplace.weight'.*rank 0 sent \[3\]"):
+        hvd.allreduce_(tensor, name="inplace.weight")
+    assert torch.equal(tensor, torch.ones_like(tensor))  # untouched after the failure
+    still_works()
+
+
 def test_dtype_mismatch():
     dtype = torch.float32 if RANK == 0 else torch.float64
     with pytest.raises(relaxlib.MismatchError, match=r"data types for 'mixed'.*float64"):
