@@ -241,10 +241,6 @@ exec ip netns exec "$ns" env TMPDIR="{self._tmp_root}/$ns" sh -c "$*"
         for name in sorted(names | {"PATH", "LD_LIBRARY_PATH"}):
             if name in os.environ:
                 cmd += ["-x", name]
-        if "RELAX_IDLE_SPIN_US" not in os.environ:
-            # each namespace looks like a node of its own, so the engine would poll as if every
-            # rank had a core; the ranks share this machine's cores instead
-            cmd += ["-x", "RELAX_IDLE_SPIN_US=0"]
         return cmd
 
 

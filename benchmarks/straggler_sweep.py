@@ -30,16 +30,8 @@ import train  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 COMMON = ["--np", "4", "--model", "sleep", "--layers", "8", "--width", "262144", "--forward-ms", "40",
           "--backward-ms", "80", "--num-warmup-batches", "3", "--num-batches-per-iter", "2", "--quiet"]
-MODES = {
-    "allreduce": ["--algorithm", "allreduce"],
-    "ddp": ["--algorithm", "ddp"],
-    "decentralized-ring": ["--algorithm", "decentralized", "--topology", "ring"],
-    "decentralized-random": ["--algorithm", "decentralized", "--topology", "random"],
-    "partial-static": ["--algorithm", "partial", "--generator", "static"],
-    "partial-random": ["--algorithm", "partial", "--generator", "random"],
-    "partial-smart": ["--algorithm", "partial", "--generator", "smart"],
-    "async": ["--algorithm", "async"],
-}
+MODES = ("allreduce", "ddp", "decentralized-ring", "decentralized-random", "partial-static", "partial-random",
+         "partial-smart", "async")
 
 
 def total_rate(extra: list[str]) -> tuple[float, list[float], list[float | None]]:
@@ -65,7 +57,7 @@ def main() -> None:
     for factor in factors:
         for mode in modes:
             straggle = ["--straggler", f"3:{factor:g}"] if factor != 1 else []
-            runs = [total_rate(MODES[mode] + straggle + extra) for _ in range(args.reps)]
+            runs = [total_rate(train.mode_arguments(mode) + straggle + extra) for _ in range(args.reps)]
             total = statistics.median(r[0] for r in runs)
             _, per_rank, averagings = runs[len(runs) // 2]
             rows.append({"mode": mode, "slowdown": factor, "samples_per_sec_total": total,

@@ -30,6 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "none", "decentralized", "partial", "async")
 
 
+def mode_arguments(mode: str) -> list[str]:
+    """train.py arguments of an advisor mode name (``allreduce``, ``ddp``, ``compressed-uint8``,
+    ``decentralized-ring``, ``partial-smart``, ``async``, ...)."""
+    family, _, variant = mode.partition("-")
+    option = {"compressed": "--codec", "decentralized": "--topology", "partial": "--generator"}.get(family)
+    return ["--algorithm", family] + ([option, variant] if option and variant else [])
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--np", type=int, default=2)

@@ -34,17 +34,8 @@ RANKS, LAYERS, LAYER_BYTES, BATCH = 4, 8, 1 << 20, 32
 COMMON = ["--np", str(RANKS), "--model", "sleep", "--layers", str(LAYERS), "--width", str(LAYER_BYTES // 4),
           "--forward-ms", "40", "--backward-ms", "80", "--batch-size", str(BATCH), "--num-warmup-batches", "3",
           "--num-batches-per-iter", "2", "--num-iters", "5", "--quiet"]
-MODES = {  # perfmodel name -> train.py arguments
-    "allreduce": ["--algorithm", "allreduce"],
-    "dear": ["--algorithm", "dear"],
-    "compressed-uint8": ["--algorithm", "compressed", "--codec", "uint8"],
-    "compressed-sign": ["--algorithm", "compressed", "--codec", "sign"],
-    "decentralized-ring": ["--algorithm", "decentralized", "--topology", "ring"],
-    "decentralized-random": ["--algorithm", "decentralized", "--topology", "random"],
-    "partial-static": ["--algorithm", "partial", "--generator", "static"],
-    "partial-smart": ["--algorithm", "partial", "--generator", "smart"],
-    "async": ["--algorithm", "async"],
-}
+MODES = ("allreduce", "dear", "compressed-uint8", "compressed-sign", "decentralized-ring", "decentralized-random",
+         "partial-static", "partial-smart", "async")  # perfmodel names
 SETTINGS = [(200.0, None), (1000.0, None), (5000.0, None), (1000.0, "3:3")]
 
 
@@ -74,7 +65,7 @@ def calibrate_network(bandwidth: float) -> dict:
 
 
 def measure(mode: str, bandwidth: float, straggler: str | None) -> dict:
-    extra = MODES[mode] + ["--bandwidth", str(bandwidth), "--out", "/tmp/relax_validate_run.json"]
+    extra = train.mode_arguments(mode) + ["--bandwidth", str(bandwidth), "--out", "/tmp/relax_validate_run.json"]
     if straggler:
         extra += ["--straggler", straggler]
     report = train.run(train.parse_args(COMMON + extra))

@@ -16,6 +16,7 @@ import ctypes
 import json
 import os
 import sys
+from collections.abc import Callable
 
 from relaxlib import algorithms, basics
 from relaxlib.advisor import kind_of
@@ -44,14 +45,15 @@ def choose(predictions: list, level: str, supported: set[str]) -> tuple[str, flo
     return "allreduce", 1.0
 
 
-def finish_phase(predictions: list, supported: set[str], hard_exit: bool = False) -> None:
-    """Phase 1 after the advice: rank 0 records the pick; every rank then ends the script, by
-    SystemExit, or (``hard_exit``, inside TensorFlow's py_function, which would turn SystemExit
-    into an op error) by shutting relaxlib down and exiting the process from C."""
+def finish_phase(predictions: list, runs: Callable[[algorithms.Algorithm], bool], hard_exit: bool = False) -> None:
+    """Phase 1 after the advice: rank 0 records the pick among the modes whose algorithm the
+    caller ``runs``; every rank then ends the script, by SystemExit, or (``hard_exit``, inside
+    TensorFlow's py_function, which would turn SystemExit into an op error) by shutting relaxlib
+    down and exiting the process from C."""
     level = allowed_level()
     if level is None:
         return
-    mode, speedup = choose(predictions, level, supported)
+    mode, speedup = choose(predictions, level, {p.mode for p in predictions if runs(algorithm_for(p.mode))})
     path = os.environ.get("RELAX_AUTO_FILE")
     if basics.rank() == 0:
         print(f"relaxrun --auto {level}: picked {mode} (predicted {speedup:.2f}x all-reduce); restarting with it",

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import itertools
 import logging
 import os
+import threading
 import warnings
 
 from relaxlib import _core
@@ -233,3 +235,18 @@ def engine_stats() -> dict:
 def version() -> str:
     """Version of the core library."""
     return _core.lib().relax_version().decode()
+
+
+_name_counters: dict[str, itertools.count] = {}
+_name_lock = threading.Lock()
+
+
+def auto_name(kind: str, name: str | None) -> str:
+    """``name``, or for an unnamed operation ``<kind>.noname.<i>`` numbered by call order (the
+    same on every rank when ranks call in the same order, as collectives require)."""
+    if name:
+        return name
+    with _name_lock:
+        counter = _name_counters.setdefault(kind, itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+

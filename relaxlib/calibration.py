@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,58 +62,57 @@ def _reducescatter_async(values: np.ndarray, name: str) -> direct.DirectHandle:
     return direct.flat_reducescatter_async(_buffer(values), _buffer(out), name, keepalive=(values, out), result=out)
 
 
-def _timed(nbytes: int, reps: int, label: str, operation=_allreduce) -> float:
-    """Median over ``reps`` of the ranks' mean time for one ``operation(values, label)`` (by
-    default an all-reduce) of ``nbytes``."""
-    values = np.ones(max(1, nbytes // 4), np.float32)
+def _median_over_ranks(label: str, reps: int, warmups: int, run: Callable[[], object], per_run: int = 1) -> float:
+    """Times ``reps`` calls of ``run`` (after ``warmups`` untimed ones: buffers, connections),
+    each started together on every rank, in seconds per ``per_run`` operations: the median of the
+    ranks' mean. Names stay the same from call to call, as in training (the engine's response
+    cache answers them)."""
     times = []
-    for i in range(-2, reps):  # two warm-ups (buffers, connections)
-        # the same names every time, as in training: the engine's response cache answers them
+    for i in range(-warmups, reps):
         _allreduce(np.zeros(1, np.float32), f"{label}.sync")  # start together
         start = time.perf_counter()
-        operation(values, label)
+        run()
         if i >= 0:
-            times.append(time.perf_counter() - start)
+            times.append((time.perf_counter() - start) / per_run)
     return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
+
+
+def _timed(nbytes: int, reps: int, label: str, operation=_allreduce) -> float:
+    """Seconds of one ``operation(values, label)`` (by default an all-reduce) of ``nbytes``."""
+    values = np.ones(max(1, nbytes // 4), np.float32)
+    return _median_over_ranks(label, reps, 2, lambda: operation(values, label))
 
 
 def _timed_stream(nbytes: int, reps: int, label: str, start_async=_allreduce_async, streak: int = 4,
                   gap_s: float = 1e-3) -> float:
-    """Like :func:`_timed`, per operation of a stream: ``streak`` operations submitted ``gap_s``
-    apart without waiting, as backward hands buckets to the engine (the gap keeps the engine
-    from fusing them). A lone operation costs more on TCP: the link idles between them."""
-    values = [np.ones(max(1, nbytes // 4), np.float32) for _ in range(streak)]
-    times = []
-    for i in range(-1, reps):
-        _allreduce(np.zeros(1, np.float32), f"{label}.sync")
-        start = time.perf_counter()
+    """Seconds per operation of a stream: ``streak`` operations submitted ``gap_s`` apart without
+    waiting, as backward hands buckets to the engine (the gap keeps the engine from fusing them).
+    A lone operation costs more on TCP: the link idles between them."""
+    buffers = [np.ones(max(1, nbytes // 4), np.float32) for _ in range(streak)]
+
+    def run() -> None:
         handles = []
-        for k, buffer in enumerate(values):
-            handles.append(start_async(buffer, f"{label}.{k}"))
+        for k, values in enumerate(buffers):
+            handles.append(start_async(values, f"{label}.{k}"))
             time.sleep(gap_s)
         for handle in handles:
             handle.wait()
-        if i >= 0:
-            times.append((time.perf_counter() - start) / streak)
-    return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
+
+    return _median_over_ranks(label, reps, 1, run, per_run=streak)
 
 
 def _timed_exchange(nbytes: int, reps: int, label: str) -> float:
-    """Median time of a pairwise model exchange (rank 2k with 2k+1; a last odd rank idles): a
+    """Seconds of a pairwise model exchange (rank 2k with 2k+1; a last odd rank idles): a
     neighbour average on the direct lane, what decentralized and partial modes send."""
-    rank, n = basics.rank(), basics.size()
-    partner = rank ^ 1
+    partner = basics.rank() ^ 1
     values, out = np.ones(max(1, nbytes // 4), np.float32), np.empty(max(1, nbytes // 4), np.float32)
-    times = []
-    for i in range(-1, reps):
-        _allreduce(np.zeros(1, np.float32), f"{label}.sync")
-        start = time.perf_counter()
-        if partner < n:
-            direct.neighbor_average_async(_buffer(values), _buffer(out), f"{label}.{i}", [partner], [0.5], 0.5,
+
+    def run() -> None:
+        if partner < basics.size():
+            direct.neighbor_average_async(_buffer(values), _buffer(out), label, [partner], [0.5], 0.5,
                                           keepalive=(values, out)).wait()
-        if i >= 0:
-            times.append(time.perf_counter() - start)
-    return statistics.median(_allreduce(np.array(times, np.float64), f"{label}.times").tolist())
+
+    return _median_over_ranks(label, reps, 1, run)
 
 
 def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES, bucket_bytes: int = 0,
@@ -123,7 +123,10 @@ def measure_network(reps: int = 7, large_bytes: int = LARGE_BYTES, bucket_bytes:
     Without ``bucket_bytes`` the line runs through a tiny and a large all-reduce. With it (the
     model's typical gradient bucket) the line runs through the bucket-sized and the large one:
     mid-sized messages pay costs a tiny one does not (rendezvous, TCP slow start after idle),
-    and the model is about buckets. A bucket-sized reduce-scatter then gives DeAR's α."""
+    and the model is about buckets; they are timed as a stream, the way backward produces them.
+    A bucket-sized reduce-scatter stream then gives DeAR's α. With ``exchange_bytes`` (the model
+    size, at most ``large_bytes``), a pairwise exchange gives the point-to-point bandwidth of the
+    modes that send whole models to neighbours."""
     n = basics.size()
     if n < 2:
         raise ValueError("measuring the network needs at least 2 ranks")

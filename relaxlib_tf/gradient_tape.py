@@ -26,6 +26,15 @@ def check_algorithm(algorithm, model_averaging_ok: bool = False):
         "AsyncModelAverage) in relaxlib_tf.keras.DistributedOptimizer; DeAR and compression are PyTorch-only")
 
 
+def runs_in_keras(algorithm) -> bool:
+    """Whether the Keras DistributedOptimizer runs ``algorithm`` (see :func:`check_algorithm`)."""
+    try:
+        check_algorithm(algorithm, model_averaging_ok=True)
+    except NotImplementedError:
+        return False
+    return True
+
+
 class GradientReducer:
     """Averages a list of gradients (None entries stay None) as one grouped all-reduce; shared by
     the tape and the Keras optimizer. Gradients of ``local_vars`` are not communicated."""

@@ -9,9 +9,6 @@ dtypes; unnamed operations are named by call order (in ``tf.function``: by traci
 
 from __future__ import annotations
 
-import itertools
-import threading
-
 import tensorflow as tf
 
 from relaxlib import basics
@@ -22,16 +19,7 @@ from relaxlib_tf._loader import library
 from relaxlib_tf.compression import Compression
 
 _ops = library()
-_name_counters: dict[str, itertools.count] = {}
-_lock = threading.Lock()
-
-
-def _auto_name(kind: str, name: str | None) -> str:
-    if name:
-        return name
-    with _lock:
-        counter = _name_counters.setdefault(kind, itertools.count())
-        return f"{kind}.noname.{next(counter)}"
+_auto_name = basics.auto_name
 
 
 def _name(kind: str, name: str | None) -> tf.Tensor:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -39,16 +38,7 @@ class _Pending:
 
 _handle_map: dict[int, _Pending] = {}
 _handle_counter = itertools.count(1)
-_name_counters: dict[str, itertools.count] = {}
-_lock = threading.Lock()
-
-
-def _auto_name(kind: str, name: str | None) -> str:
-    if name:
-        return name
-    with _lock:
-        counter = _name_counters.setdefault(kind, itertools.count())
-        return f"{kind}.noname.{next(counter)}"
+_auto_name = basics.auto_name
 
 
 def _submit(fn: Callable, *args) -> object:

@@ -249,8 +249,7 @@ def _advise_when_due(optimizer) -> None:
         params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
         predictions = advisor.advise_from_telemetry(recorder.records(),
                                                     [p.numel() * p.element_size() for p in reversed(params)])
-        supported = {p.mode for p in predictions} - (set() if optimizer.model is not None else {"dear"})
-        auto.finish_phase(predictions, supported)
+        auto.finish_phase(predictions, lambda algorithm: optimizer.model is not None or not algorithm.needs_model)
 
 
 def clip_by_global_norm(params: list[torch.Tensor], max_norm: float) -> float:

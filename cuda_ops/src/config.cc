@@ -46,8 +46,8 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   return c;
 }
 
-void EngineConfig::apply_topology_defaults(bool single_node, int local_size, int cores) {
-  if (idle_spin_us < 0) idle_spin_us = (cores > 0 && local_size <= cores) ? 100.0 : 0.0;
+void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int cores) {
+  if (idle_spin_us < 0) idle_spin_us = (cores > 0 && host_ranks <= cores) ? 100.0 : 0.0;
   if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : (16ll << 20);
   if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
   if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : (256ll << 10);

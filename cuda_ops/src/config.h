@@ -30,8 +30,8 @@ struct EngineConfig {
   // 16 MiB segments (one rendezvous per segment stalls the stream).
   // An idle engine polls for new submissions for idle_spin_us before it sleeps: waking a sleeping
   // thread costs 10-40 us on a virtual machine, more than a small collective. Polling only pays
-  // when every rank of the node has a core of its own, so it is off when ranks outnumber cores.
-  void apply_topology_defaults(bool single_node, int local_size, int cores);
+  // when every rank on this machine has a core of its own, so it is off when ranks outnumber cores.
+  void apply_topology_defaults(bool single_node, int host_ranks, int cores);
 };
 
 }  // namespace relax

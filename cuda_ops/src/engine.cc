@@ -388,11 +388,15 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
 }
 
 // Polls (yielding the core) for a new submission before cycle() sleeps on the condition variable.
+bool Engine::any_set_busy() const {
+  for (const auto& entry : sets_) {
+    if (entry.second->busy()) return true;
+  }
+  return false;
+}
+
 void Engine::spin_while_idle() {
   if (config_.idle_spin_us <= 0) return;
-  for (const auto& entry : sets_) {
-    if (entry.second->busy()) return;
-  }
   const double until = steady_seconds() + config_.idle_spin_us * 1e-6;
   while (submissions_.load(std::memory_order_acquire) == seen_submissions_ && steady_seconds() < until) {
     sched_yield();
@@ -404,12 +408,11 @@ void Engine::spin_while_idle() {
 bool Engine::cycle(std::vector<RankMessage>& messages) {
   std::vector<std::pair<int32_t, LocalRequest>> fresh;
   bool stopping;
-  spin_while_idle();
+  const bool busy = any_set_busy();  // sets_ change on this thread only
+  if (!busy) spin_while_idle();
   {
     std::unique_lock<std::mutex> lock(mutex_);
     seen_submissions_ = submissions_.load(std::memory_order_acquire);
-    bool busy = false;
-    for (const auto& entry : sets_) busy = busy || entry.second->busy();
     if (!busy || throttle_ms_ > 0) {
       const double wait_ms = busy ? throttle_ms_ : config_.cycle_time_ms;
       cv_.wait_for(lock, std::chrono::duration<double, std::milli>(wait_ms),
@@ -449,10 +452,9 @@ bool Engine::cycle(std::vector<RankMessage>& messages) {
     fail_everything(status.code, status.message);
     return false;
   }
-  bool busy = false;
-  for (const auto& entry : sets_) busy = busy || entry.second->busy();
-  throttle_ms_ = (!progress && busy && instant) ? std::min(config_.cycle_time_ms, std::max(0.02, throttle_ms_ * 2))
-                                                : 0;
+  throttle_ms_ = (!progress && any_set_busy() && instant)
+                     ? std::min(config_.cycle_time_ms, std::max(0.02, throttle_ms_ * 2))
+                     : 0;
   const Coordinator& global = sets_[0]->coordinator;
   if (global.shutdown_requested()) {
     const int who = global.shutdown_rank();

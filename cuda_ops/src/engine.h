@@ -69,6 +69,7 @@ class Engine {
 
  private:
   void loop();
+  bool any_set_busy() const;
   void spin_while_idle();
   bool cycle(std::vector<RankMessage>& messages);
   Status run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include "logging.h"
 
@@ -113,6 +117,22 @@ Status MpiContext::derive_topology() {
   MPI_Comm_split(control_, topology_.local_rank, topology_.rank, &cross_);
   MPI_Comm_rank(cross_, &topology_.cross_rank);
   MPI_Comm_size(cross_, &topology_.cross_size);
+  return count_host_ranks();
+}
+
+// Ranks whose host name equals this one's: the processes that share this machine's cores, even
+// when MPI treats them as separate nodes (network namespaces, -H with several addresses).
+Status MpiContext::count_host_ranks() {
+  constexpr int kNameBytes = 256;
+  std::vector<char> names(static_cast<size_t>(kNameBytes) * static_cast<size_t>(topology_.size), '\0');
+  char mine[kNameBytes] = {};
+  gethostname(mine, kNameBytes - 1);
+  const int rc = MPI_Allgather(mine, kNameBytes, MPI_CHAR, names.data(), kNameBytes, MPI_CHAR, control_);
+  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "host-name all-gather failed");
+  topology_.host_size = 0;
+  for (int r = 0; r < topology_.size; ++r) {
+    topology_.host_size += std::strncmp(mine, names.data() + static_cast<size_t>(r) * kNameBytes, kNameBytes) == 0;
+  }
   return Status::ok();
 }
 

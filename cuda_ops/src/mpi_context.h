@@ -14,6 +14,7 @@ struct Topology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;
   int cross_rank = 0, cross_size = 1;
+  int host_size = 1;  // ranks on this host (same host name), whatever MPI calls a node
 };
 
 class MpiContext {
@@ -38,6 +39,7 @@ class MpiContext {
 
  private:
   Status derive_topology();
+  Status count_host_ranks();
 
   bool open_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;

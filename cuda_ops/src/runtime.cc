@@ -95,7 +95,7 @@ int initialize() {
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
   Status s = rt.mpi.open();
   if (!s.is_ok()) return fail(s);
-  config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size, rt.mpi.topology().local_size,
+  config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size, rt.mpi.topology().host_size,
                                  static_cast<int>(std::thread::hardware_concurrency()));
   RELAX_LOG(Debug, "ring segment " << config.ring_segment_bytes << " B, MPI allreduce up to "
                                    << config.mpi_allreduce_max_bytes << " B, MPI allgather up to "

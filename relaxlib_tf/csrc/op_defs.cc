@@ -49,6 +49,14 @@ Status GroupedSameShapeFn(InferenceContext* c) {
   return Status();
 }
 
+// One tensor and its scalar name: the output is the input with an unknown dim 0.
+std::function<Status(InferenceContext*)> Dim0Fn(const char* what) {
+  return [what](InferenceContext* c) -> Status {
+    TF_RETURN_IF_ERROR(ScalarNameAt(c, 1));
+    return Dim0Unknown(c, 0, 0, what);
+  };
+}
+
 std::function<Status(InferenceContext*)> GroupedDim0Fn(const char* what) {
   return [what](InferenceContext* c) -> Status {
     const int n = c->num_inputs() - 1;
@@ -97,10 +105,7 @@ REGISTER_OP("RelaxlibAllgather")
     .Input("tensor_name: string")
     .Output("output: T")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      TF_RETURN_IF_ERROR(ScalarNameAt(c, 1));
-      return Dim0Unknown(c, 0, 0, "allgather");
-    })
+    .SetShapeFn(Dim0Fn("allgather"))
     .Doc("Concatenates `tensor` of every rank along dim 0 (dim 0 may differ per rank) (relaxlib).");
 
 REGISTER_OP("RelaxlibGroupedAllgather")
@@ -134,10 +139,7 @@ REGISTER_OP("RelaxlibReducescatter")
     .Input("tensor_name: string")
     .Output("output: T")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      TF_RETURN_IF_ERROR(ScalarNameAt(c, 1));
-      return Dim0Unknown(c, 0, 0, "reducescatter");
-    })
+    .SetShapeFn(Dim0Fn("reducescatter"))
     .Doc("Reduces `tensor` and gives rank i block i of dim 0 (relaxlib).");
 
 REGISTER_OP("RelaxlibGroupedReducescatter")

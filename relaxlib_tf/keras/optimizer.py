@@ -17,11 +17,7 @@ from relaxlib.basics import Average
 from relaxlib.process_sets import global_process_set
 from relaxlib_tf.advise import gradient_bytes
 from relaxlib_tf.compression import Compression
-from relaxlib_tf.gradient_tape import GradientReducer, check_algorithm
-
-# advisor modes the Keras optimizer runs (DeAR and compression are PyTorch-only)
-KERAS_MODES = {"allreduce", "decentralized-ring", "decentralized-random", "partial-static", "partial-random",
-               "partial-smart", "async"}
+from relaxlib_tf.gradient_tape import GradientReducer, check_algorithm, runs_in_keras
 
 
 class _DistributedMixin:
@@ -58,7 +54,7 @@ class _DistributedMixin:
         if recorder.advise_at and len(recorder) == recorder.advise_at - 1:
             recorder.advise_at = 0
             predictions = advisor.advise_from_telemetry(recorder.records(), gradient_bytes(self._trainable_variables))
-            auto.finish_phase(predictions, {p.mode for p in predictions} & KERAS_MODES,
+            auto.finish_phase(predictions, runs_in_keras,
                               hard_exit=True)  # SystemExit would become an op error in a py_function
 
     def _relax_apply(self, grads, trainable_variables):
@@ -159,8 +155,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     keeping its state."""
     if algorithm is None:
         algorithm = auto.default_algorithm()  # relaxrun --auto's pick, if any
-        if algorithm is not None and algorithm.name not in {"allreduce", "decentralized", "partial_allreduce",
-                                                            "async_model_average"}:
+        if algorithm is not None and not runs_in_keras(algorithm):
             warnings.warn(f"RELAX_ALGORITHM={algorithm.name} is PyTorch-only; using all-reduce", stacklevel=2)
             algorithm = None
     relaxation = check_algorithm(algorithm, model_averaging_ok=True)
