@@ -17,21 +17,23 @@ import netem  # noqa: E402
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(os.geteuid() != 0, reason="the shaped-link harness needs root (netns, tc)")]
 
-PRINT_ADDRESS = ("import subprocess, os; "
-                 "print('RANK', os.environ['OMPI_COMM_WORLD_RANK'], "
+# Each rank writes its address to a file of its own: ranks' stdout reaches mpirun through separate
+# daemons, so lines printed at the same moment can interleave mid-line.
+WRITE_ADDRESS = ("import subprocess, os, sys; "
+                 "open(os.path.join(sys.argv[1], os.environ['OMPI_COMM_WORLD_RANK']), 'w').write("
                  "subprocess.run(['ip', '-o', '-4', 'addr', 'show', 'eth0'], capture_output=True, text=True)"
-                 ".stdout.split()[3], flush=True)")
+                 ".stdout.split()[3])")
 
 
-def test_ranks_run_in_their_namespaces_behind_shaped_links_and_everything_is_removed():
+def test_ranks_run_in_their_namespaces_behind_shaped_links_and_everything_is_removed(tmp_path):
     assert netem.leftovers() == {"namespaces": [], "links": []}
     with netem.ShapedNetwork(2, bandwidth_mbit=100) as net:
         shaping = net.qdiscs()
         assert sum("tbf" in line and "100Mbit" in line for line in shaping) == 4, shaping  # both ends of 2 links
-        out = subprocess.run(net.mpirun_command(2) + [sys.executable, "-c", PRINT_ADDRESS], capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(net.mpirun_command(2) + [sys.executable, "-c", WRITE_ADDRESS, str(tmp_path)],
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
-        assert f"RANK 0 {net.addresses[0]}/24" in out.stdout and f"RANK 1 {net.addresses[1]}/24" in out.stdout
+        assert [(tmp_path / str(rank)).read_text() for rank in range(2)] == [f"{a}/24" for a in net.addresses[:2]]
         net.set_bandwidth(None)
         assert not any("tbf" in line for line in net.qdiscs())
     assert netem.leftovers() == {"namespaces": [], "links": []}
