@@ -8,7 +8,7 @@ from pathlib import Path
 
 from relaxlib.errors import error_for
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 # relax_dtype_t / relax_reduce_op_t / relax_request_type_t values

@@ -96,6 +96,13 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return _register([core], finish, [source, target])
 
 
+def _allreduce_sync(source, output, name, op, prescale_factor, postscale_factor, process_set) -> None:
+    # One call submits, waits and releases (no handle bookkeeping in Python); while the engine is
+    # idle the calling thread runs the collective itself.
+    _submit(_ops.allreduce_sync, source, output, _auto_name("allreduce", name), op, float(prescale_factor),
+            float(postscale_factor), _process_set_id(process_set))
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set) -> int:
     """Starts averaging (or summing, ...) ``tensor`` over all ranks; returns a handle.
@@ -120,7 +127,10 @@ class _AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale_factor, postscale_factor, process_set
-        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor, process_set))
+        source = _contiguous(tensor)
+        output = torch.empty_like(source)
+        _allreduce_sync(source, output, name, op, prescale_factor, postscale_factor, process_set)
+        return output
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -143,9 +153,9 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     """In-place allreduce; returns ``tensor``."""
     if not tensor.is_contiguous():
         return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
-    # one call submits, waits and releases: no handle bookkeeping in Python on the critical path
-    _submit(_ops.allreduce_sync_, tensor.detach(), _auto_name("allreduce", name), _resolve_op(op, average, tensor),
-            float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
+    target = tensor.detach()
+    _allreduce_sync(target, target, name, _resolve_op(op, average, tensor), prescale_factor, postscale_factor,
+                    process_set)
     return tensor
 
 

@@ -75,7 +75,7 @@ void Coordinator::add_to_cache(const Descriptor& d) {
   cache_.push_back(d);
 }
 
-void Coordinator::record(int rank, const Descriptor& d, double now) {
+void Coordinator::record(int rank, const Descriptor& d, double now, int64_t cache_id) {
   auto it = seq_by_name_.find(d.name);
   Entry* entry;
   if (it == seq_by_name_.end()) {
@@ -90,6 +90,7 @@ void Coordinator::record(int rank, const Descriptor& d, double now) {
     entry = &entries_[it->second];
   }
   auto& slot = entry->tensor.per_rank[static_cast<size_t>(rank)];
+  entry->cache_id = entry->cache_id == kNoCacheId || entry->cache_id == cache_id ? cache_id : -1;
   if (!slot) ++entry->present;
   slot = d;  // a rank cannot have two pending requests with one name (checked at enqueue)
 }
@@ -238,9 +239,13 @@ Response Coordinator::make_response(std::vector<Entry*>& members) {
   response.type = members.front()->tensor.first().type;
   for (Entry* e : members) seq_by_name_.erase(e->tensor.name);
   Status status;
+  std::vector<bool> fresh;  // members some rank described anew: validated, then cached
   for (Entry* e : members) {
-    Status s = validate(e->tensor, joined_);
-    if (!s.is_ok() && status.is_ok()) status = s;
+    fresh.push_back(e->cache_id < 0 || joined_count_ > 0);  // joined ranks add checks of their own
+    if (fresh.back()) {
+      Status s = validate(e->tensor, joined_);
+      if (!s.is_ok() && status.is_ok()) status = s;
+    }
     response.tensors.push_back(std::move(e->tensor));
   }
   if (!status.is_ok()) {
@@ -248,8 +253,9 @@ Response Coordinator::make_response(std::vector<Entry*>& members) {
     response.status = status.code;
     response.message = status.message;
   } else {
-    for (const ResponseTensor& t : response.tensors) {
-      for (const auto& d : t.per_rank) {
+    for (size_t i = 0; i < response.tensors.size(); ++i) {
+      if (!fresh[i]) continue;
+      for (const auto& d : response.tensors[i].per_rank) {
         if (d) add_to_cache(*d);
       }
     }
@@ -262,9 +268,9 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
   for (int r = 0; r < size_; ++r) {
     const RankMessage& m = messages[static_cast<size_t>(r)];
     for (uint32_t id : m.cached) {
-      if (id < cache_.size()) record(r, cache_[id], now);
+      if (id < cache_.size()) record(r, cache_[id], now, id);
     }
-    for (const Descriptor& d : m.descriptors) record(r, d, now);
+    for (const Descriptor& d : m.descriptors) record(r, d, now, -1);
   }
   for (int r = 0; r < size_; ++r) {
     const RankMessage& m = messages[static_cast<size_t>(r)];

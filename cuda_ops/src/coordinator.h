@@ -92,9 +92,13 @@ class Coordinator {
     ResponseTensor tensor;
     int present = 0;
     double first_seen = 0;
+    // The response-cache id every rank announced it by so far, or -1 once some rank sent a
+    // descriptor or another id. All ranks on one id: validated when cached, nothing to check.
+    int64_t cache_id = kNoCacheId;
   };
+  static constexpr int64_t kNoCacheId = -2;
 
-  void record(int rank, const Descriptor& d, double now);
+  void record(int rank, const Descriptor& d, double now, int64_t cache_id);
   bool complete(const Entry& e) const;
   void add_to_cache(const Descriptor& d);
   Response make_response(std::vector<Entry*>& members);

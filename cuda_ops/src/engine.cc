@@ -94,7 +94,7 @@ void Engine::retire(const std::string& key) {
   active_keys_.erase(key);
 }
 
-Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests) {
+Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!running_ || stop_requested_) {
@@ -132,9 +132,37 @@ Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests) {
       incoming_.emplace_back(process_set, std::move(r));
     }
   }
+  if (wake) {
+    submissions_.fetch_add(1, std::memory_order_release);
+    cv_.notify_one();
+  }
+  return Status::ok();
+}
+
+void Engine::wake_engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+  }
   submissions_.fetch_add(1, std::memory_order_release);
   cv_.notify_one();
-  return Status::ok();
+}
+
+void Engine::drive(relax_handle_t handle) {
+  std::unique_lock<std::mutex> running(cycle_mutex_, std::try_to_lock);
+  if (running.owns_lock()) {
+    bool progress = true;
+    while (progress && !finished_.load() && handles_.poll(handle) == 0) {
+      progress = false;
+      if (!step(driver_messages_, progress)) break;
+    }
+    running.unlock();
+    if (handles_.poll(handle) != 0 && !busy_.load() && !finished_.load()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (incoming_.empty() && !stop_requested_) return;  // nothing left for the engine thread
+    }
+  }
+  wake_engine();
 }
 
 bool Engine::process_set_info(int32_t process_set, ProcessSetInfo& out) const {
@@ -387,7 +415,6 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
   for (auto& entry : sets_) fail_set(*entry.second, status, message);
 }
 
-// Polls (yielding the core) for a new submission before cycle() sleeps on the condition variable.
 bool Engine::any_set_busy() const {
   for (const auto& entry : sets_) {
     if (entry.second->busy()) return true;
@@ -395,29 +422,65 @@ bool Engine::any_set_busy() const {
   return false;
 }
 
+// Polls (yielding the core) for a new submission before the engine sleeps on the condition variable.
 void Engine::spin_while_idle() {
   if (config_.idle_spin_us <= 0) return;
   const double until = steady_seconds() + config_.idle_spin_us * 1e-6;
-  while (submissions_.load(std::memory_order_acquire) == seen_submissions_ && steady_seconds() < until) {
+  while (submissions_.load(std::memory_order_acquire) == seen_submissions_.load() && steady_seconds() < until) {
     sched_yield();
   }
 }
 
-// One engine cycle: a round of the global set, then rounds of the process sets that have work.
-// Returns false when the engine must stop.
+// Sleeps until there is work: a submission, a wake from a driving caller, a shutdown, or the
+// cycle tick (so peers waiting in a round are answered). With requests pending it returns at once
+// (or after the throttle pause).
+void Engine::wait_for_work() {
+  const bool busy = busy_.load();
+  const double throttle = throttle_ms_.load();
+  if (!busy) spin_while_idle();
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto work = [&] { return !incoming_.empty() || stop_requested_ || woken_; };
+  if (busy && throttle > 0) {
+    cv_.wait_for(lock, std::chrono::duration<double, std::milli>(throttle), work);
+  } else if (!busy) {
+    // The tick counts from the last round anyone ran: while a caller drives rounds, the engine
+    // thread stays asleep.
+    while (!work()) {
+      const double due = last_round_end_.load() + config_.cycle_time_ms * 1e-3 - steady_seconds();
+      if (due <= 0) break;
+      cv_.wait_for(lock, std::chrono::duration<double>(due), work);
+    }
+  }
+  woken_ = false;
+}
+
+// Under cycle_mutex_: whether the engine thread should run a round now (a driving caller may
+// have done the work while this thread waited for the lock).
+bool Engine::round_due() {
+  if (busy_.load()) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !incoming_.empty() || stop_requested_ ||
+         steady_seconds() - last_round_end_.load() >= config_.cycle_time_ms * 1e-3;
+}
+
+// One engine-thread cycle. Returns false when the engine must stop.
 bool Engine::cycle(std::vector<RankMessage>& messages) {
+  wait_for_work();
+  std::lock_guard<std::mutex> running(cycle_mutex_);
+  if (finished_.load()) return false;
+  if (!round_due()) return true;
+  bool progress = false;
+  return step(messages, progress);
+}
+
+// A round of the global set, then rounds of the process sets that have work; sets `progress` if
+// anything changed. Returns false (and marks the engine finished) when the engine must stop.
+bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
   std::vector<std::pair<int32_t, LocalRequest>> fresh;
   bool stopping;
-  const bool busy = any_set_busy();  // sets_ change on this thread only
-  if (!busy) spin_while_idle();
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    seen_submissions_ = submissions_.load(std::memory_order_acquire);
-    if (!busy || throttle_ms_ > 0) {
-      const double wait_ms = busy ? throttle_ms_ : config_.cycle_time_ms;
-      cv_.wait_for(lock, std::chrono::duration<double, std::milli>(wait_ms),
-                   [&] { return !incoming_.empty() || stop_requested_; });
-    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    seen_submissions_.store(submissions_.load(std::memory_order_acquire));
     fresh.swap(incoming_);
     stopping = stop_requested_;
   }
@@ -433,7 +496,6 @@ bool Engine::cycle(std::vector<RankMessage>& messages) {
   }
   const double now = seconds_since_start();
   if (timeline_.marks_cycles()) timeline_.instant("CYCLE_START", steady_seconds());
-  bool progress = false;
   const double round_start = steady_seconds();
   Status status = run_round(*sets_[0], stopping, now, messages, progress);
   const bool instant = steady_seconds() - round_start < 50e-6;
@@ -447,14 +509,17 @@ bool Engine::cycle(std::vector<RankMessage>& messages) {
     auto it = sets_.find(static_cast<int32_t>(id));
     if (it != sets_.end()) status = run_round(*it->second, false, now, set_messages, progress);
   }
+  last_round_end_.store(steady_seconds());
   if (!status.is_ok()) {
     RELAX_LOG(Error, status.message);
     fail_everything(status.code, status.message);
+    finished_.store(true);
     return false;
   }
-  throttle_ms_ = (!progress && any_set_busy() && instant)
-                     ? std::min(config_.cycle_time_ms, std::max(0.02, throttle_ms_ * 2))
-                     : 0;
+  busy_.store(any_set_busy());
+  throttle_ms_.store((!progress && busy_.load() && instant)
+                         ? std::min(config_.cycle_time_ms, std::max(0.02, throttle_ms_.load() * 2))
+                         : 0);
   const Coordinator& global = sets_[0]->coordinator;
   if (global.shutdown_requested()) {
     const int who = global.shutdown_rank();
@@ -464,6 +529,7 @@ bool Engine::cycle(std::vector<RankMessage>& messages) {
                         : "relaxlib's engine stopped because rank " + std::to_string(who) +
                               " shut down (it finished, called shutdown(), or failed); collectives are no "
                               "longer possible in this job.");
+    finished_.store(true);
     return false;
   }
   return true;
@@ -475,10 +541,11 @@ bool Engine::cycle(std::vector<RankMessage>& messages) {
 // delay. Only rounds that changed nothing and completed instantly (every rank spinning on
 // requests the others have not submitted) are throttled, with a growing pause.
 void Engine::loop() {
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // short back-off sleeps must stay short
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // short throttle waits must stay short
   std::vector<RankMessage> messages;
   while (cycle(messages)) {
   }
+  std::lock_guard<std::mutex> running(cycle_mutex_);
   std::lock_guard<std::mutex> lock(mutex_);
   sets_.clear();  // frees the sets' communicators on this thread, before MPI can be finalized
 }

@@ -1,6 +1,8 @@
-// The background engine: one thread that owns every MPI call. Framework threads submit requests
-// (submit() never blocks on MPI); the thread runs negotiation rounds — woken at once by a
-// submission, otherwise every cycle — and executes what every member has submitted.
+// The background engine: one thread that runs negotiation rounds — woken at once by a
+// submission, otherwise every cycle — and executes what every member has submitted. Framework
+// threads submit requests (submit() never blocks on MPI). A thread about to wait for its own
+// request may instead run the rounds itself while the engine thread is idle (drive()): the same
+// rounds in the same order, minus two thread wake-ups. Whoever runs a round holds cycle_mutex_.
 //
 // Process sets: each set negotiates on its own communicator. Every cycle starts with a round of
 // the global set whose header flags which sets have work; the members of those sets then run
@@ -58,7 +60,12 @@ class Engine {
 
   // Accepts all `requests` (a group is negotiated atomically; all in `process_set`) or none:
   // fails on a duplicate pending name, an unknown set, or when the engine is not running.
-  Status submit(int32_t process_set, std::vector<LocalRequest> requests);
+  // With wake == false the engine thread is not woken: the caller drive()s the request next.
+  Status submit(int32_t process_set, std::vector<LocalRequest> requests, bool wake = true);
+  // Runs rounds on the calling thread until `handle` completes or a round changes nothing (peers
+  // not there yet), if no other thread is running one; then leaves the rest to the engine thread.
+  // The caller still waits on the handle afterwards. Must not hold locks a completion needs.
+  void drive(relax_handle_t handle);
   // Members of a registered process set; false if unknown.
   bool process_set_info(int32_t process_set, ProcessSetInfo& out) const;
 
@@ -71,7 +78,11 @@ class Engine {
   void loop();
   bool any_set_busy() const;
   void spin_while_idle();
+  void wait_for_work();
+  bool round_due();
+  void wake_engine();
   bool cycle(std::vector<RankMessage>& messages);
+  bool step(std::vector<RankMessage>& messages, bool& progress);
   Status run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,
                    bool& progress);
   RankMessage announce(ProcessSetState& set, bool stopping, double now);
@@ -100,15 +111,22 @@ class Engine {
   std::unordered_set<std::string> active_keys_;  // request_key(set, name) of pending requests
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
+  bool woken_ = false;       // a driving caller handed work back to the engine thread
   std::string stop_reason_;  // why the engine stopped (for later submissions)
   std::atomic<bool> running_{false};
   std::thread thread_;
 
-  // Engine thread only.
+  // Whoever holds cycle_mutex_ (the engine thread or a driving caller) runs rounds and owns the
+  // state below; the atomics are also read by the engine thread while it waits.
+  std::mutex cycle_mutex_;
   std::map<int32_t, std::unique_ptr<ProcessSetState>> sets_;
   int32_t next_set_id_ = 1;
-  double throttle_ms_ = 0;
-  uint64_t seen_submissions_ = 0;
+  std::vector<RankMessage> driver_messages_;
+  std::atomic<double> throttle_ms_{0};
+  std::atomic<bool> busy_{false};            // some set has pending requests after the last round
+  std::atomic<bool> finished_{false};        // a round decided that the engine stops
+  std::atomic<double> last_round_end_{0};    // steady seconds
+  std::atomic<uint64_t> seen_submissions_{0};
   std::atomic<int64_t> rounds_{0};
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> negotiation_ns_{0};

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include <sys/prctl.h>
+
 #include "mpi_context.h"
 
 namespace relax {
@@ -26,6 +28,10 @@ int wait_with_backoff(MPI_Request* request) {
     const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - start).count();
     if (waited < 50) continue;  // peers usually arrive within microseconds: spin
     const auto pause = std::min<long long>(100, std::max<long long>(5, waited / 4));
+    // Short back-off sleeps must stay short: the default 50 us timer slack would stretch them.
+    // Set once per thread that sleeps here (the engine's, or a caller's running a round).
+    thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
+    (void)slack_set;
     std::this_thread::sleep_for(std::chrono::microseconds(pause));
   }
 }

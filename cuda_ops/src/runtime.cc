@@ -26,7 +26,7 @@ struct Runtime {
   std::mutex mutex;
   MpiContext mpi;
   HandleTable handles;
-  std::unique_ptr<Engine> engine;
+  std::shared_ptr<Engine> engine;  // shared: a driving caller keeps it alive through a shutdown
   std::unique_ptr<DirectLane> lane;  // null when MPI lacks MPI_THREAD_MULTIPLE
   GroupService groups;
 };
@@ -101,7 +101,7 @@ int initialize() {
                                    << config.mpi_allreduce_max_bytes << " B, MPI allgather up to "
                                    << config.mpi_allgather_max_bytes << " B, idle spin " << config.idle_spin_us << " us");
   register_finalize_hook();
-  rt.engine = std::make_unique<Engine>(rt.mpi, rt.handles, config);
+  rt.engine = std::make_shared<Engine>(rt.mpi, rt.handles, config);
   rt.lane.reset();
   if (rt.mpi.thread_level() >= MPI_THREAD_MULTIPLE) {
     rt.lane = std::make_unique<DirectLane>(rt.mpi.data(), rt.handles, config, collective_config(config));
@@ -170,8 +170,10 @@ int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, vo
 }
 
 // Validates and submits `count` requests as one unit; writes their handles. Returns a status.
+// With `driver`, the engine thread is not woken and *driver receives the engine, which the caller
+// drives through the request's rounds itself.
 int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,
-            void* const* users, relax_handle_t* handles_out) {
+            void* const* users, relax_handle_t* handles_out, std::shared_ptr<Engine>* driver = nullptr) {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);  // shutdown() cannot free the engine under us
   Engine* engine = current_engine();
@@ -238,11 +240,12 @@ int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc
   for (int32_t i = 0; i < count; ++i) locals[static_cast<size_t>(i)].handle = rt.handles.create();
   std::vector<relax_handle_t> created;
   for (const LocalRequest& l : locals) created.push_back(l.handle);
-  Status s = engine->submit(process_set, std::move(locals));
+  Status s = engine->submit(process_set, std::move(locals), driver == nullptr);
   if (!s.is_ok()) {
     for (relax_handle_t h : created) rt.handles.release(h);
     return fail(s);
   }
+  if (driver) *driver = rt.engine;
   for (int32_t i = 0; i < count; ++i) handles_out[i] = created[static_cast<size_t>(i)];
   return RELAX_OK;
 }
@@ -305,6 +308,17 @@ relax_handle_t relax_enqueue(const relax_request_t* request, relax_alloc_fn allo
 int relax_enqueue_group(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,
                         void* const* users, relax_handle_t* handles_out) {
   return relax::enqueue(requests, count, alloc, done, users, handles_out);
+}
+
+int relax_run(const relax_request_t* request, relax_alloc_fn alloc, relax_done_fn done, void* user,
+              relax_handle_t* handle_out) {
+  *handle_out = 0;
+  void* users[1] = {user};
+  std::shared_ptr<relax::Engine> engine;
+  const int rc = relax::enqueue(request, 1, alloc, done, users, handle_out, &engine);
+  if (rc != RELAX_OK) return rc;
+  if (engine) engine->drive(*handle_out);  // null for direct requests, which have their own thread
+  return runtime().handles.wait(*handle_out);
 }
 
 int relax_poll(relax_handle_t handle) { return runtime().handles.poll(handle); }

@@ -159,8 +159,8 @@ int64_t submit(const relax_request_t& request, std::unique_ptr<InFlight> flight,
   return h;
 }
 
-int64_t allreduce_async(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
-                        double prescale, double postscale, int64_t process_set) {
+relax_request_t allreduce_request(const at::Tensor& input, const at::Tensor& output, const std::string& name,
+                                  int64_t op, double prescale, double postscale, int64_t process_set) {
   check_tensor(input, "allreduce input");
   check_tensor(output, "allreduce output");
   TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
@@ -170,8 +170,13 @@ int64_t allreduce_async(const at::Tensor& input, const at::Tensor& output, const
   r.reduce_op = static_cast<int32_t>(op);
   r.prescale = prescale;
   r.postscale = postscale;
-  auto flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
-  return submit(r, std::move(flight), false);
+  return r;
+}
+
+int64_t allreduce_async(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
+                        double prescale, double postscale, int64_t process_set) {
+  const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
+  return submit(r, std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()}), false);
 }
 
 // Submits `requests` as one atomic group; `flights` keep their tensors alive until completion.
@@ -316,21 +321,19 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
   return submit(r, std::move(flight), false);
 }
 
-void release(int64_t handle);
-
-// Synchronous in-place allreduce in one dispatcher call (submit, wait, release): what
-// hvd.allreduce_ runs, so the caller's thread goes from the engine's wake-up straight back to
-// Python. Errors carry the "[relaxlib:<code>]" prefix, as submission errors do.
-void allreduce_sync_(const at::Tensor& tensor, const std::string& name, int64_t op, double prescale, double postscale,
-                     int64_t process_set) {
-  const int64_t h = allreduce_async(tensor, tensor, name, op, prescale, postscale, process_set);
-  const int status = relax_wait(h);
-  if (status != 0) {
-    const std::string text = relax_handle_message(h);
-    release(h);
-    TORCH_CHECK(false, "[relaxlib:", status, "] ", text);
-  }
-  release(h);
+// Synchronous allreduce in one dispatcher call: what hvd.allreduce and hvd.allreduce_ run
+// (output may be input). relax_run lets this thread negotiate and reduce itself while the engine
+// thread is idle (no hand-off, no wake-up). The caller holds both tensors for the whole call, so
+// nothing is kept in flight. Errors carry the "[relaxlib:<code>]" prefix, as submission errors do.
+void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
+                    double prescale, double postscale, int64_t process_set) {
+  const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
+  relax_handle_t h = 0;
+  const int status = relax_run(&r, nullptr, nullptr, nullptr, &h);
+  if (h == 0) raise_submit_error();
+  const std::string text = status != 0 ? relax_handle_message(h) : "";
+  relax_release(h);
+  TORCH_CHECK(status == 0, "[relaxlib:", status, "] ", text);
 }
 
 int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
@@ -397,8 +400,9 @@ TORCH_LIBRARY(relaxlib, m) {
   m.def("allreduce_async(Tensor input, Tensor(a!) output, str name, int op, float prescale, float postscale, "
         "int process_set) -> int",
         allreduce_async);
-  m.def("allreduce_sync_(Tensor(a!) tensor, str name, int op, float prescale, float postscale, int process_set) -> ()",
-        allreduce_sync_);
+  m.def("allreduce_sync(Tensor input, Tensor(a!) output, str name, int op, float prescale, float postscale, "
+        "int process_set) -> ()",
+        allreduce_sync);
   m.def("grouped_allreduce_async(Tensor[] inputs, Tensor(a!)[] outputs, str name, int op, float prescale, "
         "float postscale, int process_set) -> int[]",
         grouped_allreduce_async);

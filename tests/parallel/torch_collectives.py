@@ -3,6 +3,8 @@
 Launched by tests/test_torch_parallel.py under mpirun with 2, 3 and 4 ranks.
 """
 
+import threading
+import time
 import zlib
 
 import numpy as np
@@ -111,6 +113,40 @@ def test_async_handles_poll_and_synchronize_many_small_tensors():
     assert torch.equal(hvd.synchronize(h), torch.ones(3))
     with pytest.raises(ValueError):
         hvd.synchronize(h)
+
+
+def test_inplace_allreduce_run_by_callers_beside_async_ops_and_a_late_peer():
+    """allreduce_ lets the calling thread run the rounds itself while the engine thread is idle.
+    Threads driving at once, async requests completing in their rounds, and a peer that arrives
+    late (the driver hands over to the engine thread) must all give the exact sums."""
+    total = sum(range(1, SIZE + 1))
+    errors = []
+
+    def driver(thread: int):
+        try:
+            for i in range(60):
+                x = torch.full((1 + (i * 37) % 5000,), float((RANK + 1) * (thread + 1)))
+                hvd.allreduce_(x, op=hvd.Sum, name=f"driven.{thread}.{i}")
+                assert torch.equal(x, torch.full_like(x, float(total * (thread + 1)))), (thread, i)
+        except Exception as exc:  # surfaced below: a failing thread must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=driver, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    handles = [hvd.allreduce_async(torch.full((3,), float(RANK + i)), name=f"beside.{i}", op=hvd.Sum)
+               for i in range(100)]
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, h in enumerate(handles):
+        assert torch.equal(hvd.synchronize(h), torch.full((3,), float(sum(range(SIZE)) + SIZE * i)))
+    for late_rank in range(SIZE):
+        if RANK == late_rank:
+            time.sleep(0.05)
+        x = torch.full((1000,), float(RANK + 1))
+        hvd.allreduce_(x, op=hvd.Sum, name=f"late.{late_rank}")
+        assert torch.equal(x, torch.full_like(x, float(total)))
 
 
 def test_large_tensor_uses_ring_path_correctly():
