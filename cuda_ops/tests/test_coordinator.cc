@@ -127,6 +127,31 @@ TEST(executed_requests_are_cached_and_announced_by_id) {
   CHECK(r[0].kind == Response::Kind::Execute);
 }
 
+TEST(a_name_announced_by_different_cache_ids_or_a_fresh_descriptor_is_still_validated) {
+  Coordinator c(2, 16);
+  for (int64_t length : {3, 4}) {  // two shapes of one name, both cached
+    auto m = round_of(2);
+    m[0].descriptors = {tensor("a", {length})};
+    m[1].descriptors = {tensor("a", {length})};
+    c.process(m, 0);
+  }
+  const int three = c.cache_lookup(tensor("a", {3}));
+  const int four = c.cache_lookup(tensor("a", {4}));
+  CHECK(three >= 0 && four >= 0 && three != four);
+  auto by_ids = round_of(2);
+  by_ids[0].cached = {static_cast<uint32_t>(three)};
+  by_ids[1].cached = {static_cast<uint32_t>(four)};
+  auto r = c.process(by_ids, 0);
+  CHECK_EQ(r.size(), size_t{1});
+  CHECK(r[0].kind == Response::Kind::Error && contains(r[0].message, "shapes"));
+  auto mixed = round_of(2);
+  mixed[0].cached = {static_cast<uint32_t>(three)};
+  mixed[1].descriptors = {tensor("a", {5})};
+  r = c.process(mixed, 0);
+  CHECK_EQ(r.size(), size_t{1});
+  CHECK(r[0].kind == Response::Kind::Error && contains(r[0].message, "rank 1 sent [5]"));
+}
+
 TEST(cache_capacity_is_respected) {
   Coordinator c(1, 2);
   auto m = round_of(1);
