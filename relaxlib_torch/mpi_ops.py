@@ -49,7 +49,7 @@ def _submit(fn: Callable, *args) -> object:
         match = _SUBMIT_ERROR.search(str(exc))
         if match is None:
             raise
-        raise error_for(int(match.group(1)), match.group(2).splitlines()[0]) from None
+        raise error_for(int(match.group(1)), (match.group(2).splitlines() or [""])[0]) from None
 
 
 def _register(core_handles: list[int], finish: Callable[[list[int]], object], keep_alive: list | None = None) -> int:
@@ -254,7 +254,8 @@ class _AllgatherFunction(torch.autograd.Function):
     def forward(ctx, tensor, name, process_set):
         ctx.dim0 = tensor.shape[0]
         ctx.process_set = process_set
-        return synchronize(allgather_async(tensor, name, process_set))
+        return _submit(_ops.allgather_sync, _contiguous(tensor), _auto_name("allgather", name),
+                       _process_set_id(process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -349,7 +350,9 @@ class _ReducescatterFunction(torch.autograd.Function):
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op, ctx.process_set = op, process_set
         ctx.scale = prescale_factor * postscale_factor
-        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+        return _submit(_ops.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name),
+                       _resolve_op(op, None, tensor), float(prescale_factor), float(postscale_factor),
+                       _process_set_id(process_set))
 
     @staticmethod
     def backward(ctx, grad_output):

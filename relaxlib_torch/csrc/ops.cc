@@ -271,13 +271,19 @@ int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64
   return submit(r, std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()}), false);
 }
 
-int64_t reducescatter_async(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
-                            double postscale, int64_t process_set) {
+relax_request_t reducescatter_request(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
+                                      double postscale, int64_t process_set) {
   check_tensor(input, "reducescatter input");
   relax_request_t r = base_request(RELAX_REQ_REDUCESCATTER, input, name, process_set);
   r.reduce_op = static_cast<int32_t>(op);
   r.prescale = prescale;
   r.postscale = postscale;
+  return r;
+}
+
+int64_t reducescatter_async(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
+                            double postscale, int64_t process_set) {
+  const relax_request_t r = reducescatter_request(input, name, op, prescale, postscale, process_set);
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
@@ -321,19 +327,43 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
   return submit(r, std::move(flight), false);
 }
 
-// Synchronous allreduce in one dispatcher call: what hvd.allreduce and hvd.allreduce_ run
-// (output may be input). relax_run lets this thread negotiate and reduce itself while the engine
-// thread is idle (no hand-off, no wake-up). The caller holds both tensors for the whole call, so
-// nothing is kept in flight. Errors carry the "[relaxlib:<code>]" prefix, as submission errors do.
+// Raises the failure of a request that relax_run ran (status != 0) and releases its handle.
+void finish_run(int status, relax_handle_t h) {
+  if (h == 0) raise_submit_error();
+  const std::string text = status != 0 ? relax_handle_message(h) : "";
+  relax_release(h);
+  TORCH_CHECK(status == 0, "[relaxlib:", status, "] ", text);
+}
+
+// Synchronous collectives in one dispatcher call: what hvd.allreduce(_), hvd.allgather and
+// hvd.reducescatter run. relax_run lets this thread negotiate and run the collective itself while
+// the engine thread is idle (no hand-off, no wake-up). The caller holds the tensors (and the
+// in-flight record, which receives an allocated output) for the whole call. Errors carry the
+// "[relaxlib:<code>]" prefix, as submission errors do.
 void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
                     double prescale, double postscale, int64_t process_set) {
   const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
   relax_handle_t h = 0;
   const int status = relax_run(&r, nullptr, nullptr, nullptr, &h);
-  if (h == 0) raise_submit_error();
-  const std::string text = status != 0 ? relax_handle_message(h) : "";
-  relax_release(h);
-  TORCH_CHECK(status == 0, "[relaxlib:", status, "] ", text);
+  finish_run(status, h);
+}
+
+at::Tensor run_allocating(const relax_request_t& r, const at::Tensor& input) {
+  InFlight flight{input, at::Tensor(), input.scalar_type()};
+  relax_handle_t h = 0;
+  const int status = relax_run(&r, allocate, nullptr, &flight, &h);
+  finish_run(status, h);
+  return flight.output;
+}
+
+at::Tensor allgather_sync(const at::Tensor& input, const std::string& name, int64_t process_set) {
+  check_tensor(input, "allgather input");
+  return run_allocating(base_request(RELAX_REQ_ALLGATHER, input, name, process_set), input);
+}
+
+at::Tensor reducescatter_sync(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
+                              double postscale, int64_t process_set) {
+  return run_allocating(reducescatter_request(input, name, op, prescale, postscale, process_set), input);
 }
 
 int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
@@ -403,6 +433,10 @@ TORCH_LIBRARY(relaxlib, m) {
   m.def("allreduce_sync(Tensor input, Tensor(a!) output, str name, int op, float prescale, float postscale, "
         "int process_set) -> ()",
         allreduce_sync);
+  m.def("allgather_sync(Tensor input, str name, int process_set) -> Tensor", allgather_sync);
+  m.def("reducescatter_sync(Tensor input, str name, int op, float prescale, float postscale, int process_set) "
+        "-> Tensor",
+        reducescatter_sync);
   m.def("grouped_allreduce_async(Tensor[] inputs, Tensor(a!)[] outputs, str name, int op, float prescale, "
         "float postscale, int process_set) -> int[]",
         grouped_allreduce_async);
