@@ -148,6 +148,12 @@ void Engine::wake_engine() {
   cv_.notify_one();
 }
 
+namespace {
+thread_local bool t_running_rounds = false;  // this thread is inside step() (callbacks run there)
+}  // namespace
+
+bool Engine::in_round_on_this_thread() { return t_running_rounds; }
+
 void Engine::drive(relax_handle_t handle) {
   std::unique_lock<std::mutex> running(cycle_mutex_, std::try_to_lock);
   if (running.owns_lock()) {
@@ -175,12 +181,15 @@ bool Engine::process_set_info(int32_t process_set, ProcessSetInfo& out) const {
 
 void Engine::set_fusion_threshold(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  config_.fusion_threshold_bytes = bytes;
+  pending_fusion_threshold_ = bytes;
 }
 
 void Engine::set_cycle_time_ms(double ms) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  config_.cycle_time_ms = ms;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_cycle_time_ms_ = ms;
+  }
+  wake_engine();  // the engine may sleep for a whole (old) cycle
 }
 
 EngineStats Engine::stats() const {
@@ -476,6 +485,10 @@ bool Engine::cycle(std::vector<RankMessage>& messages) {
 // A round of the global set, then rounds of the process sets that have work; sets `progress` if
 // anything changed. Returns false (and marks the engine finished) when the engine must stop.
 bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
+  t_running_rounds = true;
+  struct Leave {
+    ~Leave() { t_running_rounds = false; }
+  } leave;
   std::vector<std::pair<int32_t, LocalRequest>> fresh;
   bool stopping;
   {
@@ -483,6 +496,10 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
     seen_submissions_.store(submissions_.load(std::memory_order_acquire));
     fresh.swap(incoming_);
     stopping = stop_requested_;
+    if (pending_fusion_threshold_ >= 0) config_.fusion_threshold_bytes = pending_fusion_threshold_;
+    if (pending_cycle_time_ms_ >= 0) config_.cycle_time_ms = pending_cycle_time_ms_;
+    pending_fusion_threshold_ = -1;
+    pending_cycle_time_ms_ = -1;
   }
   for (auto& [id, request] : fresh) {
     auto it = sets_.find(id);

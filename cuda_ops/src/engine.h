@@ -66,6 +66,9 @@ class Engine {
   // not there yet), if no other thread is running one; then leaves the rest to the engine thread.
   // The caller still waits on the handle afterwards. Must not hold locks a completion needs.
   void drive(relax_handle_t handle);
+  // True on a thread that is running a round: inside a completion callback, where waiting for
+  // another request would wait for this very thread.
+  static bool in_round_on_this_thread();
   // Members of a registered process set; false if unknown.
   bool process_set_info(int32_t process_set, ProcessSetInfo& out) const;
 
@@ -112,6 +115,10 @@ class Engine {
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
   bool woken_ = false;       // a driving caller handed work back to the engine thread
+  // Settings changed through the API, applied to config_ at the start of the next round (the
+  // round's thread reads config_ without mutex_); negative = unchanged.
+  int64_t pending_fusion_threshold_ = -1;
+  double pending_cycle_time_ms_ = -1;
   std::string stop_reason_;  // why the engine stopped (for later submissions)
   std::atomic<bool> running_{false};
   std::thread thread_;

@@ -89,7 +89,8 @@ int initialize() {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
   if (rt.engine && rt.engine->running()) return RELAX_OK;
-  rt.engine.reset();  // a previous engine that stopped (shutdown by a peer)
+  if (rt.engine) rt.engine->stop();  // a previous engine that stopped (shutdown by a peer): join its thread
+  rt.engine.reset();  // now, even if a caller still holds it
   std::string config_error;
   EngineConfig config = EngineConfig::from_environment(config_error);
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
@@ -117,6 +118,12 @@ int initialize() {
   rt.engine->start();
   RELAX_LOG(Debug, "initialized: rank " << rt.mpi.topology().rank << " of " << rt.mpi.topology().size);
   return RELAX_OK;
+}
+
+Status waiting_in_callback() {
+  return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                       "a completion callback cannot wait for a collective: it runs on the thread that "
+                       "negotiates and executes them");
 }
 
 bool is_direct(int32_t type) { return type == RELAX_REQ_NEIGHBOR_AVERAGE || type == RELAX_REQ_GROUP_AVERAGE; }
@@ -313,6 +320,10 @@ int relax_enqueue_group(const relax_request_t* requests, int32_t count, relax_al
 int relax_run(const relax_request_t* request, relax_alloc_fn alloc, relax_done_fn done, void* user,
               relax_handle_t* handle_out) {
   *handle_out = 0;
+  if (done) {  // relax_run may return before an engine-thread done callback has finished
+    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_run waits by itself; pass done = NULL"));
+  }
+  if (relax::Engine::in_round_on_this_thread()) return relax::fail(relax::waiting_in_callback());
   void* users[1] = {user};
   std::shared_ptr<relax::Engine> engine;
   const int rc = relax::enqueue(request, 1, alloc, done, users, handle_out, &engine);
@@ -322,7 +333,10 @@ int relax_run(const relax_request_t* request, relax_alloc_fn alloc, relax_done_f
 }
 
 int relax_poll(relax_handle_t handle) { return runtime().handles.poll(handle); }
-int relax_wait(relax_handle_t handle) { return runtime().handles.wait(handle); }
+int relax_wait(relax_handle_t handle) {
+  if (relax::Engine::in_round_on_this_thread()) return relax::fail(relax::waiting_in_callback());
+  return runtime().handles.wait(handle);
+}
 
 int relax_handle_status(relax_handle_t handle) {
   relax::HandleState state;

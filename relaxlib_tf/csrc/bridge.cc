@@ -106,7 +106,8 @@ static void Finish(Call* raw) {
   done();
 }
 
-// relax_alloc_fn: allocates the TF output once the engine knows its shape (engine thread).
+// relax_alloc_fn: allocates the TF output once the engine knows its shape (on the thread running
+// the round: the engine thread, or one inside relax_run).
 static void* AllocatePart(void* user, int32_t ndim, const int64_t* shape) {
   Part* p = static_cast<Part*>(user);
   TensorShape tf_shape;
@@ -122,7 +123,7 @@ static void* AllocatePart(void* user, int32_t ndim, const int64_t* shape) {
   return DataPtr(*out);
 }
 
-// relax_done_fn (engine thread).
+// relax_done_fn (on the thread running the round, as above).
 static void PartDone(void* user, relax_handle_t handle, int32_t status, const char* message) {
   Part* p = static_cast<Part*>(user);
   Call* call = p->call;

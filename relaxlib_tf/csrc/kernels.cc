@@ -1,6 +1,6 @@
 // TensorFlow glue: the kernels of the Relaxlib* ops (defined in op_defs.cc). Each collective is an
 // AsyncOpKernel that turns its tensors into core requests, submits them and returns at once; the
-// core's completion callback (engine thread) sets the op's status and calls TF's `done`.
+// core's completion callback (on the thread running the round) sets the op's status and calls TF's `done`.
 #include <memory>
 #include <string>
 #include <vector>

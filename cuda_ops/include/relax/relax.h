@@ -134,9 +134,14 @@ typedef struct {
 
 typedef int64_t relax_handle_t;
 
-/* Called on the engine thread once the output shape is known; returns the buffer to fill. */
+/*
+ * Callbacks run on the thread that runs the request's negotiation round: the engine thread, or a
+ * thread inside relax_run (which runs rounds for every request that completes in them). They
+ * must not wait for collectives (relax_wait / relax_run fail there with RELAX_ERR_INVALID_ARGUMENT).
+ */
+/* Called once the output shape is known; returns the buffer to fill. */
 typedef void* (*relax_alloc_fn)(void* user, int32_t ndim, const int64_t* shape);
-/* Called on the engine thread when the request completes (status = relax_status_t). */
+/* Called when the request completes (status = relax_status_t). */
 typedef void (*relax_done_fn)(void* user, relax_handle_t handle, int32_t status, const char* message);
 
 /* ---- runtime ---- */
@@ -172,9 +177,10 @@ RELAX_API int relax_enqueue_group(const relax_request_t* requests, int32_t count
 /*
  * Submits one request and waits for it: relax_enqueue + relax_wait, faster. While the engine
  * thread is idle, the calling thread runs the negotiation rounds and the collective itself, which
- * saves two thread wake-ups (tens of microseconds on a virtual machine); `alloc` and `done` may
- * then be called on this thread, which must not hold locks they take. Returns the request's
- * status (or the submission error, with *handle_out = 0); release the handle afterwards.
+ * saves two thread wake-ups (tens of microseconds on a virtual machine). This thread may then
+ * run the callbacks of any request completing in its rounds, so it must not hold locks they
+ * take. `done` must be NULL. Returns the request's status (or the submission error, with
+ * *handle_out = 0); release the handle afterwards.
  */
 RELAX_API int relax_run(const relax_request_t* request, relax_alloc_fn alloc, relax_done_fn done, void* user,
                         relax_handle_t* handle_out);
