@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import warnings
+import weakref
 
 from relaxlib import _core
 from relaxlib.errors import NotInitializedError
@@ -90,8 +91,27 @@ def _is_world_communicator(comm) -> bool:
     return comm is MPI.COMM_WORLD or (hasattr(comm, "Compare") and comm.Compare(MPI.COMM_WORLD) == MPI.IDENT)
 
 
+_before_shutdown: list[weakref.WeakMethod] = []
+
+
+def before_shutdown(method) -> None:
+    """Registers a bound method that ``shutdown()`` calls first, while collectives still work (an
+    algorithm's background thread ends collectively there). Held weakly: a collected object is
+    skipped."""
+    _before_shutdown.append(weakref.WeakMethod(method))
+
+
 def shutdown() -> None:
     """Stops the engine on every rank. Pending operations fail with ShutdownError."""
+    hooks = [ref() for ref in _before_shutdown]
+    _before_shutdown.clear()
+    for hook in hooks:
+        if hook is None:
+            continue
+        try:
+            hook()
+        except Exception as exc:  # shutting down anyway: report, do not mask the shutdown
+            logger.warning("relaxlib: %s before shutdown failed: %s", getattr(hook, "__qualname__", hook), exc)
     _core.lib().relax_shutdown()
     from relaxlib import process_sets
     process_sets._reset_after_shutdown()

@@ -41,6 +41,12 @@ def test_peer_shutdown_fails_pending_ops_with_shutdown_error():
     assert "PEER-SHUTDOWN-OK" in run.outputs[1], run.report()
 
 
+def test_async_averaging_rank_that_exits_first_waits_for_the_others():
+    run = run_ranks(2, [sys.executable, str(SCRIPTS / "async_early_exit.py")], timeout=120)
+    assert run.returncode == 0, run.report()
+    assert "RANK 0 TRAINED 60" in run.outputs[0] and "RANK 1 TRAINED 5" in run.outputs[1], run.report()
+
+
 @pytest.mark.parametrize("order", ["mpi4py-first", "relaxlib-first"])
 def test_coexists_with_mpi4py(order):
     run = run_ranks(2, [sys.executable, str(SCRIPTS / "with_mpi4py.py"), order], timeout=120)
