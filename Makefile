@@ -69,7 +69,7 @@ pytest: build
 test: build cpp-test cuda-check lint pytest
 
 demo: build
-	$(VENV)/bin/relaxrun -np 4 $(PY) examples/torch_digits.py
+	$(PY) examples/demo_relaxations.py --np 4
 
 bench: build
 	$(PY) benchmarks/collectives.py --np 2

@@ -1,6 +1,8 @@
 """The examples the README and docs point to run on real ranks and reach their stated accuracy."""
 
+import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -22,6 +24,18 @@ def test_demo_trains_on_digits():
     assert run.returncode == 0, run.report()
     accuracy = float(re.search(r"final test accuracy ([0-9.]+)", run.outputs[0]).group(1))
     assert accuracy > 0.85, run.outputs[0]
+
+
+def test_make_demo_compares_relaxations_side_by_side():
+    out = subprocess.run([sys.executable, str(REPO / "examples" / "demo_relaxations.py"), "--np", "2", "--epochs", "3",
+                          "--modes", "allreduce,compressed-uint8,async"], capture_output=True, text=True, timeout=300,
+                         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    table = out.stdout[out.stdout.index("kB sent/step"):].splitlines()[1:4]
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:5]] for line in table}
+    assert list(rows) == ["allreduce", "compressed-uint8", "async"], out.stdout
+    assert all(row[0] > 0.8 for row in rows.values()), out.stdout  # test accuracy
+    assert rows["compressed-uint8"][2] < rows["allreduce"][2] / 3, out.stdout  # uint8 sends about a quarter
 
 
 @pytest.mark.parametrize("script", ["tf_keras_digits.py", "tf_custom_loop.py"])
