@@ -11,6 +11,7 @@ import ctypes
 import itertools
 import logging
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -95,9 +96,10 @@ _before_shutdown: list[weakref.WeakMethod] = []
 
 
 def before_shutdown(method) -> None:
-    """Registers a bound method that ``shutdown()`` calls first, while collectives still work (an
-    algorithm's background thread ends collectively there). Held weakly: a collected object is
-    skipped."""
+    """Registers a bound method that ``shutdown()`` calls first, while collectives still work: a
+    collective end of training (a model-averaging algorithm's join). Held weakly: a collected
+    object is skipped. Skipped as well when the program exits because of an uncaught exception:
+    peers then get ShutdownError instead of waiting for a rank that failed."""
     _before_shutdown.append(weakref.WeakMethod(method))
 
 
@@ -105,6 +107,8 @@ def shutdown() -> None:
     """Stops the engine on every rank. Pending operations fail with ShutdownError."""
     hooks = [ref() for ref in _before_shutdown]
     _before_shutdown.clear()
+    if getattr(sys, "last_value", None) is not None:  # the interpreter printed an uncaught exception
+        hooks = []
     for hook in hooks:
         if hook is None:
             continue

@@ -41,10 +41,21 @@ def test_peer_shutdown_fails_pending_ops_with_shutdown_error():
     assert "PEER-SHUTDOWN-OK" in run.outputs[1], run.report()
 
 
-def test_async_averaging_rank_that_exits_first_waits_for_the_others():
-    run = run_ranks(2, [sys.executable, str(SCRIPTS / "async_early_exit.py")], timeout=120)
+@pytest.mark.parametrize("mode", ["async", "partial-smart", "decentralized-ring"])
+def test_averaging_rank_that_exits_first_serves_the_others(mode):
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "averaging_early_exit.py"), mode], timeout=120)
     assert run.returncode == 0, run.report()
-    assert "RANK 0 TRAINED 60" in run.outputs[0] and "RANK 1 TRAINED 5" in run.outputs[1], run.report()
+    assert "RANK 1 TRAINED 5" in run.outputs[1], run.report()
+    assert "RANK 0 TRAINED 40" in run.outputs[0] and "RANK 2 TRAINED 40" in run.outputs[2], run.report()
+
+
+def test_averaging_rank_that_crashes_ends_the_job_instead_of_waiting():
+    start = time.monotonic()
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "averaging_early_exit.py"), "partial-static", "crash"],
+                    timeout=90)
+    assert not run.timed_out and run.returncode != 0, run.report()
+    assert "rank 1 fails" in run.outputs[1], run.report()
+    assert time.monotonic() - start < 60
 
 
 @pytest.mark.parametrize("order", ["mpi4py-first", "relaxlib-first"])

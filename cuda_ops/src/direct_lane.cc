@@ -194,7 +194,7 @@ Status DirectLane::submit(DirectRequest request) {
   return Status::ok();
 }
 
-void DirectLane::stop(const std::string& reason) {
+void DirectLane::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!stopping_) {
@@ -203,6 +203,10 @@ void DirectLane::stop(const std::string& reason) {
     }
   }
   cv_.notify_all();
+}
+
+void DirectLane::stop(const std::string& reason) {
+  abort(reason);
   if (thread_.joinable()) thread_.join();
 }
 

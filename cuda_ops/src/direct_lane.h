@@ -73,6 +73,9 @@ class DirectLane {
   Status submit(DirectRequest request);
   // Fails what is queued and stops the thread.
   void stop(const std::string& reason);
+  // Fails the running and queued requests and all later ones with `reason`, without joining the
+  // thread (callable from any thread; stop() still joins it later).
+  void abort(const std::string& reason);
 
   // Termination of relaxed schedules when ranks stop at different steps (call while the lane is
   // idle): whether a peer's header for a step this rank has not run yet is waiting — proof that

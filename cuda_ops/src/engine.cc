@@ -179,6 +179,20 @@ bool Engine::process_set_info(int32_t process_set, ProcessSetInfo& out) const {
   return true;
 }
 
+void Engine::set_stop_listener(std::function<void(const std::string&)> listener) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_listener_ = std::move(listener);
+}
+
+void Engine::notify_stopped(const std::string& message) {
+  std::function<void(const std::string&)> listener;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener = stop_listener_;
+  }
+  if (listener) listener(message);
+}
+
 void Engine::set_fusion_threshold(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   pending_fusion_threshold_ = bytes;
@@ -531,6 +545,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
     RELAX_LOG(Error, status.message);
     fail_everything(status.code, status.message);
     finished_.store(true);
+    notify_stopped(status.message);
     return false;
   }
   busy_.store(any_set_busy());
@@ -540,13 +555,15 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
   const Coordinator& global = sets_[0]->coordinator;
   if (global.shutdown_requested()) {
     const int who = global.shutdown_rank();
-    fail_everything(RELAX_ERR_SHUTDOWN,
-                    who == mpi_.topology().rank
-                        ? std::string("relaxlib was shut down on this rank.")
-                        : "relaxlib's engine stopped because rank " + std::to_string(who) +
-                              " shut down (it finished, called shutdown(), or failed); collectives are no "
-                              "longer possible in this job.");
+    const std::string reason =
+        who == mpi_.topology().rank
+            ? std::string("relaxlib was shut down on this rank.")
+            : "relaxlib's engine stopped because rank " + std::to_string(who) +
+                  " shut down (it finished, called shutdown(), or failed); collectives are no longer possible in "
+                  "this job.";
+    fail_everything(RELAX_ERR_SHUTDOWN, reason);
     finished_.store(true);
+    notify_stopped(reason);
     return false;
   }
   return true;

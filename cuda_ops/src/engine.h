@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,6 +73,10 @@ class Engine {
   // Members of a registered process set; false if unknown.
   bool process_set_info(int32_t process_set, ProcessSetInfo& out) const;
 
+  // Called once with the reason when the engine stops because of a round's outcome (a peer shut
+  // down, an MPI failure): other lanes of communication must fail too instead of waiting for a
+  // peer that is gone. Set before start(); clear it before what it refers to is destroyed.
+  void set_stop_listener(std::function<void(const std::string&)> listener);
   void set_fusion_threshold(int64_t bytes);
   void set_cycle_time_ms(double ms);
   EngineStats stats() const;
@@ -98,6 +103,7 @@ class Engine {
                                             MPI_Comm data, bool owns);
   void fail_set(ProcessSetState& set, int32_t status, const std::string& message);
   void fail_everything(int32_t status, const std::string& message);
+  void notify_stopped(const std::string& message);
   void retire(const std::string& key);
   double seconds_since_start() const;
 
@@ -115,6 +121,7 @@ class Engine {
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
   bool woken_ = false;       // a driving caller handed work back to the engine thread
+  std::function<void(const std::string&)> stop_listener_;
   // Settings changed through the API, applied to config_ at the start of the next round (the
   // round's thread reads config_ without mutex_); negative = unchanged.
   int64_t pending_fusion_threshold_ = -1;

@@ -58,6 +58,7 @@ void stop_engine() {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
   if (rt.lane) {
+    if (rt.engine) rt.engine->set_stop_listener(nullptr);
     rt.lane->stop("relaxlib was shut down");
     rt.lane.reset();
   }
@@ -106,6 +107,8 @@ int initialize() {
   rt.lane.reset();
   if (rt.mpi.thread_level() >= MPI_THREAD_MULTIPLE) {
     rt.lane = std::make_unique<DirectLane>(rt.mpi.data(), rt.handles, config, collective_config(config));
+    DirectLane* lane = rt.lane.get();  // cleared from the engine before the lane is destroyed
+    rt.engine->set_stop_listener([lane](const std::string& reason) { lane->abort(reason); });
   }
   const char* timeline = std::getenv("RELAX_TIMELINE");
   if (!timeline || !*timeline) timeline = std::getenv("HOROVOD_TIMELINE");

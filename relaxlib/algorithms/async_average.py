@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from relaxlib import basics, direct
+from relaxlib import direct
 from relaxlib.algorithms.averaging import ModelAveraging
 from relaxlib.algorithms.base import TrainingContext
 
@@ -19,8 +19,8 @@ class AsyncModelAverage(ModelAveraging):
     ``pause()`` / ``resume()`` stop and restart the thread (collective: every rank calls them; the
     thread of each rank runs until all ranks paused, so the number of averaging rounds agrees);
     ``average_now()`` pauses and makes every model exactly the mean; ``optimizer.join()`` lets a
-    rank that ran out of data stop while the others go on. ``shutdown()`` (also at exit) pauses
-    first, so a rank that finishes early waits there for the others."""
+    rank that ran out of data stop while the others go on (``shutdown()``, also at exit, joins a
+    rank that has not: a rank that finishes early keeps averaging there until all finished)."""
 
     name = "async_model_average"
     _join_serves = False
@@ -37,9 +37,6 @@ class AsyncModelAverage(ModelAveraging):
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self.resume()
-        # A rank that finishes first (or exits) keeps averaging until every rank paused: its exit
-        # would otherwise stop the engine under the others' averaging rounds and fail their training.
-        basics.before_shutdown(self.pause)
 
     def _loop(self) -> None:
         ctx = self._ctx
@@ -116,5 +113,6 @@ class AsyncModelAverage(ModelAveraging):
     def join(self, ctx: TrainingContext) -> int:
         """This rank ran out of data: its model keeps being averaged until every rank joined.
         Returns the last step of any rank."""
+        self._joined = True
         self.pause()
         return direct.serve_until_all_joined(self._last_step, lambda step: None)

@@ -58,6 +58,8 @@ class ModelAveraging(Algorithm):
         self._before: Any = None
         self._averaged: Any = None
         self.averagings = 0  # averages this rank took part in with at least one peer
+        self._joined = False
+        basics.before_shutdown(self.finish)
 
     # -- one training step --
 
@@ -125,10 +127,18 @@ class ModelAveraging(Algorithm):
         mean = ctx.wait(ctx.allreduce_async(ctx.flatten_params(self._indices), f"{self.name}.average_now"))
         ctx.set_params_from_flat(self._indices, mean)
 
+    def finish(self) -> None:
+        """Collective end of training, run by ``shutdown()`` (also at exit) unless this rank already
+        joined: a rank that finishes early serves the others' remaining steps instead of stopping
+        the engine under them."""
+        if not self._joined:
+            self.join(self._ctx)
+
     def join(self, ctx: TrainingContext) -> int:
         """This rank ran out of data: keep averaging (without local updates) for as long as peers
         still run steps that include it, until every rank joined. Returns the last step of any
         rank. Every rank calls it once its own steps are done."""
+        self._joined = True
         self.flush(ctx)
         if not self._join_serves:
             return direct.serve_until_all_joined(self._last_step, lambda step: None)
