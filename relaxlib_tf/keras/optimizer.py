@@ -149,7 +149,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``DistributedGradientTape``. ``algorithm``: None or ``AllReduce()`` (gradients all-reduced), or
     a model-averaging algorithm (``Decentralized``, ``PartialAllReduce``, ``AsyncModelAverage``),
     which then owns the step: it runs eagerly, inside ``model.fit`` through ``tf.py_function``;
-    call ``optimizer.join()`` when this rank's data ends and ``algorithm.average_now()`` at the end.
+    call ``algorithm.average_now()`` at the end for identical models (``optimizer.join()`` when this
+    rank's data ends early; shutdown at exit joins otherwise).
     DeAR and compression are PyTorch-only for now. An optimizer that has no variables yet is
     re-created from its config (as Horovod does); an already built one is converted in place,
     keeping its state."""
