@@ -273,4 +273,3 @@ def auto_name(kind: str, name: str | None) -> str:
     with _name_lock:
         counter = _name_counters.setdefault(kind, itertools.count())
         return f"{kind}.noname.{next(counter)}"
-

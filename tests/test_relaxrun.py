@@ -94,20 +94,25 @@ def test_advise_prints_the_table_during_real_training():
     assert speedups == sorted(speedups, reverse=True) and 1.0 in speedups
 
 
-def test_auto_restarts_with_the_advisors_pick():
-    out = subprocess.run(RELAXRUN + ["-np", "2", "--auto", "--auto-allow", "averaging", "--advise-steps", "5",
-                                     sys.executable, str(REPO / "tests" / "scripts" / "auto_probe.py")],
+def run_auto(level: str, probe: str, advise_steps: int) -> tuple[str, str]:
+    """``relaxrun --auto`` on 2 ranks with a probe script; returns (picked mode, the
+    algorithm the restarted run used). The advising run must end before the probe's end."""
+    out = subprocess.run(RELAXRUN + ["-np", "2", "--auto", "--auto-allow", level, "--advise-steps", str(advise_steps),
+                                     sys.executable, str(REPO / "tests" / "scripts" / probe)],
                          capture_output=True, text=True, timeout=300, cwd=REPO,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("relaxlib advisor: 2 ranks") == 1, out.stdout
-    picked = out.stdout.split("relaxrun --auto averaging: picked ")[1].split()[0]
+    picked = out.stdout.split(f"relaxrun --auto {level}: picked ")[1].split()[0]
     assert f"running with RELAX_ALGORITHM={picked}" in out.stdout
-    assert out.stdout.count("probe ran") == 1, out.stdout  # the advising run ended before its end
-    ran = out.stdout.split("probe ran ")[1].splitlines()[0]
+    assert out.stdout.count("probe ran") == 1, out.stdout
+    return picked, out.stdout.split("probe ran ")[1].split()[0]
+
+
+def test_auto_restarts_with_the_advisors_pick():
     from relaxlib.auto import algorithm_for
-    expected = algorithm_for(picked)
-    assert ran.split()[0] == expected.name, (picked, ran)
+    picked, ran = run_auto("averaging", "auto_probe.py", 5)
+    assert ran == algorithm_for(picked).name, (picked, ran)
     assert picked != "async", "async is beyond the 'averaging' level"
 
 
@@ -121,15 +126,8 @@ def test_auto_option_implies_advise_and_validates_the_level():
 
 def test_auto_with_keras_fit_advises_inside_the_graph_and_restarts():
     pytest.importorskip("relaxlib_tf")
-    out = subprocess.run(RELAXRUN + ["-np", "2", "--auto", "--auto-allow", "async", "--advise-steps", "4",
-                                     sys.executable, str(REPO / "tests" / "scripts" / "auto_probe_keras.py")],
-                         capture_output=True, text=True, timeout=300, cwd=REPO,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("relaxlib advisor: 2 ranks") == 1, out.stdout
-    picked = out.stdout.split("relaxrun --auto async: picked ")[1].split()[0]
     from relaxlib.auto import algorithm_for
     from relaxlib_tf.gradient_tape import runs_in_keras
+    picked, ran = run_auto("async", "auto_probe_keras.py", 4)
     assert runs_in_keras(algorithm_for(picked))
-    assert out.stdout.count("probe ran") == 1, out.stdout
-    assert out.stdout.split("probe ran ")[1].split()[0] == algorithm_for(picked).name
+    assert ran == algorithm_for(picked).name

@@ -184,7 +184,10 @@ void Engine::set_stop_listener(std::function<void(const std::string&)> listener)
   stop_listener_ = std::move(listener);
 }
 
-void Engine::notify_stopped(const std::string& message) {
+// A round decided that the engine stops: fails what is pending here and tells the stop listener.
+void Engine::finish(int32_t status, const std::string& message) {
+  fail_everything(status, message);
+  finished_.store(true);
   std::function<void(const std::string&)> listener;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -199,11 +202,8 @@ void Engine::set_fusion_threshold(int64_t bytes) {
 }
 
 void Engine::set_cycle_time_ms(double ms) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_cycle_time_ms_ = ms;
-  }
-  wake_engine();  // the engine may sleep for a whole (old) cycle
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_cycle_time_ms_ = ms;
 }
 
 EngineStats Engine::stats() const {
@@ -543,9 +543,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
   last_round_end_.store(steady_seconds());
   if (!status.is_ok()) {
     RELAX_LOG(Error, status.message);
-    fail_everything(status.code, status.message);
-    finished_.store(true);
-    notify_stopped(status.message);
+    finish(status.code, status.message);
     return false;
   }
   busy_.store(any_set_busy());
@@ -561,9 +559,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
             : "relaxlib's engine stopped because rank " + std::to_string(who) +
                   " shut down (it finished, called shutdown(), or failed); collectives are no longer possible in "
                   "this job.";
-    fail_everything(RELAX_ERR_SHUTDOWN, reason);
-    finished_.store(true);
-    notify_stopped(reason);
+    finish(RELAX_ERR_SHUTDOWN, reason);
     return false;
   }
   return true;

@@ -103,7 +103,7 @@ class Engine {
                                             MPI_Comm data, bool owns);
   void fail_set(ProcessSetState& set, int32_t status, const std::string& message);
   void fail_everything(int32_t status, const std::string& message);
-  void notify_stopped(const std::string& message);
+  void finish(int32_t status, const std::string& message);
   void retire(const std::string& key);
   double seconds_since_start() const;
 

@@ -320,16 +320,12 @@ int relax_enqueue_group(const relax_request_t* requests, int32_t count, relax_al
   return relax::enqueue(requests, count, alloc, done, users, handles_out);
 }
 
-int relax_run(const relax_request_t* request, relax_alloc_fn alloc, relax_done_fn done, void* user,
-              relax_handle_t* handle_out) {
+int relax_run(const relax_request_t* request, relax_alloc_fn alloc, void* user, relax_handle_t* handle_out) {
   *handle_out = 0;
-  if (done) {  // relax_run may return before an engine-thread done callback has finished
-    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_run waits by itself; pass done = NULL"));
-  }
   if (relax::Engine::in_round_on_this_thread()) return relax::fail(relax::waiting_in_callback());
   void* users[1] = {user};
   std::shared_ptr<relax::Engine> engine;
-  const int rc = relax::enqueue(request, 1, alloc, done, users, handle_out, &engine);
+  const int rc = relax::enqueue(request, 1, alloc, nullptr, users, handle_out, &engine);
   if (rc != RELAX_OK) return rc;
   if (engine) engine->drive(*handle_out);  // null for direct requests, which have their own thread
   return runtime().handles.wait(*handle_out);

@@ -344,14 +344,14 @@ void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std
                     double prescale, double postscale, int64_t process_set) {
   const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
   relax_handle_t h = 0;
-  const int status = relax_run(&r, nullptr, nullptr, nullptr, &h);
+  const int status = relax_run(&r, nullptr, nullptr, &h);
   finish_run(status, h);
 }
 
 at::Tensor run_allocating(const relax_request_t& r, const at::Tensor& input) {
   InFlight flight{input, at::Tensor(), input.scalar_type()};
   relax_handle_t h = 0;
-  const int status = relax_run(&r, allocate, nullptr, &flight, &h);
+  const int status = relax_run(&r, allocate, &flight, &h);
   finish_run(status, h);
   return flight.output;
 }

@@ -179,11 +179,10 @@ RELAX_API int relax_enqueue_group(const relax_request_t* requests, int32_t count
  * thread is idle, the calling thread runs the negotiation rounds and the collective itself, which
  * saves two thread wake-ups (tens of microseconds on a virtual machine). This thread may then
  * run the callbacks of any request completing in its rounds, so it must not hold locks they
- * take. `done` must be NULL. Returns the request's status (or the submission error, with
- * *handle_out = 0); release the handle afterwards.
+ * take. It has no done callback: it returns when the request is complete. Returns the request's
+ * status (or the submission error, with *handle_out = 0); release the handle afterwards.
  */
-RELAX_API int relax_run(const relax_request_t* request, relax_alloc_fn alloc, relax_done_fn done, void* user,
-                        relax_handle_t* handle_out);
+RELAX_API int relax_run(const relax_request_t* request, relax_alloc_fn alloc, void* user, relax_handle_t* handle_out);
 /* 1 if complete, 0 if pending, -1 if the handle is unknown. */
 RELAX_API int relax_poll(relax_handle_t handle);
 /* Blocks until complete; returns the request's status. */
