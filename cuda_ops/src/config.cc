@@ -41,6 +41,14 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_MPI_ALLGATHER_MAX_BYTES", nullptr, c.mpi_allgather_max_bytes, int64_t{0}, error);
   read("RELAX_IDLE_SPIN_US", nullptr, c.idle_spin_us, 0.0, error);
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
+  if (const char* copy = lookup("RELAX_SHM_SINGLE_COPY", nullptr)) {
+    const std::string value = copy;
+    if (value == "auto" || value == "on" || value == "off") {
+      c.shm_single_copy = value;
+    } else {
+      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_SINGLE_COPY=" + value + " is not one of auto, on, off";
+    }
+  }
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
   if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
   return c;

@@ -20,6 +20,7 @@ struct EngineConfig {
   int64_t mpi_allreduce_max_bytes = -1;         // RELAX_MPI_ALLREDUCE_MAX_BYTES
   int64_t mpi_allgather_max_bytes = -1;         // RELAX_MPI_ALLGATHER_MAX_BYTES
   double idle_spin_us = -1;                     // RELAX_IDLE_SPIN_US
+  std::string shm_single_copy = "auto";         // RELAX_SHM_SINGLE_COPY: auto | on | off (shm_transport.h)
 
   // Reads the environment; invalid values produce a message in `error` and keep the default.
   static EngineConfig from_environment(std::string& error);

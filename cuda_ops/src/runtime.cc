@@ -13,6 +13,7 @@
 #include "logging.h"
 #include "mpi_context.h"
 #include "relax/relax.h"
+#include "shm_transport.h"
 #include "validate.h"
 
 #ifndef RELAX_VERSION_STRING
@@ -95,8 +96,13 @@ int initialize() {
   std::string config_error;
   EngineConfig config = EngineConfig::from_environment(config_error);
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
+  int mpi_ready = 0;
+  MPI_Initialized(&mpi_ready);
+  const std::string transport =
+      mpi_ready ? "shared memory: as configured by whoever initialized MPI" : apply_shm_copy(config.shm_single_copy);
   Status s = rt.mpi.open();
   if (!s.is_ok()) return fail(s);
+  RELAX_LOG(Debug, transport);
   config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size, rt.mpi.topology().host_size,
                                  static_cast<int>(std::thread::hardware_concurrency()));
   RELAX_LOG(Debug, "ring segment " << config.ring_segment_bytes << " B, MPI allreduce up to "

@@ -1,9 +1,11 @@
 // Engine settings: environment parsing and the defaults chosen by topology.
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "check.h"
 #include "config.h"
+#include "shm_transport.h"
 
 using relax::EngineConfig;
 
@@ -30,4 +32,33 @@ TEST(idle_spin_from_environment_overrides_the_default_and_rejects_negatives) {
   EngineConfig::from_environment(error);
   CHECK(error.find("RELAX_IDLE_SPIN_US=-5") != std::string::npos);
   unsetenv("RELAX_IDLE_SPIN_US");
+}
+
+TEST(shared_memory_copy_in_out_on_virtual_machines_unless_the_user_chose) {
+  using relax::ShmCopy;
+  using relax::decide_shm_copy;
+  CHECK(decide_shm_copy("auto", false, true) == ShmCopy::kCopyInOut);
+  CHECK(decide_shm_copy("auto", false, false) == ShmCopy::kMpiDefault);
+  CHECK(decide_shm_copy("auto", true, true) == ShmCopy::kMpiDefault);  // mpirun --mca ... wins
+  CHECK(decide_shm_copy("off", false, false) == ShmCopy::kCopyInOut);
+  CHECK(decide_shm_copy("off", true, false) == ShmCopy::kMpiDefault);
+  CHECK(decide_shm_copy("on", false, true) == ShmCopy::kMpiDefault);
+  bool threw = false;
+  try {
+    decide_shm_copy("maybe", false, true);
+  } catch (const std::invalid_argument& e) {
+    threw = std::string(e.what()).find("RELAX_SHM_SINGLE_COPY=maybe") != std::string::npos;
+  }
+  CHECK(threw);
+}
+
+TEST(shared_memory_setting_from_environment_is_validated) {
+  std::string error;
+  setenv("RELAX_SHM_SINGLE_COPY", "off", 1);
+  CHECK_EQ(EngineConfig::from_environment(error).shm_single_copy, std::string("off"));
+  CHECK(error.empty());
+  setenv("RELAX_SHM_SINGLE_COPY", "never", 1);
+  EngineConfig::from_environment(error);
+  CHECK(error.find("RELAX_SHM_SINGLE_COPY=never is not one of auto, on, off") != std::string::npos);
+  unsetenv("RELAX_SHM_SINGLE_COPY");
 }

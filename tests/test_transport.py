@@ -1,0 +1,44 @@
+"""Open MPI's shared-memory transport as relaxlib chooses it before initializing MPI."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpi_launch import REPO, run_ranks
+
+pytestmark = pytest.mark.mpi
+SCRIPT = str(REPO / "tests" / "scripts" / "shm_transport.py")
+VIRTUAL_MACHINE = any(line.startswith("flags") and " hypervisor" in line
+                      for line in Path("/proc/cpuinfo").read_text().splitlines())
+
+
+def mechanism_on_every_rank(env: dict[str, str], *args: str) -> list[str]:
+    run = run_ranks(2, [sys.executable, SCRIPT, *args], env=env, timeout=120)
+    assert run.returncode == 0, run.report()
+    seen = [next((line for line in out.splitlines() if line.startswith(("MECHANISM=", "INIT-ERROR"))), "")
+            for out in run.outputs]
+    assert all(seen), run.report()
+    return seen
+
+
+@pytest.mark.parametrize("setting, preset, expected", [
+    ("", "", "none" if VIRTUAL_MACHINE else "default"),  # auto: copy-in/copy-out on a virtual machine
+    ("off", "", "none"),
+    ("on", "", "default"),
+    ("", "cma", "cma"),     # the user's own choice (mpirun --mca ...) is kept
+    ("off", "cma", "cma"),
+])
+def test_shared_memory_copy_mode(setting, preset, expected):
+    env = {"RELAX_SHM_SINGLE_COPY": setting, "OMPI_MCA_btl_vader_single_copy_mechanism": preset}
+    assert mechanism_on_every_rank(env) == [f"MECHANISM={expected}"] * 2
+
+
+def test_mpi_initialized_by_the_application_is_left_as_it_is():
+    env = {"RELAX_SHM_SINGLE_COPY": "off", "OMPI_MCA_btl_vader_single_copy_mechanism": ""}
+    assert mechanism_on_every_rank(env, "mpi4py-first") == ["MECHANISM=default"] * 2
+
+
+def test_invalid_setting_fails_init_on_every_rank_naming_it():
+    seen = mechanism_on_every_rank({"RELAX_SHM_SINGLE_COPY": "sometimes"})
+    assert all("RELAX_SHM_SINGLE_COPY=sometimes is not one of auto, on, off" in line for line in seen), seen
