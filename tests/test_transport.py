@@ -34,6 +34,14 @@ def test_shared_memory_copy_mode(setting, preset, expected):
     assert mechanism_on_every_rank(env) == [f"MECHANISM={expected}"] * 2
 
 
+def test_a_choice_in_an_open_mpi_parameter_file_is_kept(tmp_path):
+    params = tmp_path / "mca-params.conf"
+    params.write_text("# the user's tuning\n btl_vader_single_copy_mechanism = emulated\n")
+    env = {"RELAX_SHM_SINGLE_COPY": "off", "OMPI_MCA_btl_vader_single_copy_mechanism": "",
+           "OMPI_MCA_mca_base_param_files": str(params)}
+    assert mechanism_on_every_rank(env) == ["MECHANISM=default"] * 2  # not overridden from the environment
+
+
 def test_mpi_initialized_by_the_application_is_left_as_it_is():
     env = {"RELAX_SHM_SINGLE_COPY": "off", "OMPI_MCA_btl_vader_single_copy_mechanism": ""}
     assert mechanism_on_every_rank(env, "mpi4py-first") == ["MECHANISM=default"] * 2
