@@ -11,12 +11,15 @@
 namespace relax {
 namespace {
 
-// Open MPI 5 renamed the shared-memory BTL from vader to sm.
+// Open MPI 5 renamed the shared-memory BTL from vader to sm (and accepts vader_ names as aliases).
 #if defined(OPEN_MPI) && OMPI_MAJOR_VERSION >= 5
 constexpr const char* kMechanismParameter = "btl_sm_single_copy_mechanism";
 #else
 constexpr const char* kMechanismParameter = "btl_vader_single_copy_mechanism";
 #endif
+bool is_mechanism_parameter(const std::string& name) {
+  return name == "btl_sm_single_copy_mechanism" || name == "btl_vader_single_copy_mechanism";
+}
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -51,7 +54,7 @@ bool set_in_parameter_files() {
       if (equals == std::string::npos) continue;
       std::string name = line.substr(first, equals - first);
       name.erase(name.find_last_not_of(" \t") + 1);
-      if (name == kMechanismParameter) return true;
+      if (is_mechanism_parameter(name)) return true;
     }
   }
   return false;
@@ -76,13 +79,13 @@ ShmCopy decide_shm_copy(const std::string& setting, bool user_chose, bool virtua
 }
 
 // Single-copy transfers (CMA, process_vm_readv) pin each 4 KiB page of the peer's buffer on every
-// message. Inside a virtual machine that page walk costs more than a second memcpy: measured on
-// 2 ranks, MPI_Allreduce of 1 MiB takes 122 us with CMA and 72 us copying through shared memory,
-// and our ring at 256 MiB 63 ms against 44 ms.
+// message. Inside a virtual machine that page walk costs more than a second memcpy: on 2 ranks
+// MPI_Allreduce of 1 MiB takes 125 us with CMA and 73 us copying through shared memory (more
+// figures in docs/performance.md).
 std::string apply_shm_copy(const std::string& setting) {
 #ifdef OPEN_MPI
   const std::string variable = std::string("OMPI_MCA_") + kMechanismParameter;
-  const std::string user = env_or(variable.c_str(), "");
+  const std::string user = env_or(variable.c_str(), env_or("OMPI_MCA_btl_vader_single_copy_mechanism", ""));
   const bool in_files = user.empty() && set_in_parameter_files();
   const bool user_chose = !user.empty() || in_files;
   const bool virtual_machine = running_under_hypervisor();
@@ -91,8 +94,8 @@ std::string apply_shm_copy(const std::string& setting) {
     return "shared memory: copy-in/copy-out (" + variable + "=none; " +
            (setting == "off" ? "RELAX_SHM_SINGLE_COPY=off" : "virtual machine") + ")";
   }
-  if (in_files) return std::string("shared memory: ") + kMechanismParameter + " as set in an Open MPI parameter file";
-  if (user_chose) return "shared memory: " + variable + "=" + user + " (set by the user)";
+  if (in_files) return "shared memory: the single-copy mechanism set in an Open MPI parameter file";
+  if (user_chose) return "shared memory: single-copy mechanism " + user + " (set by the user)";
   return "shared memory: Open MPI's default single-copy mechanism";
 #else
   (void)decide_shm_copy(setting, false, false);  // still reject a bad value
