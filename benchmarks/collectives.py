@@ -42,7 +42,7 @@ RESULTS = REPO / "benchmarks" / "results"
 # with the same transport, so the comparison is not only a transport choice.
 MPI_SAME_TRANSPORT = "mpi@OMPI_MCA_btl_vader_single_copy_mechanism=none"
 LIBRARIES = ("relaxlib", "mpi", MPI_SAME_TRANSPORT, "gloo")
-TF_LIBRARIES = ("relaxlib-tf", "relaxlib", "mpi")
+TF_LIBRARIES = ("relaxlib-tf", "relaxlib", "mpi", MPI_SAME_TRANSPORT)
 WORKERS = LIBRARIES + ("relaxlib-tf",)
 OVERHEAD_CALLS = 3000  # timed 1-element allreduces per variant (after 200 warm-up calls)
 OVERHEAD_LOOP = 100    # chained allreduces in one tf.function call
@@ -402,7 +402,8 @@ def comparisons(libs: list[str]) -> list[tuple[str, str, str]]:
     """(ours, peer, column label) of the ratio columns: relaxlib/mpi, or for TensorFlow runs
     relaxlib-tf against MPI and against relaxlib_torch."""
     if "relaxlib-tf" in libs:
-        pairs = [("relaxlib-tf", "mpi", "tf/mpi"), ("relaxlib-tf", "relaxlib", "tf/torch")]
+        pairs = [("relaxlib-tf", "mpi", "tf/mpi"), ("relaxlib-tf", MPI_SAME_TRANSPORT, "tf/mpi-same-shm"),
+                 ("relaxlib-tf", "relaxlib", "tf/torch")]
     else:
         pairs = [("relaxlib", "mpi", "relax/mpi"), ("relaxlib", MPI_SAME_TRANSPORT, "relax/mpi-same-shm")]
     return [p for p in pairs if p[0] in libs and p[1] in libs] or [("relaxlib", "mpi", "relax/mpi")]
