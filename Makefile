@@ -46,7 +46,7 @@ $(BUILD_STAMP): $(DEPS_STAMP) $(BUILD_SOURCES) $(if $(wildcard $(CORE_LIB)),,FOR
 
 $(CPP_TEST): $(BUILD_STAMP) $(wildcard cuda_ops/tests/*.cc cuda_ops/tests/*.h)
 	g++ -std=c++17 -O1 -Wall -Wextra -Icuda_ops/include -Icuda_ops/src -DOMPI_SKIP_MPICXX=1 \
-		$$(mpicc --showme:compile) cuda_ops/tests/*.cc build/core/*.o $$(mpicc --showme:link) -pthread -o $@
+		$$(mpicc --showme:compile) cuda_ops/tests/*.cc build/core/*.o $$(mpicc --showme:link) -pthread -ldl -o $@
 
 cpp-test: $(CPP_TEST)
 	./$(CPP_TEST)

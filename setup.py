@@ -86,7 +86,7 @@ def build_core(out_dir: Path, obj_dir: Path) -> Path:
     target = out_dir / "librelax_core.so"
     if not target.exists() or target.stat().st_mtime < max(o.stat().st_mtime for o in objects):
         subprocess.check_call([cxx, "-shared", "-o", str(target), *map(str, objects),
-                               "-Wl,-soname,librelax_core.so", *link_mpi, "-pthread"])
+                               "-Wl,-soname,librelax_core.so", *link_mpi, "-pthread", "-ldl"])
         log(f"linked {target}")
     return target
 

@@ -46,7 +46,8 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
     if (value == "auto" || value == "on" || value == "off") {
       c.shm_single_copy = value;
     } else {
-      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_SINGLE_COPY=" + value + " is not one of auto, on, off";
+      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_SINGLE_COPY=" + value +
+               " is not one of auto, on, off";
     }
   }
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);

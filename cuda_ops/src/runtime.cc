@@ -98,8 +98,8 @@ int initialize() {
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
   int mpi_ready = 0;
   MPI_Initialized(&mpi_ready);
-  const std::string transport =
-      mpi_ready ? "shared memory: as configured by whoever initialized MPI" : apply_shm_copy(config.shm_single_copy);
+  static std::string transport = "shared memory: as configured by whoever initialized MPI";  // kept for re-inits
+  if (!mpi_ready) transport = apply_shm_copy(config.shm_single_copy);
   Status s = rt.mpi.open();
   if (!s.is_ok()) return fail(s);
   RELAX_LOG(Debug, transport);

@@ -1,5 +1,6 @@
 #include "shm_transport.h"
 
+#include <dlfcn.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -9,14 +10,21 @@
 #include <vector>
 
 namespace relax {
+
+ShmCopy decide_shm_copy(const std::string& setting, bool user_chose, bool virtual_machine) {
+  if (setting == "on") return ShmCopy::kMpiDefault;
+  if (setting == "off") return user_chose ? ShmCopy::kMpiDefault : ShmCopy::kCopyInOut;
+  if (setting == "auto") return (!user_chose && virtual_machine) ? ShmCopy::kCopyInOut : ShmCopy::kMpiDefault;
+  throw std::invalid_argument("RELAX_SHM_SINGLE_COPY=" + setting + " is not one of auto, on, off");
+}
+
+#ifdef OPEN_MPI
 namespace {
 
-// Open MPI 5 renamed the shared-memory BTL from vader to sm (and accepts vader_ names as aliases).
-#if defined(OPEN_MPI) && OMPI_MAJOR_VERSION >= 5
-constexpr const char* kMechanismParameter = "btl_sm_single_copy_mechanism";
-#else
-constexpr const char* kMechanismParameter = "btl_vader_single_copy_mechanism";
-#endif
+// The vader BTL's parameter (Open MPI 1.8 to 4.1). Open MPI 5 renamed the BTL to sm and moved
+// single copy into its own framework; we have not measured it there and leave it alone.
+constexpr const char* kVariable = "OMPI_MCA_btl_vader_single_copy_mechanism";
+
 bool is_mechanism_parameter(const std::string& name) {
   return name == "btl_sm_single_copy_mechanism" || name == "btl_vader_single_copy_mechanism";
 }
@@ -24,6 +32,25 @@ bool is_mechanism_parameter(const std::string& name) {
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return (v && *v) ? std::string(v) : fallback;
+}
+
+// Open MPI's major version from the library actually loaded (callable before MPI_Init).
+int open_mpi_major_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  const std::string version(text, static_cast<size_t>(std::max(0, length)));
+  const size_t v = version.find("Open MPI v");
+  return v == std::string::npos ? 0 : std::atoi(version.c_str() + v + 10);
+}
+
+// <prefix>/etc of the loaded libmpi, where a source or Spack build keeps its system parameter file.
+std::string library_sysconfdir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&MPI_Init), &info) == 0 || !info.dli_fname) return "";
+  std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash) + "/../etc";
 }
 
 // Whether one of Open MPI's parameter files (the user's, the system's, or those listed in
@@ -40,9 +67,11 @@ bool set_in_parameter_files() {
     }
   } else {
     files.push_back(env_or("HOME", "") + "/.openmpi/mca-params.conf");
-    files.push_back("/etc/openmpi/openmpi-mca-params.conf");
+    files.push_back("/etc/openmpi/openmpi-mca-params.conf");  // Debian and Ubuntu packages
     const std::string prefix = env_or("OPAL_PREFIX", "");
     if (!prefix.empty()) files.push_back(prefix + "/etc/openmpi-mca-params.conf");
+    const std::string sysconf = library_sysconfdir();
+    if (!sysconf.empty()) files.push_back(sysconf + "/openmpi-mca-params.conf");
   }
   for (const std::string& path : files) {
     std::ifstream in(path);
@@ -60,6 +89,7 @@ bool set_in_parameter_files() {
   return false;
 }
 
+// x86 guests only: other architectures have no such flag, and `auto` keeps Open MPI's default.
 bool running_under_hypervisor() {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
@@ -70,28 +100,26 @@ bool running_under_hypervisor() {
 }
 
 }  // namespace
-
-ShmCopy decide_shm_copy(const std::string& setting, bool user_chose, bool virtual_machine) {
-  if (setting == "on") return ShmCopy::kMpiDefault;
-  if (setting == "off") return user_chose ? ShmCopy::kMpiDefault : ShmCopy::kCopyInOut;
-  if (setting == "auto") return (!user_chose && virtual_machine) ? ShmCopy::kCopyInOut : ShmCopy::kMpiDefault;
-  throw std::invalid_argument("RELAX_SHM_SINGLE_COPY=" + setting + " is not one of auto, on, off");
-}
+#endif
 
 // Single-copy transfers (CMA, process_vm_readv) pin each 4 KiB page of the peer's buffer on every
-// message. Inside a virtual machine that page walk costs more than a second memcpy: on 2 ranks
-// MPI_Allreduce of 1 MiB takes 125 us with CMA and 73 us copying through shared memory (more
-// figures in docs/performance.md).
+// message. Inside this project's virtual machine that page walk cost more than a second memcpy:
+// on 2 ranks MPI_Allreduce of 1 MiB took 125 us with CMA and 73 us copying through shared memory
+// (more figures in docs/performance.md).
+// setenv runs before MPI_Init, on the thread initializing relaxlib; like MPI_Init's own setenv
+// calls it would race with another thread reading the environment at that moment.
 std::string apply_shm_copy(const std::string& setting) {
 #ifdef OPEN_MPI
-  const std::string variable = std::string("OMPI_MCA_") + kMechanismParameter;
-  const std::string user = env_or(variable.c_str(), env_or("OMPI_MCA_btl_vader_single_copy_mechanism", ""));
+  if (open_mpi_major_version() >= 5) {
+    (void)decide_shm_copy(setting, false, false);  // still reject a bad value
+    return "shared memory: Open MPI 5's default (relaxlib's transport choice covers Open MPI 4 only)";
+  }
+  const std::string user = env_or(kVariable, "");
   const bool in_files = user.empty() && set_in_parameter_files();
   const bool user_chose = !user.empty() || in_files;
-  const bool virtual_machine = running_under_hypervisor();
-  if (decide_shm_copy(setting, user_chose, virtual_machine) == ShmCopy::kCopyInOut) {
-    setenv(variable.c_str(), "none", 1);  // unset or empty: the user did not choose
-    return "shared memory: copy-in/copy-out (" + variable + "=none; " +
+  if (decide_shm_copy(setting, user_chose, running_under_hypervisor()) == ShmCopy::kCopyInOut) {
+    setenv(kVariable, "none", 1);  // unset or empty: the user did not choose
+    return std::string("shared memory: copy-in/copy-out (") + kVariable + "=none; " +
            (setting == "off" ? "RELAX_SHM_SINGLE_COPY=off" : "virtual machine") + ")";
   }
   if (in_files) return "shared memory: the single-copy mechanism set in an Open MPI parameter file";

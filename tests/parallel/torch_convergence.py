@@ -109,7 +109,7 @@ class NoCommunication(ModelAveraging):
 
 
 @pytest.mark.parametrize("mode", sorted(MODEL_AVERAGING))
-def test_model_averaging_matches_allreduce_after_average_now(allreduce_sgd, mode):
+def test_model_averaging_keeps_allreduce_accuracy_after_average_now(allreduce_sgd, mode):
     """Every rank starts from its own random initialization (no broadcast): only averaging
     during training makes the final average a good model (see the negative control)."""
     # async averaging pays off when rounds are shorter than steps: give steps a realistic length
