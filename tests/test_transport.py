@@ -49,6 +49,17 @@ def test_a_choice_in_an_open_mpi_parameter_file_is_kept(tmp_path):
     assert mechanism_on_every_rank(env) == ["MECHANISM=default"] * 2  # not overridden from the environment
 
 
+def test_applied_when_relaxlib_is_loaded_before_the_application_initializes_mpi():
+    env = {"RELAX_SHM_SINGLE_COPY": "", "OMPI_MCA_btl_vader_single_copy_mechanism": ""}
+    expected = "none" if VIRTUAL_MACHINE else "default"
+    assert mechanism_on_every_rank(env, "loaded-then-mpi4py") == [f"MECHANISM={expected}"] * 2
+
+
+def test_a_setting_changed_between_import_and_init_takes_effect():
+    env = {"RELAX_SHM_SINGLE_COPY": "off", "OMPI_MCA_btl_vader_single_copy_mechanism": ""}
+    assert mechanism_on_every_rank(env, "changed-to-on") == ["MECHANISM=default"] * 2
+
+
 def test_mpi_initialized_by_the_application_is_left_as_it_is():
     env = {"RELAX_SHM_SINGLE_COPY": "off", "OMPI_MCA_btl_vader_single_copy_mechanism": ""}
     assert mechanism_on_every_rank(env, "mpi4py-first") == ["MECHANISM=default"] * 2

@@ -96,10 +96,7 @@ int initialize() {
   std::string config_error;
   EngineConfig config = EngineConfig::from_environment(config_error);
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
-  int mpi_ready = 0;
-  MPI_Initialized(&mpi_ready);
-  static std::string transport = "shared memory: as configured by whoever initialized MPI";  // kept for re-inits
-  if (!mpi_ready) transport = apply_shm_copy(config.shm_single_copy);
+  const std::string transport = prepare_shm_transport(config.shm_single_copy);
   Status s = rt.mpi.open();
   if (!s.is_ok()) return fail(s);
   RELAX_LOG(Debug, transport);

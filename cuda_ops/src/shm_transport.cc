@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -108,7 +109,10 @@ bool running_under_hypervisor() {
 // (more figures in docs/performance.md).
 // setenv runs before MPI_Init, on the thread initializing relaxlib; like MPI_Init's own setenv
 // calls it would race with another thread reading the environment at that moment.
-std::string apply_shm_copy(const std::string& setting) {
+namespace {
+
+std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
+  set_variable = false;
 #ifdef OPEN_MPI
   if (open_mpi_major_version() >= 5) {
     (void)decide_shm_copy(setting, false, false);  // still reject a bad value
@@ -119,6 +123,7 @@ std::string apply_shm_copy(const std::string& setting) {
   const bool user_chose = !user.empty() || in_files;
   if (decide_shm_copy(setting, user_chose, running_under_hypervisor()) == ShmCopy::kCopyInOut) {
     setenv(kVariable, "none", 1);  // unset or empty: the user did not choose
+    set_variable = true;
     return std::string("shared memory: copy-in/copy-out (") + kVariable + "=none; " +
            (setting == "off" ? "RELAX_SHM_SINGLE_COPY=off" : "virtual machine") + ")";
   }
@@ -130,5 +135,52 @@ std::string apply_shm_copy(const std::string& setting) {
   return "shared memory: MPI's default (not Open MPI)";
 #endif
 }
+
+struct Prepared {
+  std::mutex mutex;
+  bool done = false;
+  std::string setting;
+  std::string description = "shared memory: as configured by whoever initialized MPI";
+  bool set_variable = false;
+};
+
+Prepared& prepared() {
+  static Prepared p;
+  return p;
+}
+
+}  // namespace
+
+std::string prepare_shm_transport(const std::string& setting) {
+  Prepared& p = prepared();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  int mpi_ready = 0;
+  MPI_Initialized(&mpi_ready);
+  if (mpi_ready || (p.done && p.setting == setting)) return p.description;
+#ifdef OPEN_MPI
+  if (p.set_variable) unsetenv(kVariable);  // the setting changed since the load: decide again
+#endif
+  p.description = apply_shm_copy(setting, p.set_variable);
+  p.setting = setting;
+  p.done = true;
+  return p.description;
+}
+
+namespace {
+
+// At library load; a bad RELAX_SHM_SINGLE_COPY is left for init to report.
+const bool g_prepared_at_load = [] {
+  const char* env = std::getenv("RELAX_SHM_SINGLE_COPY");
+  const std::string setting = (env && *env) ? env : "auto";
+  if (setting != "auto" && setting != "on" && setting != "off") return false;
+  try {
+    prepare_shm_transport(setting);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace relax

@@ -1,12 +1,26 @@
-"""Prints the shared-memory transport Open MPI reads in this process once relaxlib is initialized."""
+"""Prints the shared-memory transport Open MPI reads in this process once relaxlib is initialized.
+
+    shm_transport.py                      relaxlib initializes MPI
+    shm_transport.py mpi4py-first         mpi4py initializes MPI before relaxlib is loaded
+    shm_transport.py loaded-then-mpi4py   relaxlib_torch is imported, then mpi4py initializes MPI
+    shm_transport.py changed-to-on        RELAX_SHM_SINGLE_COPY=on is set after the import
+"""
 
 import ctypes
+import os
 import sys
 
-if sys.argv[1:] == ["mpi4py-first"]:
+mode = sys.argv[1] if len(sys.argv) > 1 else ""
+if mode == "mpi4py-first":
     from mpi4py import MPI  # noqa: F401  (importing initializes MPI before relaxlib does)
+if mode in ("loaded-then-mpi4py", "changed-to-on"):
+    import relaxlib_torch  # noqa: F401  (loads relaxlib's core library)
+if mode == "loaded-then-mpi4py":
+    from mpi4py import MPI  # noqa: F401,F811
+if mode == "changed-to-on":
+    os.environ["RELAX_SHM_SINGLE_COPY"] = "on"
 
-import relaxlib
+import relaxlib  # noqa: E402
 
 try:
     relaxlib.init()
