@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "shm_transport.h"
+
 namespace relax {
 namespace {
 
@@ -43,7 +45,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
   if (const char* copy = lookup("RELAX_SHM_SINGLE_COPY", nullptr)) {
     const std::string value = copy;
-    if (value == "auto" || value == "on" || value == "off") {
+    if (valid_shm_setting(value)) {
       c.shm_single_copy = value;
     } else {
       error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_SINGLE_COPY=" + value +

@@ -12,6 +12,10 @@
 
 namespace relax {
 
+bool valid_shm_setting(const std::string& setting) {
+  return setting == "auto" || setting == "on" || setting == "off";
+}
+
 ShmCopy decide_shm_copy(const std::string& setting, bool user_chose, bool virtual_machine) {
   if (setting == "on") return ShmCopy::kMpiDefault;
   if (setting == "off") return user_chose ? ShmCopy::kMpiDefault : ShmCopy::kCopyInOut;
@@ -172,7 +176,7 @@ namespace {
 const bool g_prepared_at_load = [] {
   const char* env = std::getenv("RELAX_SHM_SINGLE_COPY");
   const std::string setting = (env && *env) ? env : "auto";
-  if (setting != "auto" && setting != "on" && setting != "off") return false;
+  if (!valid_shm_setting(setting)) return false;
   try {
     prepare_shm_transport(setting);
   } catch (const std::exception&) {

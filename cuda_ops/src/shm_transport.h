@@ -8,6 +8,9 @@ namespace relax {
 
 enum class ShmCopy { kMpiDefault, kCopyInOut };
 
+// Whether `setting` is a value RELAX_SHM_SINGLE_COPY accepts: auto, on or off.
+bool valid_shm_setting(const std::string& setting);
+
 // The decision, given RELAX_SHM_SINGLE_COPY ("auto", "on" or "off"), whether the user already
 // chose Open MPI's mechanism (environment or mpirun --mca), and whether this is a virtual machine.
 // Throws std::invalid_argument naming the bad setting.
