@@ -107,19 +107,19 @@ bool running_under_hypervisor() {
 }  // namespace
 #endif
 
+namespace {
+
 // Single-copy transfers (CMA, process_vm_readv) pin each 4 KiB page of the peer's buffer on every
 // message. Inside this project's virtual machine that page walk cost more than a second memcpy:
 // on 2 ranks MPI_Allreduce of 1 MiB took 125 us with CMA and 73 us copying through shared memory
 // (more figures in docs/performance.md).
 // setenv runs before MPI_Init, on the thread initializing relaxlib; like MPI_Init's own setenv
 // calls it would race with another thread reading the environment at that moment.
-namespace {
-
+// `setting` has been validated by the caller.
 std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
   set_variable = false;
 #ifdef OPEN_MPI
   if (open_mpi_major_version() >= 5) {
-    (void)decide_shm_copy(setting, false, false);  // still reject a bad value
     return "shared memory: Open MPI 5's default (relaxlib's transport choice covers Open MPI 4 only)";
   }
   const std::string user = env_or(kVariable, "");
@@ -135,7 +135,7 @@ std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
   if (user_chose) return "shared memory: single-copy mechanism " + user + " (set by the user)";
   return "shared memory: Open MPI's default single-copy mechanism";
 #else
-  (void)decide_shm_copy(setting, false, false);  // still reject a bad value
+  (void)setting;
   return "shared memory: MPI's default (not Open MPI)";
 #endif
 }
