@@ -155,7 +155,8 @@ def torch_extension() -> list[Extension]:
         return []
     return [CppExtension(
         "relaxlib_torch._ops",
-        ["relaxlib_torch/csrc/ops.cc"],
+        ["relaxlib_torch/csrc/ops.cc", "relaxlib_torch/csrc/python_bindings.cc"],
+        depends=["relaxlib_torch/csrc/sync_ops.h", str(CORE_INCLUDE / "relax" / "relax.h")],
         include_dirs=[str(CORE_INCLUDE)],
         libraries=["relax_core"],
         extra_compile_args=["-O2"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -46,3 +47,12 @@ def load() -> None:
     except OSError as exc:
         raise ImportError(f"relaxlib_torch's extension failed to load ({exc}); {REBUILD_HINT}") from exc
     _loaded = True
+
+
+def direct() -> ModuleType:
+    """The extension as a Python module: direct bindings of the synchronous collectives, which skip
+    the torch.ops dispatcher (see csrc/python_bindings.cc)."""
+    load()
+    from relaxlib_torch import _ops
+
+    return _ops

@@ -23,6 +23,7 @@ from relaxlib_torch.compression import Compression
 
 _extension.load()
 _ops = torch.ops.relaxlib
+_direct = _extension.direct()  # the synchronous collectives, without the dispatcher
 
 _SUBMIT_ERROR = re.compile(r"\[relaxlib:(\d+)\] (.*)", re.S)
 
@@ -99,7 +100,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
 def _allreduce_sync(source, output, name, op, prescale_factor, postscale_factor, process_set) -> None:
     # One call submits, waits and releases (no handle bookkeeping in Python); while the engine is
     # idle the calling thread runs the collective itself.
-    _submit(_ops.allreduce_sync, source, output, _auto_name("allreduce", name), op, float(prescale_factor),
+    _submit(_direct.allreduce_sync, source, output, _auto_name("allreduce", name), op, float(prescale_factor),
             float(postscale_factor), _process_set_id(process_set))
 
 
@@ -254,7 +255,7 @@ class _AllgatherFunction(torch.autograd.Function):
     def forward(ctx, tensor, name, process_set):
         ctx.dim0 = tensor.shape[0]
         ctx.process_set = process_set
-        return _submit(_ops.allgather_sync, _contiguous(tensor), _auto_name("allgather", name),
+        return _submit(_direct.allgather_sync, _contiguous(tensor), _auto_name("allgather", name),
                        _process_set_id(process_set))
 
     @staticmethod
@@ -350,7 +351,7 @@ class _ReducescatterFunction(torch.autograd.Function):
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op, ctx.process_set = op, process_set
         ctx.scale = prescale_factor * postscale_factor
-        return _submit(_ops.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name),
+        return _submit(_direct.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name),
                        _resolve_op(op, None, tensor), float(prescale_factor), float(postscale_factor),
                        _process_set_id(process_set))
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "relax/relax.h"
+#include "sync_ops.h"
 
 namespace {
 
@@ -335,35 +336,12 @@ void finish_run(int status, relax_handle_t h) {
   TORCH_CHECK(status == 0, "[relaxlib:", status, "] ", text);
 }
 
-// Synchronous collectives in one dispatcher call: what hvd.allreduce(_), hvd.allgather and
-// hvd.reducescatter run. relax_run lets this thread negotiate and run the collective itself while
-// the engine thread is idle (no hand-off, no wake-up). The caller holds the tensors (and the
-// in-flight record, which receives an allocated output) for the whole call. Errors carry the
-// "[relaxlib:<code>]" prefix, as submission errors do.
-void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
-                    double prescale, double postscale, int64_t process_set) {
-  const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
-  relax_handle_t h = 0;
-  const int status = relax_run(&r, nullptr, nullptr, &h);
-  finish_run(status, h);
-}
-
 at::Tensor run_allocating(const relax_request_t& r, const at::Tensor& input) {
   InFlight flight{input, at::Tensor(), input.scalar_type()};
   relax_handle_t h = 0;
   const int status = relax_run(&r, allocate, &flight, &h);
   finish_run(status, h);
   return flight.output;
-}
-
-at::Tensor allgather_sync(const at::Tensor& input, const std::string& name, int64_t process_set) {
-  check_tensor(input, "allgather input");
-  return run_allocating(base_request(RELAX_REQ_ALLGATHER, input, name, process_set), input);
-}
-
-at::Tensor reducescatter_sync(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
-                              double postscale, int64_t process_set) {
-  return run_allocating(reducescatter_request(input, name, op, prescale, postscale, process_set), input);
 }
 
 int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
@@ -426,17 +404,45 @@ void release(int64_t handle) {
 
 }  // namespace
 
+namespace relaxlib_torch {
+
+// Synchronous collectives: what hvd.allreduce(_), hvd.allgather and hvd.reducescatter run, through
+// the direct bindings in python_bindings.cc (torch.ops.relaxlib.* registers them as well).
+// relax_run lets this thread negotiate and run the collective itself while the engine thread is
+// idle (no hand-off, no wake-up). The caller holds the tensors (and the in-flight record, which
+// receives an allocated output) for the whole call. Errors carry the "[relaxlib:<code>]" prefix,
+// as submission errors do.
+void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
+                    double prescale, double postscale, int64_t process_set) {
+  const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
+  relax_handle_t h = 0;
+  const int status = relax_run(&r, nullptr, nullptr, &h);
+  finish_run(status, h);
+}
+
+at::Tensor allgather_sync(const at::Tensor& input, const std::string& name, int64_t process_set) {
+  check_tensor(input, "allgather input");
+  return run_allocating(base_request(RELAX_REQ_ALLGATHER, input, name, process_set), input);
+}
+
+at::Tensor reducescatter_sync(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
+                              double postscale, int64_t process_set) {
+  return run_allocating(reducescatter_request(input, name, op, prescale, postscale, process_set), input);
+}
+
+}  // namespace relaxlib_torch
+
 TORCH_LIBRARY(relaxlib, m) {
   m.def("allreduce_async(Tensor input, Tensor(a!) output, str name, int op, float prescale, float postscale, "
         "int process_set) -> int",
         allreduce_async);
   m.def("allreduce_sync(Tensor input, Tensor(a!) output, str name, int op, float prescale, float postscale, "
         "int process_set) -> ()",
-        allreduce_sync);
-  m.def("allgather_sync(Tensor input, str name, int process_set) -> Tensor", allgather_sync);
+        relaxlib_torch::allreduce_sync);
+  m.def("allgather_sync(Tensor input, str name, int process_set) -> Tensor", relaxlib_torch::allgather_sync);
   m.def("reducescatter_sync(Tensor input, str name, int op, float prescale, float postscale, int process_set) "
         "-> Tensor",
-        reducescatter_sync);
+        relaxlib_torch::reducescatter_sync);
   m.def("grouped_allreduce_async(Tensor[] inputs, Tensor(a!)[] outputs, str name, int op, float prescale, "
         "float postscale, int process_set) -> int[]",
         grouped_allreduce_async);

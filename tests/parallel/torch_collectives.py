@@ -149,6 +149,34 @@ def test_inplace_allreduce_run_by_callers_beside_async_ops_and_a_late_peer():
         assert torch.equal(x, torch.full_like(x, float(total)))
 
 
+def test_synchronous_collectives_let_other_python_threads_run():
+    """allreduce_, allgather and reducescatter wait for a late peer without holding the GIL: a
+    Python thread keeps running all through the wait."""
+    for name, call in [("allreduce", lambda: hvd.allreduce_(torch.ones(4), name="gil.allreduce")),
+                       ("allgather", lambda: hvd.allgather(torch.ones(2), name="gil.allgather")),
+                       ("reducescatter", lambda: hvd.reducescatter(torch.ones(2 * SIZE), name="gil.reducescatter"))]:
+        stamps: list[float] = []
+        stop = threading.Event()
+
+        def tick():
+            while not stop.is_set():
+                stamps.append(time.perf_counter())
+                time.sleep(0.001)
+
+        hvd.barrier()
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        if RANK != 0:
+            time.sleep(0.5)  # rank 0 waits inside the collective meanwhile
+        start = time.perf_counter()
+        call()
+        stop.set()
+        ticker.join()
+        if RANK == 0:
+            during = [t for t in stamps if start + 0.1 < t < start + 0.3]
+            assert len(during) >= 10, f"{name}: a Python thread ran {len(during)} times in 0.2 s of waiting"
+
+
 def test_large_tensor_uses_ring_path_correctly():
     n = 5_000_011  # > 16 MiB MPI threshold in float64, prime
     x = torch.arange(n, dtype=torch.float64) * (RANK + 1)

@@ -85,6 +85,10 @@ def test_duplicate_pending_name_is_refused_locally():
 def test_local_argument_errors():
     with pytest.raises(TypeError, match="does not support tensors of type"):
         hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="does not support tensors of type"):
+        hvd.allgather(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="does not support tensors of type"):
+        hvd.reducescatter(torch.ones(2, dtype=torch.complex64))
     with pytest.raises(NotImplementedError, match="Adasum"):
         hvd.allreduce(torch.ones(2), op=hvd.Adasum)
     with pytest.raises(ValueError, match="root rank 99 is out of range"):
