@@ -158,13 +158,13 @@ def test_synchronous_collectives_let_other_python_threads_run():
         stamps: list[float] = []
         stop = threading.Event()
 
-        def tick():
+        def tick(stamps: list[float], stop: threading.Event):
             while not stop.is_set():
                 stamps.append(time.perf_counter())
                 time.sleep(0.001)
 
         hvd.barrier()
-        ticker = threading.Thread(target=tick)
+        ticker = threading.Thread(target=tick, args=(stamps, stop))
         ticker.start()
         if RANK != 0:
             time.sleep(0.5)  # rank 0 waits inside the collective meanwhile
