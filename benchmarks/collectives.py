@@ -5,9 +5,10 @@ Each library runs in its own mpirun job (their background threads would otherwis
 for the cores and distort each other), the jobs alternate, and the table quotes medians.
 Ratios between libraries are medians of *paired* ratios (job i of one library against the
 adjacent job i of the other), which cancels the slow drift of a shared or virtual machine.
-On a virtual machine relaxlib runs Open MPI's shared memory in copy-in/copy-out mode (see
-docs/performance.md); the extra peer "mpi@OMPI_MCA_btl_vader_single_copy_mechanism=none" is MPI
-with that same transport, beside MPI with its defaults.
+Within one node relaxlib's collectives run through its own shared-memory segment; its remaining
+MPI traffic uses Open MPI's shared memory in copy-in/copy-out mode on a virtual machine (see
+docs/performance.md). The extra peer "mpi@OMPI_MCA_btl_vader_single_copy_mechanism=none" is MPI
+in that mode, its faster setting on this VM, beside MPI with its defaults.
 
     python benchmarks/collectives.py --np 2 --reps 3
     python benchmarks/collectives.py --framework tf --np 2 --reps 3 --max-bytes 64M
@@ -368,10 +369,11 @@ def run_driver(args: argparse.Namespace) -> None:
     report["ratios"] = ratio_table(rows, libs, sizes)
     if MPI_SAME_TRANSPORT in libs:
         report["transport_note"] = (
-            "relaxlib initializes MPI itself and, on a virtual machine, sets Open MPI's shared-memory transport to "
-            "copy-in/copy-out (btl_vader_single_copy_mechanism=none): CMA single-copy pins every 4 KiB page per "
+            "Within one node relaxlib's collectives run through its own shared-memory segment "
+            "(RELAX_SHM_COLLECTIVES); its other MPI traffic uses Open MPI's shared memory in copy-in/copy-out mode "
+            "on a virtual machine (btl_vader_single_copy_mechanism=none): CMA single-copy pins every 4 KiB page per "
             "message, which costs more than a second copy there. 'mpi' runs Open MPI's defaults (the issue's "
-            f"reference); '{MPI_SAME_TRANSPORT}' is MPI with the same transport as relaxlib.")
+            f"reference); '{MPI_SAME_TRANSPORT}' is MPI in copy-in/copy-out mode, its faster setting here.")
     if overhead:
         report["overhead_us"] = overhead
         report["overhead_method"] = (f"{OVERHEAD_CALLS} individually timed calls per variant per job after "

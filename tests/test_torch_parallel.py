@@ -8,11 +8,14 @@ pytestmark = pytest.mark.mpi
 
 
 @pytest.mark.parametrize("np_, env", [
-    (2, {}),
-    (3, {"RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # odd world size, every allreduce and
-         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0"}),  # allgather on our ring
+    (2, {}),                                      # one node: shared-memory collectives
+    (3, {"RELAX_SHM_COLLECTIVES": "off",          # odd world size, every allreduce and
+         "RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # allgather on our ring over MPI
+         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0"}),
+    (3, {"RELAX_SHM_SLOT_BYTES": "4096"}),        # shared memory in many rounds per operation
     (4, {"RELAX_FUSION_THRESHOLD": "65536"}),     # small fusion buffer: many fused batches
-], ids=["np2", "np3-ring", "np4-small-fusion"])
+    (2, {"RELAX_SHM_COLLECTIVES": "off"}),        # MPI's own allreduce and allgather
+], ids=["np2", "np3-ring", "np3-shm-rounds", "np4-small-fusion", "np2-mpi"])
 def test_collectives(np_, env):
     run = run_pytest_on_ranks(np_, "torch_collectives.py", env=env)
     assert run.returncode == 0, run.report()

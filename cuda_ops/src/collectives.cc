@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 
+#include "logging.h"
 #include "mpi_context.h"
 #include "reduce.h"
 
@@ -60,6 +61,24 @@ std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts) {
 Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), config_(config) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+}
+
+ShmCollectives* Collectives::shared_memory(int64_t bytes) {
+  if (size_ == 1 || config_.shm_min_bytes < 0 || bytes < config_.shm_min_bytes) return nullptr;
+  if (!shm_tried_) {
+    shm_tried_ = true;
+    std::string why;
+    shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, why);
+    if (!shm_) {
+      RELAX_LOG(Info, "Shared-memory collectives unavailable (" << why << "); using MPI point-to-point.");
+    }
+  }
+  return shm_.get();
+}
+
+void Collectives::count_traffic(int64_t sent, int64_t received) {
+  traffic_.bytes_sent += sent;
+  traffic_.bytes_received += received;
 }
 
 Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv,
@@ -197,6 +216,10 @@ Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t
     scale_buffer(dst, count, dtype, postscale);
     return Status::ok();
   }
+  if (ShmCollectives* shm = shared_memory(bytes)) {
+    count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
+    return shm->allreduce(src, dst, count, dtype, op, postscale);
+  }
   if (bytes <= config_.mpi_allreduce_max_bytes && count <= INT_MAX && mpi_type(dtype) != MPI_DATATYPE_NULL) {
     return mpi_allreduce(src, dst, count, dtype, op, postscale);
   }
@@ -212,6 +235,12 @@ Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t
 Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
                                    int32_t op, double postscale, void* out) {
   const size_t esize = dtype_size(dtype);
+  const int64_t total = block_offsets(counts).back() + counts.back();
+  if (ShmCollectives* shm = shared_memory(total * static_cast<int64_t>(esize))) {
+    const int64_t own_bytes = counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(esize);
+    count_traffic(total * static_cast<int64_t>(esize) - own_bytes, own_bytes * (size_ - 1));
+    return shm->reduce_scatter(src, counts, dtype, op, postscale, out);
+  }
   Status st = ring_reduce_scatter(src, work, counts, dtype, op);
   if (!st.is_ok()) return st;
   const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
@@ -247,6 +276,11 @@ Status Collectives::allgatherv(const void* in, void* out, const std::vector<int6
                 static_cast<size_t>(own));
   }
   const int64_t total = (offsets.back() + counts.back()) * static_cast<int64_t>(esize);
+  if (ShmCollectives* shm = shared_memory(total)) {
+    count_traffic(own * (size_ - 1), total - own);
+    // The own block is in place in `out` already.
+    return shm->allgatherv(static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize, out, counts, esize);
+  }
   if (size_ > 1 && total <= config_.mpi_allgather_max_bytes && total <= INT_MAX) {
     std::vector<int> byte_counts, byte_displs;
     for (size_t r = 0; r < counts.size(); ++r) {

@@ -1,14 +1,17 @@
-// Collectives over one MPI communicator: our ring reduce-scatter / all-gather on point-to-point
-// (pipelined in segments so reduction overlaps the transfer), all-reduce as the two in sequence,
-// and MPI's own collectives where they measure faster (small all-reduce) or are simplest.
+// Collectives over one MPI communicator: through shared memory when every rank is on this node
+// (shm_collectives.h), else our ring reduce-scatter / all-gather on point-to-point (pipelined in
+// segments so reduction overlaps the transfer), all-reduce as the two in sequence, and MPI's own
+// collectives where they measure faster (small all-reduce) or are simplest.
 #pragma once
 
 #include <mpi.h>
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "shm_collectives.h"
 #include "types.h"
 
 namespace relax {
@@ -30,6 +33,9 @@ struct CollectiveConfig {
   int64_t receive_window = 2;                 // ring segments received ahead of the reduction
   int64_t mpi_allreduce_max_bytes = 16 << 20;  // use MPI_Allreduce at or below this size
   int64_t mpi_allgather_max_bytes = 16 << 20;  // use MPI_Allgatherv at or below this total size
+  int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
+  int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
+  double shm_spin_us = 0;                     // barrier polling before yielding the core
 };
 
 class Collectives {
@@ -69,6 +75,10 @@ class Collectives {
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // The shared-memory collectives for an operation of `bytes` (all ranks decide alike), or null.
+  // Made on first use, collectively: every rank reaches the first such operation together.
+  ShmCollectives* shared_memory(int64_t bytes);
+  void count_traffic(int64_t sent, int64_t received);
 
   MPI_Comm comm_;
   int rank_ = 0;
@@ -76,6 +86,8 @@ class Collectives {
   CollectiveConfig config_;
   Traffic traffic_;
   std::vector<uint8_t> scratch_;
+  std::unique_ptr<ShmCollectives> shm_;
+  bool shm_tried_ = false;
 };
 
 }  // namespace relax

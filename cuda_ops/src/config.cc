@@ -52,6 +52,16 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
                " is not one of auto, on, off";
     }
   }
+  if (const char* shm = lookup("RELAX_SHM_COLLECTIVES", nullptr)) {
+    const std::string value = shm;
+    if (value == "auto" || value == "off") {
+      c.shm_collectives = value == "auto";
+    } else {
+      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_COLLECTIVES=" + value + " is not one of auto, off";
+    }
+  }
+  read("RELAX_SHM_MIN_BYTES", nullptr, c.shm_min_bytes, int64_t{0}, error);
+  read("RELAX_SHM_SLOT_BYTES", nullptr, c.shm_slot_bytes, int64_t{4096}, error);
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
   if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
   return c;
@@ -62,6 +72,7 @@ void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int
   if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : (16ll << 20);
   if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
   if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
+  if (!single_node) shm_collectives = false;  // (also when RELAX_LOCAL_SIZE pretends several nodes)
 }
 
 }  // namespace relax

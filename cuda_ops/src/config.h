@@ -21,11 +21,14 @@ struct EngineConfig {
   int64_t mpi_allgather_max_bytes = -1;         // RELAX_MPI_ALLGATHER_MAX_BYTES
   double idle_spin_us = -1;                     // RELAX_IDLE_SPIN_US
   std::string shm_single_copy = "auto";         // RELAX_SHM_SINGLE_COPY: auto | on | off (shm_transport.h)
+  bool shm_collectives = true;                  // RELAX_SHM_COLLECTIVES: auto | off (shm_collectives.h)
+  int64_t shm_min_bytes = 0;                    // RELAX_SHM_MIN_BYTES: smaller operations use MPI
+  int64_t shm_slot_bytes = 1 << 20;             // RELAX_SHM_SLOT_BYTES: per rank and round
 
   // Reads the environment; invalid values produce a message in `error` and keep the default.
   static EngineConfig from_environment(std::string& error);
 
-  // Fills the knobs left at -1. Measured on this project's machines: within one node (shared
+  // Fills the knobs left at -1, and keeps shared-memory collectives to single-node jobs. Measured on this project's machines: within one node (shared
   // memory) Open MPI's allreduce/allgather match our ring up to 16 MiB and 1 MiB ring segments
   // are fastest; across nodes (TCP) our ring beats Open MPI's algorithms from 1 MiB and needs
   // 16 MiB segments (one rendezvous per segment stalls the stream).

@@ -92,7 +92,11 @@ void mix(const T* x, const std::vector<const void*>& peers, double self_weight, 
 // ---- GroupCommunicators ----
 
 GroupCommunicators::GroupCommunicators(MPI_Comm parent, size_t capacity, CollectiveConfig config)
-    : parent_(parent), capacity_(capacity), config_(config) {}
+    : parent_(parent), capacity_(capacity), config_(config) {
+  // Groups change from step to step: a shared-memory segment per group would cost its creation
+  // each time and up to capacity x segment of memory. Groups use MPI.
+  config_.shm_min_bytes = -1;
+}
 
 GroupCommunicators::~GroupCommunicators() {
   int finalized = 0;

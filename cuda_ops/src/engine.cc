@@ -43,6 +43,9 @@ CollectiveConfig collective_config(const EngineConfig& c) {
   cc.receive_window = c.ring_receive_window;
   cc.mpi_allreduce_max_bytes = c.mpi_allreduce_max_bytes;
   cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
+  cc.shm_min_bytes = c.shm_collectives ? c.shm_min_bytes : -1;
+  cc.shm_slot_bytes = c.shm_slot_bytes;
+  cc.shm_spin_us = c.idle_spin_us > 0 ? 50.0 : 0.0;  // no polling when ranks share cores
   return cc;
 }
 

@@ -62,3 +62,27 @@ TEST(shared_memory_setting_from_environment_is_validated) {
   CHECK(error.find("RELAX_SHM_SINGLE_COPY=never is not one of auto, on, off") != std::string::npos);
   unsetenv("RELAX_SHM_SINGLE_COPY");
 }
+
+TEST(shared_memory_collectives_are_on_for_one_node_and_off_across_nodes) {
+  std::string error;
+  EngineConfig one_node = EngineConfig::from_environment(error);
+  one_node.apply_topology_defaults(true, 4, 2);
+  CHECK(error.empty());
+  CHECK(one_node.shm_collectives);
+  EngineConfig two_nodes = EngineConfig::from_environment(error);
+  two_nodes.apply_topology_defaults(false, 2, 2);
+  CHECK(!two_nodes.shm_collectives);
+  setenv("RELAX_SHM_COLLECTIVES", "off", 1);
+  setenv("RELAX_SHM_SLOT_BYTES", "65536", 1);
+  EngineConfig off = EngineConfig::from_environment(error);
+  CHECK(error.empty());
+  CHECK(!off.shm_collectives);
+  CHECK_EQ(off.shm_slot_bytes, int64_t{65536});
+  setenv("RELAX_SHM_COLLECTIVES", "yes", 1);
+  setenv("RELAX_SHM_SLOT_BYTES", "10", 1);
+  EngineConfig::from_environment(error);
+  CHECK(error.find("RELAX_SHM_COLLECTIVES=yes is not one of auto, off") != std::string::npos);
+  CHECK(error.find("RELAX_SHM_SLOT_BYTES=10") != std::string::npos);
+  unsetenv("RELAX_SHM_COLLECTIVES");
+  unsetenv("RELAX_SHM_SLOT_BYTES");
+}

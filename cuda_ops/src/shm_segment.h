@@ -1,0 +1,40 @@
+// A POSIX shared-memory segment that every rank of a communicator maps, created collectively.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace relax {
+
+class SharedSegment {
+ public:
+  // Collective over `comm`: rank 0 creates a segment of `bytes` (its pages reserved up front, so
+  // a full /dev/shm fails here rather than with SIGBUS later), every rank maps it, and the name is
+  // unlinked once all have (nothing is left behind if a rank dies). Returns null on every rank if
+  // any rank failed, with the first failure in `why`.
+  static std::unique_ptr<SharedSegment> create(MPI_Comm comm, size_t bytes, std::string& why);
+
+  ~SharedSegment();
+  SharedSegment(const SharedSegment&) = delete;
+  SharedSegment& operator=(const SharedSegment&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+  // Only create() can name this key, so only it builds segments (it owns the mapping's lifetime).
+  class Key {
+    friend class SharedSegment;
+    Key() = default;
+  };
+  SharedSegment(Key, uint8_t* data, size_t bytes) : data_(data), bytes_(bytes) {}
+
+ private:
+  uint8_t* data_;
+  size_t bytes_;
+};
+
+}  // namespace relax
