@@ -2,6 +2,7 @@
 out (MPI instead, same results) when switched off, across nodes, or when the segment cannot be made."""
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,34 +12,46 @@ SCRIPT = str(REPO / "tests" / "scripts" / "shm_collectives.py")
 pytestmark = pytest.mark.mpi
 
 
+def segment_files() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("relaxlib-*")}
+
+
 def run_script(np_: int, env: dict[str, str], *args: str):
+    before = segment_files()
     run = run_ranks(np_, [sys.executable, SCRIPT, *args], env=env, timeout=180)
     assert run.returncode == 0, run.report()
+    assert segment_files() <= before, "a shared-memory segment was left in /dev/shm"
     return run
 
 
 def segments(run) -> list[str]:
-    return [next((line for line in out.splitlines() if line.startswith(("SEGMENT=", "INIT-ERROR"))), "")
+    return [next((line for line in out.splitlines() if line.startswith(("SEGMENTS=", "INIT-ERROR"))), "")
             for out in run.outputs]
 
 
 @pytest.mark.parametrize("env, expected", [
-    ({}, "yes"),                               # one node: on by default
-    ({"RELAX_SHM_COLLECTIVES": "off"}, "no"),
-    ({"RELAX_LOCAL_SIZE": "1"}, "no"),         # ranks on (pretended) separate nodes
+    ({}, 1),                                # one node: on by default
+    ({"RELAX_SHM_COLLECTIVES": "off"}, 0),
+    ({"RELAX_LOCAL_SIZE": "1"}, 0),         # ranks on (pretended) separate nodes
 ])
 def test_used_on_one_node_unless_switched_off(env, expected):
-    assert segments(run_script(2, env)) == [f"SEGMENT={expected}"] * 2
+    assert segments(run_script(2, env)) == [f"SEGMENTS={expected}"] * 2
 
 
-def test_a_process_set_gets_its_own_segment_and_non_members_none():
-    assert segments(run_script(3, {}, "subset")) == ["SEGMENT=yes", "SEGMENT=yes", "SEGMENT=no"]
+def test_a_process_set_gets_its_own_segment():
+    assert segments(run_script(3, {}, "subset")) == ["SEGMENTS=2", "SEGMENTS=2", "SEGMENTS=1"]
 
 
-def test_falls_back_to_mpi_when_the_segment_cannot_be_reserved():
-    run = run_script(2, {"RELAX_SHM_SLOT_BYTES": str(10**15), "RELAX_LOG_LEVEL": "info"})
-    assert segments(run) == ["SEGMENT=no"] * 2
-    assert all("Shared-memory collectives unavailable (rank 0: " in out for out in run.outputs), run.report()
+def test_falls_back_to_mpi_with_a_warning_when_the_segment_cannot_be_reserved():
+    run = run_script(2, {}, "no-room")
+    assert segments(run) == ["SEGMENTS=0"] * 2
+    assert all("Shared-memory collectives unavailable (rank 0: reserving" in out for out in run.outputs), run.report()
+
+
+def test_ranks_configured_differently_follow_rank_0_with_a_warning():
+    run = run_script(2, {"RELAX_SHM_COLLECTIVES": "off"}, "rank1-on")
+    assert segments(run) == ["SEGMENTS=0"] * 2
+    assert "differ between rank 0 and this rank" in run.outputs[1], run.report()
 
 
 def test_an_invalid_setting_fails_init_on_every_rank():

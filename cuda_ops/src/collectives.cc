@@ -61,19 +61,33 @@ std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts) {
 Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), config_(config) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  if (config_.shm_allowed && size_ > 1) set_up_shared_memory();
 }
 
-ShmCollectives* Collectives::shared_memory(int64_t bytes) {
-  if (size_ == 1 || config_.shm_min_bytes < 0 || bytes < config_.shm_min_bytes) return nullptr;
-  if (!shm_tried_) {
-    shm_tried_ = true;
-    std::string why;
-    shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, why);
-    if (!shm_) {
-      RELAX_LOG(Info, "Shared-memory collectives unavailable (" << why << "); using MPI point-to-point.");
-    }
+// Rank 0's settings decide: a rank configured otherwise would run other collectives and hang.
+void Collectives::set_up_shared_memory() {
+  int64_t settings[2] = {config_.shm_min_bytes, config_.shm_slot_bytes};
+  MPI_Bcast(settings, 2, MPI_INT64_T, 0, comm_);
+  if (settings[0] != config_.shm_min_bytes || settings[1] != config_.shm_slot_bytes) {
+    RELAX_LOG(Warning, "RELAX_SHM_COLLECTIVES, RELAX_SHM_MIN_BYTES or RELAX_SHM_SLOT_BYTES differ between rank 0 "
+                       "and this rank; using rank 0's settings.");
   }
-  return shm_.get();
+  config_.shm_min_bytes = settings[0];
+  config_.shm_slot_bytes = settings[1];
+  if (config_.shm_min_bytes < 0) return;
+  std::string why;
+  bool expected = false;
+  shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, why, expected);
+  if (!shm_ && expected) {
+    RELAX_LOG(Debug, "Shared-memory collectives not used (" << why << ").");
+  } else if (!shm_) {
+    RELAX_LOG(Warning, "Shared-memory collectives unavailable (" << why << "); collectives use MPI instead, "
+                                                                           "which is slower within one node.");
+  }
+}
+
+ShmCollectives* Collectives::shared_memory(int64_t bytes) const {
+  return bytes >= config_.shm_min_bytes ? shm_.get() : nullptr;
 }
 
 void Collectives::count_traffic(int64_t sent, int64_t received) {
@@ -279,7 +293,8 @@ Status Collectives::allgatherv(const void* in, void* out, const std::vector<int6
   if (ShmCollectives* shm = shared_memory(total)) {
     count_traffic(own * (size_ - 1), total - own);
     // The own block is in place in `out` already.
-    return shm->allgatherv(static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize, out, counts, esize);
+    return shm->allgatherv(static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize, out, counts,
+                           esize);
   }
   if (size_ > 1 && total <= config_.mpi_allgather_max_bytes && total <= INT_MAX) {
     std::vector<int> byte_counts, byte_displs;

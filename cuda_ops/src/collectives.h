@@ -33,6 +33,7 @@ struct CollectiveConfig {
   int64_t receive_window = 2;                 // ring segments received ahead of the reduction
   int64_t mpi_allreduce_max_bytes = 16 << 20;  // use MPI_Allreduce at or below this size
   int64_t mpi_allgather_max_bytes = 16 << 20;  // use MPI_Allgatherv at or below this total size
+  bool shm_allowed = true;                    // false: never shared memory, no agreement at construction
   int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
   int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
   double shm_spin_us = 0;                     // barrier polling before yielding the core
@@ -40,6 +41,9 @@ struct CollectiveConfig {
 
 class Collectives {
  public:
+  // Collective over `comm` unless config.shm_allowed is false: the ranks adopt rank 0's
+  // shared-memory settings and, if those enable it and every rank is on this node, map the
+  // shared-memory segment now (at a point every rank reaches together).
   Collectives(MPI_Comm comm, CollectiveConfig config);
 
   int rank() const { return rank_; }
@@ -75,9 +79,9 @@ class Collectives {
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  void set_up_shared_memory();
   // The shared-memory collectives for an operation of `bytes` (all ranks decide alike), or null.
-  // Made on first use, collectively: every rank reaches the first such operation together.
-  ShmCollectives* shared_memory(int64_t bytes);
+  ShmCollectives* shared_memory(int64_t bytes) const;
   void count_traffic(int64_t sent, int64_t received);
 
   MPI_Comm comm_;
@@ -87,7 +91,6 @@ class Collectives {
   Traffic traffic_;
   std::vector<uint8_t> scratch_;
   std::unique_ptr<ShmCollectives> shm_;
-  bool shm_tried_ = false;
 };
 
 }  // namespace relax

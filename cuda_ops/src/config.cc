@@ -54,14 +54,20 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   }
   if (const char* shm = lookup("RELAX_SHM_COLLECTIVES", nullptr)) {
     const std::string value = shm;
-    if (value == "auto" || value == "off") {
-      c.shm_collectives = value == "auto";
+    if (value == "auto" || value == "on" || value == "off") {
+      c.shm_collectives = value != "off";
     } else {
-      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_COLLECTIVES=" + value + " is not one of auto, off";
+      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_COLLECTIVES=" + value +
+               " is not one of auto, on, off";
     }
   }
   read("RELAX_SHM_MIN_BYTES", nullptr, c.shm_min_bytes, int64_t{0}, error);
   read("RELAX_SHM_SLOT_BYTES", nullptr, c.shm_slot_bytes, int64_t{4096}, error);
+  if (c.shm_slot_bytes > kMaxShmSlotBytes) {
+    error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_SLOT_BYTES=" + std::to_string(c.shm_slot_bytes) +
+             " is above the limit of 1 GiB";
+    c.shm_slot_bytes = EngineConfig().shm_slot_bytes;
+  }
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
   if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
   return c;

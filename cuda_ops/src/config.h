@@ -7,6 +7,8 @@
 
 namespace relax {
 
+constexpr int64_t kMaxShmSlotBytes = 1ll << 30;
+
 struct EngineConfig {
   int64_t fusion_threshold_bytes = 64ll << 20;  // RELAX_FUSION_THRESHOLD
   double cycle_time_ms = 1.0;                   // RELAX_CYCLE_TIME
@@ -23,7 +25,7 @@ struct EngineConfig {
   std::string shm_single_copy = "auto";         // RELAX_SHM_SINGLE_COPY: auto | on | off (shm_transport.h)
   bool shm_collectives = true;                  // RELAX_SHM_COLLECTIVES: auto | off (shm_collectives.h)
   int64_t shm_min_bytes = 0;                    // RELAX_SHM_MIN_BYTES: smaller operations use MPI
-  int64_t shm_slot_bytes = 1 << 20;             // RELAX_SHM_SLOT_BYTES: per rank and round
+  int64_t shm_slot_bytes = 1 << 20;             // RELAX_SHM_SLOT_BYTES: per rank and round (<= 1 GiB)
 
   // Reads the environment; invalid values produce a message in `error` and keep the default.
   static EngineConfig from_environment(std::string& error);

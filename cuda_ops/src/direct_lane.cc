@@ -95,7 +95,7 @@ GroupCommunicators::GroupCommunicators(MPI_Comm parent, size_t capacity, Collect
     : parent_(parent), capacity_(capacity), config_(config) {
   // Groups change from step to step: a shared-memory segment per group would cost its creation
   // each time and up to capacity x segment of memory. Groups use MPI.
-  config_.shm_min_bytes = -1;
+  config_.shm_allowed = false;
 }
 
 GroupCommunicators::~GroupCommunicators() {

@@ -45,7 +45,9 @@ CollectiveConfig collective_config(const EngineConfig& c) {
   cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
   cc.shm_min_bytes = c.shm_collectives ? c.shm_min_bytes : -1;
   cc.shm_slot_bytes = c.shm_slot_bytes;
-  cc.shm_spin_us = c.idle_spin_us > 0 ? 50.0 : 0.0;  // no polling when ranks share cores
+  // Barrier waits poll this long before yielding the core; not when ranks share cores.
+  constexpr double kShmBarrierSpinUs = 50.0;
+  cc.shm_spin_us = c.idle_spin_us > 0 ? kShmBarrierSpinUs : 0.0;
   return cc;
 }
 

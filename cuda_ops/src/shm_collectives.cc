@@ -20,6 +20,8 @@ constexpr int64_t kReduceTile = 64 << 10;  // reduce and publish in tiles that s
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
 #endif
 }
 
@@ -42,7 +44,8 @@ int64_t rounds_for(const std::vector<int64_t>& counts, int64_t window) {
 }  // namespace
 
 std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t slot_bytes, double spin_us,
-                                                       std::string& why) {
+                                                       std::string& why, bool& expected) {
+  expected = false;
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -53,6 +56,7 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t sl
   MPI_Comm_free(&node);
   if (node_size != size) {  // the same answer on every rank: some rank is elsewhere for all of them
     why = "the ranks span several nodes";
+    expected = true;
     return nullptr;
   }
   // Whole pages, and room for every rank's area of at least one 8-byte element.
@@ -62,14 +66,17 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t sl
   const size_t bytes = header + 2 * static_cast<size_t>(size) * static_cast<size_t>(slot_bytes);
   std::unique_ptr<SharedSegment> segment = SharedSegment::create(comm, bytes, why);
   if (!segment) return nullptr;
-  return std::make_unique<ShmCollectives>(std::move(segment), rank, size, slot_bytes, spin_us);
+  return std::make_unique<ShmCollectives>(Key(), std::move(segment), rank, size, slot_bytes, spin_us);
 }
 
-ShmCollectives::ShmCollectives(std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes,
+ShmCollectives::ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes,
                                double spin_us)
-    : segment_(std::move(segment)), rank_(rank), size_(size), slot_bytes_(slot_bytes), spin_us_(spin_us) {
-  data_offset_ = header_bytes(size_);
-}
+    : segment_(std::move(segment)),
+      rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      spin_us_(spin_us),
+      data_offset_(header_bytes(size)) {}
 
 uint8_t* ShmCollectives::slot(int rank, int64_t round) const {
   const size_t set = static_cast<size_t>(round & 1);
@@ -90,6 +97,7 @@ void ShmCollectives::barrier() {
   __atomic_store_n(flag(rank_), epoch, __ATOMIC_RELEASE);
   const auto start = clock::now();
   for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
     const uint64_t* peer = flag(r);
     for (int64_t polls = 0; __atomic_load_n(peer, __ATOMIC_ACQUIRE) < epoch; ++polls) {
       if (polls % 64 != 63) {
@@ -174,10 +182,10 @@ Status ShmCollectives::reduce_scatter(const void* src, const std::vector<int64_t
     }
     barrier();
     const int64_t own = in_round(counts[me], k, window);
+    if (own == 0) continue;
     uint8_t* result = result_base + k * window * esize;
     const uint8_t* first = in + (offsets[me] + k * window) * esize;
-    if (size_ == 1 && own > 0) std::memcpy(result, first, static_cast<size_t>(own * esize));
-    for (int j = 0; j < size_ && own > 0; ++j) {
+    for (int j = 0; j < size_; ++j) {
       if (j == rank_) continue;
       reduce_pair(result, first, slot(j, rounds_) + rank_ * window * esize, own, dtype, op);
       first = result;

@@ -25,11 +25,21 @@ namespace relax {
 class ShmCollectives {
  public:
   // Collective over `comm`. Null on every rank unless all of its ranks share this node and the
-  // segment (2 x ranks x slot_bytes) could be made; `why` then says why not. Barrier waits poll
-  // for `spin_us` microseconds before they yield the core (0 when ranks outnumber cores).
-  static std::unique_ptr<ShmCollectives> create(MPI_Comm comm, int64_t slot_bytes, double spin_us, std::string& why);
+  // segment (2 x ranks x slot_bytes) could be made; `why` then says why not, and `expected` is
+  // set when that is the normal case (ranks on several nodes) rather than a failure. Barrier
+  // waits poll for `spin_us` microseconds before they yield the core.
+  static std::unique_ptr<ShmCollectives> create(MPI_Comm comm, int64_t slot_bytes, double spin_us, std::string& why,
+                                                bool& expected);
 
-  ShmCollectives(std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us);
+  // Only create() can make this key (it sizes the segment for these arguments).
+  class Key {
+    friend class ShmCollectives;
+    Key() {}
+  };
+  ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us);
+
+  // The collectives below cannot fail once the segment exists; they return Status like the
+  // other paths of Collectives.
 
   // dst = reduction of every rank's src (dst may be src); `postscale` multiplies the result, each
   // block scaled once by the rank that reduced it, so every rank gets identical bits.
@@ -51,9 +61,9 @@ class ShmCollectives {
   int size_;
   int64_t slot_bytes_;
   double spin_us_;
-  uint64_t epoch_ = 0;   // barriers passed
-  int64_t rounds_ = 0;   // rounds run: selects the slot set
-  size_t data_offset_;   // flags first, then the two slot sets
+  const size_t data_offset_;  // flags first, then the two slot sets
+  uint64_t epoch_ = 0;        // barriers passed
+  int64_t rounds_ = 0;        // rounds run: selects the slot set
 };
 
 }  // namespace relax

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <limits>
 #include <random>
 
 namespace relax {
@@ -14,29 +16,30 @@ namespace {
 
 constexpr int kNameBytes = 96;
 constexpr int kWhyBytes = 256;
+constexpr int kNoFailure = std::numeric_limits<int>::max();
 
-// Opens (rank 0: creates and reserves) and maps the segment; returns null and sets `why` on failure.
+// Opens (with `create`: creates and reserves) and maps the segment; returns null and sets `why`
+// on failure, after removing a name it created.
 uint8_t* open_and_map(const char* name, size_t bytes, bool create, std::string& why) {
   const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0600);
   if (fd < 0) {
     why = std::string("shm_open(") + name + ") failed: " + std::strerror(errno);
     return nullptr;
   }
+  const auto fail = [&](const std::string& what) -> uint8_t* {
+    why = what;
+    close(fd);
+    if (create) shm_unlink(name);
+    return nullptr;
+  };
   if (create) {
     int rc = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
     if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-    if (rc != 0) {
-      why = "reserving " + std::to_string(bytes >> 20) + " MiB in /dev/shm failed: " + std::strerror(rc);
-      close(fd);
-      return nullptr;
-    }
+    if (rc != 0) return fail("reserving " + std::to_string(bytes >> 20) + " MiB in /dev/shm failed: " + std::strerror(rc));
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return fail(std::string("mmap of the shared segment failed: ") + std::strerror(errno));
   close(fd);
-  if (p == MAP_FAILED) {
-    why = std::string("mmap of the shared segment failed: ") + std::strerror(errno);
-    return nullptr;
-  }
   return static_cast<uint8_t*>(p);
 }
 
@@ -56,8 +59,12 @@ std::unique_ptr<SharedSegment> SharedSegment::create(MPI_Comm comm, size_t bytes
   uint8_t* data = nullptr;
   std::string local_why;
   if (rank == 0) {
-    std::strncpy(name, unique_name().c_str(), kNameBytes - 1);
-    data = open_and_map(name, bytes, true, local_why);
+    try {  // nothing may escape before the broadcast: the other ranks wait in it
+      std::strncpy(name, unique_name().c_str(), kNameBytes - 1);
+      data = open_and_map(name, bytes, true, local_why);
+    } catch (const std::exception& e) {
+      local_why = e.what();
+    }
     if (!data) name[0] = '\0';
   }
   MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, comm);
@@ -69,11 +76,11 @@ std::unique_ptr<SharedSegment> SharedSegment::create(MPI_Comm comm, size_t bytes
     }
   }
   // Every rank has mapped (or failed) after this: the name can go.
-  const int failed_rank_mine = data ? INT32_MAX : rank;
-  int failed_rank = INT32_MAX;
+  const int failed_rank_mine = data ? kNoFailure : rank;
+  int failed_rank = kNoFailure;
   MPI_Allreduce(&failed_rank_mine, &failed_rank, 1, MPI_INT, MPI_MIN, comm);
   if (rank == 0 && name[0] != '\0') shm_unlink(name);
-  if (failed_rank == INT32_MAX) return std::make_unique<SharedSegment>(Key(), data, bytes);
+  if (failed_rank == kNoFailure) return std::make_unique<SharedSegment>(Key(), data, bytes);
 
   char message[kWhyBytes] = {};
   if (rank == failed_rank) std::strncpy(message, local_why.c_str(), kWhyBytes - 1);

@@ -14,8 +14,9 @@ class SharedSegment {
  public:
   // Collective over `comm`: rank 0 creates a segment of `bytes` (its pages reserved up front, so
   // a full /dev/shm fails here rather than with SIGBUS later), every rank maps it, and the name is
-  // unlinked once all have (nothing is left behind if a rank dies). Returns null on every rank if
-  // any rank failed, with the first failure in `why`.
+  // unlinked once all have, so the memory goes with the last process that maps it. (A rank dying
+  // during this call can leave the name behind.) Returns null on every rank if any rank failed,
+  // with the first failure in `why`.
   static std::unique_ptr<SharedSegment> create(MPI_Comm comm, size_t bytes, std::string& why);
 
   ~SharedSegment();
@@ -25,10 +26,10 @@ class SharedSegment {
   uint8_t* data() const { return data_; }
   size_t size() const { return bytes_; }
 
-  // Only create() can name this key, so only it builds segments (it owns the mapping's lifetime).
+  // Only create() can make this key, so only it builds segments (it owns the mapping's lifetime).
   class Key {
     friend class SharedSegment;
-    Key() = default;
+    Key() {}  // user-provided: not an aggregate, so `Key{}` outside this class does not compile
   };
   SharedSegment(Key, uint8_t* data, size_t bytes) : data_(data), bytes_(bytes) {}
 

@@ -81,8 +81,14 @@ TEST(shared_memory_collectives_are_on_for_one_node_and_off_across_nodes) {
   setenv("RELAX_SHM_COLLECTIVES", "yes", 1);
   setenv("RELAX_SHM_SLOT_BYTES", "10", 1);
   EngineConfig::from_environment(error);
-  CHECK(error.find("RELAX_SHM_COLLECTIVES=yes is not one of auto, off") != std::string::npos);
+  CHECK(error.find("RELAX_SHM_COLLECTIVES=yes is not one of auto, on, off") != std::string::npos);
   CHECK(error.find("RELAX_SHM_SLOT_BYTES=10") != std::string::npos);
+  error.clear();
+  setenv("RELAX_SHM_COLLECTIVES", "on", 1);
+  setenv("RELAX_SHM_SLOT_BYTES", "2e9", 1);
+  EngineConfig capped = EngineConfig::from_environment(error);
+  CHECK(capped.shm_collectives);
+  CHECK(error.find("RELAX_SHM_SLOT_BYTES=2000000000 is above the limit of 1 GiB") != std::string::npos);
   unsetenv("RELAX_SHM_COLLECTIVES");
   unsetenv("RELAX_SHM_SLOT_BYTES");
 }

@@ -1,10 +1,14 @@
 """Runs allreduce, allgather and reducescatter on every rank, checks the exact results, and prints
-whether this process maps relaxlib's shared-memory segment (SEGMENT=yes|no).
+how many of relaxlib's shared-memory segments this process maps (SEGMENTS=<n>).
 
     shm_collectives.py             the global set
     shm_collectives.py subset      a process set of ranks 0 and 1 (launch 3 ranks)
+    shm_collectives.py no-room     files are limited to 1 MiB (RLIMIT_FSIZE), too small for the segment
+    shm_collectives.py rank1-on    rank 1 enables shared memory, rank 0 keeps the launch setting
 """
 
+import os
+import resource
 import sys
 from pathlib import Path
 
@@ -13,6 +17,10 @@ import torch
 import relaxlib
 import relaxlib_torch as hvd
 
+if sys.argv[1:] == ["rank1-on"] and os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
+    os.environ["RELAX_SHM_COLLECTIVES"] = "auto"  # rank 0 keeps "off": rank 0 decides for both
+if sys.argv[1:] == ["no-room"]:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:
     hvd.init()
 except relaxlib.InvalidArgumentError as exc:
@@ -40,6 +48,7 @@ if not subset or hvd.rank() in process_set.ranks:
                 start = sum(rows[:me])
                 assert torch.equal(block, expected[start:start + rows[me]]), ("reducescatter", count, dtype)
 hvd.barrier()  # a rank that shuts down ends the job's collectives: wait for the subset
-maps = Path("/proc/self/maps").read_text()
-print(f"SEGMENT={'yes' if '/relaxlib-' in maps else 'no'}", flush=True)
+names = {line.split()[-2] if line.endswith("(deleted)") else line.split()[-1]
+         for line in Path("/proc/self/maps").read_text().splitlines() if "/relaxlib-" in line}
+print(f"SEGMENTS={len(names)}", flush=True)
 hvd.shutdown()
