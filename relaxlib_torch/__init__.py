@@ -44,6 +44,12 @@ from relaxlib_torch.functions import (
     broadcast_optimizer_state,
     broadcast_parameters,
 )
+from relaxlib_torch.grouped_ops import (
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+)
 from relaxlib_torch.mpi_ops import (
     Adasum,
     Average,
@@ -64,14 +70,10 @@ from relaxlib_torch.mpi_ops import (
     broadcast_,
     broadcast_async,
     broadcast_async_,
-    grouped_allgather,
-    grouped_allgather_async,
     grouped_allreduce,
     grouped_allreduce_,
     grouped_allreduce_async,
     grouped_allreduce_async_,
-    grouped_reducescatter,
-    grouped_reducescatter_async,
     join,
     poll,
     reducescatter,

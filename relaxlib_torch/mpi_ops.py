@@ -97,6 +97,12 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return _register([core], finish, [source, target])
 
 
+def _needs_autograd(tensor: torch.Tensor) -> bool:
+    """Whether a result must be recorded for backward (else the autograd.Function, about 4 us per
+    call, is skipped)."""
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
 def _allreduce_sync(source, output, name, op, prescale_factor, postscale_factor, process_set) -> None:
     # One call submits, waits and releases (no handle bookkeeping in Python); while the engine is
     # idle the calling thread runs the collective itself.
@@ -124,14 +130,18 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
+def _allreduce_new(tensor, name, op, prescale_factor, postscale_factor, process_set) -> torch.Tensor:
+    source = _contiguous(tensor)
+    output = torch.empty_like(source)
+    _allreduce_sync(source, output, name, op, prescale_factor, postscale_factor, process_set)
+    return output
+
+
 class _AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale_factor, postscale_factor, process_set
-        source = _contiguous(tensor)
-        output = torch.empty_like(source)
-        _allreduce_sync(source, output, name, op, prescale_factor, postscale_factor, process_set)
-        return output
+        return _allreduce_new(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -145,7 +155,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Averages (or sums, ...) ``tensor`` over all ranks and returns the result; differentiable."""
     op = _resolve_op(op, average, tensor)
     compressed, ctx = compression.compress(tensor)
-    reduced = _AllreduceFunction.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    run = _AllreduceFunction.apply if _needs_autograd(compressed) else _allreduce_new
+    reduced = run(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -250,13 +261,17 @@ def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
     return _register([core], finish, [source])
 
 
+def _allgather_new(tensor, name, process_set) -> torch.Tensor:
+    return _submit(_direct.allgather_sync, _contiguous(tensor), _auto_name("allgather", name),
+                   _process_set_id(process_set))
+
+
 class _AllgatherFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
         ctx.dim0 = tensor.shape[0]
         ctx.process_set = process_set
-        return _submit(_direct.allgather_sync, _contiguous(tensor), _auto_name("allgather", name),
-                       _process_set_id(process_set))
+        return _allgather_new(tensor, name, process_set)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -270,7 +285,8 @@ def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor
     """Concatenates ``tensor`` from every rank along dimension 0; differentiable."""
     if tensor.dim() == 0:
         raise InvalidArgumentError("allgather needs a tensor with at least one dimension, got a scalar")
-    return _AllgatherFunction.apply(tensor, name, process_set)
+    run = _AllgatherFunction.apply if _needs_autograd(tensor) else _allgather_new
+    return run(tensor, name, process_set)
 
 
 # ---- broadcast -------------------------------------------------------------------------------
@@ -346,14 +362,18 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _register([core], finish, [source])
 
 
+def _reducescatter_new(tensor, name, op, process_set, prescale_factor, postscale_factor) -> torch.Tensor:
+    return _submit(_direct.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name),
+                   _resolve_op(op, None, tensor), float(prescale_factor), float(postscale_factor),
+                   _process_set_id(process_set))
+
+
 class _ReducescatterFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op, ctx.process_set = op, process_set
         ctx.scale = prescale_factor * postscale_factor
-        return _submit(_direct.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name),
-                       _resolve_op(op, None, tensor), float(prescale_factor), float(postscale_factor),
-                       _process_set_id(process_set))
+        return _reducescatter_new(tensor, name, op, process_set, prescale_factor, postscale_factor)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -366,93 +386,9 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
                   prescale_factor=1.0, postscale_factor=1.0) -> torch.Tensor:
     """Reduces ``tensor`` over ranks and returns this rank's dim-0 block; differentiable."""
     compressed, ctx = compression.compress(tensor)
-    out = _ReducescatterFunction.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    run = _ReducescatterFunction.apply if _needs_autograd(compressed) else _reducescatter_new
+    out = run(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)
-
-
-# ---- grouped allgather / reducescatter -------------------------------------------------------
-
-def _grouped_outputs(cores: list[int]) -> list[torch.Tensor]:
-    errors, outputs = [], []
-    for h in cores:
-        try:
-            _wait_core(h)
-            outputs.append(_ops.output(h))
-            _ops.release(h)
-        except RelaxError as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
-    return outputs
-
-
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
-    """Starts one atomic allgather of several tensors; ``synchronize`` returns a tuple."""
-    if not tensors:
-        raise ValueError("grouped_allgather needs at least one tensor")
-    sources = [_contiguous(t) for t in tensors]
-    cores = _submit(_ops.grouped_allgather_async, sources, _auto_name("grouped_allgather", name),
-                    _process_set_id(process_set))
-    return _register(list(cores), lambda handles: tuple(_grouped_outputs(handles)), [sources])
-
-
-class _GroupedAllgatherFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, name, process_set, *tensors):
-        ctx.dims = [t.shape[0] for t in tensors]
-        ctx.process_set = process_set
-        return synchronize(grouped_allgather_async(list(tensors), name, process_set))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        reduced = grouped_allreduce([g.contiguous() for g in grads], op=Sum, process_set=ctx.process_set)
-        dims = allgather(torch.tensor([ctx.dims], dtype=torch.int64), process_set=ctx.process_set)
-        offsets = dims[: ctx.process_set.rank()].sum(dim=0) if ctx.process_set.rank() > 0 else [0] * len(ctx.dims)
-        return (None, None, *[g.narrow(0, int(o), d) for g, o, d in zip(reduced, offsets, ctx.dims)])
-
-
-def grouped_allgather(tensors, name=None, process_set=global_process_set) -> tuple:
-    """Allgathers several tensors as one atomic operation; differentiable. Returns a tuple."""
-    for t in tensors:
-        if t.dim() == 0:
-            raise InvalidArgumentError("allgather needs tensors with at least one dimension, got a scalar")
-    return _GroupedAllgatherFunction.apply(name, process_set, *tensors)
-
-
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                                postscale_factor=1.0) -> int:
-    """Starts one atomic reducescatter of several tensors; ``synchronize`` returns a list."""
-    op = _resolve_op(op, None, None)
-    if not tensors:
-        raise ValueError("grouped_reducescatter needs at least one tensor")
-    sources = [_contiguous(t) for t in tensors]
-    cores = _submit(_ops.grouped_reducescatter_async, sources, _auto_name("grouped_reducescatter", name), op,
-                    float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
-    return _register(list(cores), _grouped_outputs, [sources])
-
-
-class _GroupedReducescatterFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
-        ctx.op, ctx.process_set = op, process_set
-        ctx.scale = prescale_factor * postscale_factor
-        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor,
-                                                             postscale_factor)))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        gathered = grouped_allgather([g.contiguous() for g in grads], process_set=ctx.process_set)
-        scale = ctx.scale / (ctx.process_set.size() if ctx.op == Average else 1)
-        return (None, None, None, None, None, *[g * scale if scale != 1 else g for g in gathered])
-
-
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
-                          prescale_factor=1.0, postscale_factor=1.0) -> list[torch.Tensor]:
-    """Reducescatters several tensors as one atomic operation; differentiable. Returns a list."""
-    compressed = [compression.compress(t) for t in tensors]
-    outs = _GroupedReducescatterFunction.apply(name, op, process_set, prescale_factor, postscale_factor,
-                                               *[c for c, _ in compressed])
-    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]
 
 
 # ---- sparse allreduce ------------------------------------------------------------------------
@@ -587,7 +523,18 @@ __all__ = [
     "Adasum", "Average", "Max", "Min", "Product", "Sum",
     "allgather", "allgather_async", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "grouped_allgather", "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
-    "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async",
-    "join", "poll", "reducescatter", "reducescatter_async", "sparse_allreduce_async", "synchronize", "basics",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "join",
+    "poll", "reducescatter", "reducescatter_async", "sparse_allreduce_async", "synchronize", "basics",
 ]
+
+_GROUPED_OPS = ("grouped_allgather", "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async")
+
+
+def __getattr__(name: str):
+    """Horovod's ``mpi_ops`` also holds the grouped allgather/reducescatter; here they live in
+    ``grouped_ops`` (which imports this module), so they are looked up on first use."""
+    if name in _GROUPED_OPS:
+        from relaxlib_torch import grouped_ops
+
+        return getattr(grouped_ops, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

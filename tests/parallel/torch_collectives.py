@@ -248,6 +248,23 @@ def test_allreduce_autograd():
     assert torch.equal(x.grad, torch.full((2,), 3.0 * SIZE))
 
 
+def test_results_record_no_autograd_graph_without_grad():
+    """Outside autograd (no_grad, or inputs without requires_grad) the differentiable collectives
+    take the direct path: same results, no graph."""
+    x = torch.full((2 * SIZE,), float(RANK + 1), requires_grad=True)
+    total = float(sum(range(1, SIZE + 1)))
+    with torch.no_grad():
+        summed = hvd.allreduce(x, op=hvd.Sum, name="nograd.allreduce")
+        gathered = hvd.allgather(x, name="nograd.allgather")
+        block = hvd.reducescatter(x, op=hvd.Sum, name="nograd.reducescatter")
+    for out in (summed, gathered, block):
+        assert out.grad_fn is None and not out.requires_grad
+    assert torch.equal(summed, torch.full((2 * SIZE,), total))
+    assert torch.equal(gathered, torch.cat([torch.full((2 * SIZE,), float(r + 1)) for r in range(SIZE)]))
+    assert torch.equal(block, torch.full((2,), total))
+    assert hvd.allreduce(x, op=hvd.Sum, name="grad.allreduce").grad_fn is not None
+
+
 @pytest.mark.parametrize("rows", [0, 1, SIZE - 1, SIZE + 1, 2 * SIZE + 3])
 @pytest.mark.parametrize("op_name", ["sum", "average"])
 def test_reducescatter_blocks(rows, op_name):
