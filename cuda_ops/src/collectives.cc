@@ -249,7 +249,8 @@ Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t
 Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
                                    int32_t op, double postscale, void* out) {
   const size_t esize = dtype_size(dtype);
-  const int64_t total = block_offsets(counts).back() + counts.back();
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  const int64_t total = offsets.back() + counts.back();
   if (ShmCollectives* shm = shared_memory(total * static_cast<int64_t>(esize))) {
     const int64_t own_bytes = counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(esize);
     count_traffic(total * static_cast<int64_t>(esize) - own_bytes, own_bytes * (size_ - 1));
@@ -257,7 +258,7 @@ Status Collectives::reduce_scatter(const void* src, void* work, const std::vecto
   }
   Status st = ring_reduce_scatter(src, work, counts, dtype, op);
   if (!st.is_ok()) return st;
-  const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
+  const int64_t own_offset = offsets[static_cast<size_t>(rank_)];
   const int64_t own_count = counts[static_cast<size_t>(rank_)];
   if (own_count > 0) {
     std::memmove(out, static_cast<uint8_t*>(work) + own_offset * static_cast<int64_t>(esize),
@@ -292,9 +293,7 @@ Status Collectives::allgatherv(const void* in, void* out, const std::vector<int6
   const int64_t total = (offsets.back() + counts.back()) * static_cast<int64_t>(esize);
   if (ShmCollectives* shm = shared_memory(total)) {
     count_traffic(own * (size_ - 1), total - own);
-    // The own block is in place in `out` already.
-    return shm->allgatherv(static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize, out, counts,
-                           esize);
+    return shm->allgatherv(out, counts, esize);  // the own block is in place already
   }
   if (size_ > 1 && total <= config_.mpi_allgather_max_bytes && total <= INT_MAX) {
     std::vector<int> byte_counts, byte_displs;

@@ -14,6 +14,19 @@ const char* lookup(const char* name, const char* fallback) {
   return (v && *v) ? v : nullptr;
 }
 
+void add_error(std::string& error, const std::string& text) { error += (error.empty() ? "" : "; ") + text; }
+
+// Settings that take auto, on or off (valid_shm_setting).
+void read_auto_on_off(const char* name, std::string& value, std::string& error) {
+  const char* text = lookup(name, nullptr);
+  if (!text) return;
+  if (valid_shm_setting(text)) {
+    value = text;
+  } else {
+    add_error(error, std::string(name) + "=" + text + " is not one of auto, on, off");
+  }
+}
+
 template <typename T>
 void read(const char* name, const char* fallback, T& value, T minimum, std::string& error) {
   const char* text = lookup(name, fallback);
@@ -21,8 +34,7 @@ void read(const char* name, const char* fallback, T& value, T minimum, std::stri
   char* end = nullptr;
   const double parsed = std::strtod(text, &end);
   if (end == text || *end != '\0' || parsed < static_cast<double>(minimum)) {
-    error += std::string(error.empty() ? "" : "; ") + name + "=" + text + " is not a number >= " +
-             std::to_string(minimum);
+    add_error(error, std::string(name) + "=" + text + " is not a number >= " + std::to_string(minimum));
     return;
   }
   value = static_cast<T>(parsed);
@@ -43,29 +55,14 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_MPI_ALLGATHER_MAX_BYTES", nullptr, c.mpi_allgather_max_bytes, int64_t{0}, error);
   read("RELAX_IDLE_SPIN_US", nullptr, c.idle_spin_us, 0.0, error);
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
-  if (const char* copy = lookup("RELAX_SHM_SINGLE_COPY", nullptr)) {
-    const std::string value = copy;
-    if (valid_shm_setting(value)) {
-      c.shm_single_copy = value;
-    } else {
-      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_SINGLE_COPY=" + value +
-               " is not one of auto, on, off";
-    }
-  }
-  if (const char* shm = lookup("RELAX_SHM_COLLECTIVES", nullptr)) {
-    const std::string value = shm;
-    if (value == "auto" || value == "on" || value == "off") {
-      c.shm_collectives = value != "off";
-    } else {
-      error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_COLLECTIVES=" + value +
-               " is not one of auto, on, off";
-    }
-  }
+  read_auto_on_off("RELAX_SHM_SINGLE_COPY", c.shm_single_copy, error);
+  std::string shm_collectives = c.shm_collectives ? "auto" : "off";
+  read_auto_on_off("RELAX_SHM_COLLECTIVES", shm_collectives, error);
+  c.shm_collectives = shm_collectives != "off";
   read("RELAX_SHM_MIN_BYTES", nullptr, c.shm_min_bytes, int64_t{0}, error);
   read("RELAX_SHM_SLOT_BYTES", nullptr, c.shm_slot_bytes, int64_t{4096}, error);
   if (c.shm_slot_bytes > kMaxShmSlotBytes) {
-    error += std::string(error.empty() ? "" : "; ") + "RELAX_SHM_SLOT_BYTES=" + std::to_string(c.shm_slot_bytes) +
-             " is above the limit of 1 GiB";
+    add_error(error, "RELAX_SHM_SLOT_BYTES=" + std::to_string(c.shm_slot_bytes) + " is above the limit of 1 GiB");
     c.shm_slot_bytes = EngineConfig().shm_slot_bytes;
   }
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);

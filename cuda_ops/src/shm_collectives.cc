@@ -115,47 +115,62 @@ void ShmCollectives::barrier() {
   }
 }
 
+ShmCollectives::Reduction ShmCollectives::reduction(const void* src, std::vector<int64_t> counts, int32_t dtype,
+                                                    int32_t op, double postscale) const {
+  Reduction r;
+  r.in = static_cast<const uint8_t*>(src);
+  r.esize = static_cast<int64_t>(dtype_size(dtype));
+  r.window = std::max<int64_t>(1, slot_bytes_ / (size_ * r.esize));  // elements per block per round
+  r.offsets = block_offsets(counts);
+  r.counts = std::move(counts);
+  r.dtype = dtype;
+  r.op = op;
+  r.postscale = postscale;
+  return r;
+}
+
+// Area j of a slot holds block j's elements of the round. Stages the other ranks' blocks, waits
+// for every rank, then reduces this rank's block (in cache-sized tiles) into `result`.
+void ShmCollectives::reduce_round(const Reduction& r, int64_t k, uint8_t* result, bool publish) {
+  const int64_t area = r.window * r.esize;
+  uint8_t* mine = slot(rank_, rounds_);
+  for (int j = 0; j < size_; ++j) {
+    const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
+    if (j != rank_ && n > 0) {
+      std::memcpy(mine + j * area, r.in + (r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize,
+                  static_cast<size_t>(n * r.esize));
+    }
+  }
+  barrier();
+  const size_t me = static_cast<size_t>(rank_);
+  const int64_t own_bytes = in_round(r.counts[me], k, r.window) * r.esize;
+  const uint8_t* own = r.in + (r.offsets[me] + k * r.window) * r.esize;
+  for (int64_t t = 0; t < own_bytes; t += kReduceTile) {
+    const int64_t tile = std::min(kReduceTile, own_bytes - t) / r.esize;
+    const uint8_t* first = own + t;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      reduce_pair(result + t, first, slot(j, rounds_) + rank_ * area + t, tile, r.dtype, r.op);
+      first = result + t;
+    }
+    scale_buffer(result + t, tile, r.dtype, r.postscale);
+    if (publish) std::memcpy(mine + rank_ * area + t, result + t, static_cast<size_t>(tile * r.esize));
+  }
+}
+
 Status ShmCollectives::allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
                                  double postscale) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t window = std::max<int64_t>(1, slot_bytes_ / (size_ * esize));  // elements per block per round
-  const std::vector<int64_t> counts = even_counts(count, size_);
-  const std::vector<int64_t> offsets = block_offsets(counts);
-  const auto* in = static_cast<const uint8_t*>(src);
+  const Reduction r = reduction(src, even_counts(count, size_), dtype, op, postscale);
   auto* out = static_cast<uint8_t*>(dst);
-  const size_t me = static_cast<size_t>(rank_);
-  const int64_t rounds = rounds_for(counts, window);
+  const int64_t rounds = rounds_for(r.counts, r.window);
   for (int64_t k = 0; k < rounds; ++k, ++rounds_) {
-    uint8_t* mine = slot(rank_, rounds_);
-    // Area j of a slot holds block j's elements of this round.
-    for (int j = 0; j < size_; ++j) {
-      const int64_t n = in_round(counts[static_cast<size_t>(j)], k, window);
-      if (j != rank_ && n > 0) {
-        std::memcpy(mine + j * window * esize, in + (offsets[static_cast<size_t>(j)] + k * window) * esize,
-                    static_cast<size_t>(n * esize));
-      }
-    }
-    barrier();
-    const int64_t own = in_round(counts[me], k, window);
-    const int64_t own_start = (offsets[me] + k * window) * esize;
-    for (int64_t t = 0; t < own * esize; t += kReduceTile) {
-      const int64_t tile = std::min(kReduceTile, own * esize - t) / esize;
-      uint8_t* result = out + own_start + t;
-      const uint8_t* first = in + own_start + t;
-      for (int j = 0; j < size_; ++j) {
-        if (j == rank_) continue;
-        reduce_pair(result, first, slot(j, rounds_) + rank_ * window * esize + t, tile, dtype, op);
-        first = result;
-      }
-      scale_buffer(result, tile, dtype, postscale);
-      std::memcpy(mine + rank_ * window * esize + t, result, static_cast<size_t>(tile * esize));
-    }
+    reduce_round(r, k, out + (r.offsets[static_cast<size_t>(rank_)] + k * r.window) * r.esize, true);
     barrier();
     for (int j = 0; j < size_; ++j) {
-      const int64_t n = in_round(counts[static_cast<size_t>(j)], k, window);
+      const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
       if (j != rank_ && n > 0) {
-        std::memcpy(out + (offsets[static_cast<size_t>(j)] + k * window) * esize, slot(j, rounds_) + j * window * esize,
-                    static_cast<size_t>(n * esize));
+        std::memcpy(out + (r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize,
+                    slot(j, rounds_) + j * r.window * r.esize, static_cast<size_t>(n * r.esize));
       }
     }
   }
@@ -164,47 +179,21 @@ Status ShmCollectives::allreduce(const void* src, void* dst, int64_t count, int3
 
 Status ShmCollectives::reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
                                       double postscale, void* out) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t window = std::max<int64_t>(1, slot_bytes_ / (size_ * esize));
-  const std::vector<int64_t> offsets = block_offsets(counts);
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* result_base = static_cast<uint8_t*>(out);
-  const size_t me = static_cast<size_t>(rank_);
-  const int64_t rounds = rounds_for(counts, window);
-  for (int64_t k = 0; k < rounds; ++k, ++rounds_) {
-    uint8_t* mine = slot(rank_, rounds_);
-    for (int j = 0; j < size_; ++j) {
-      const int64_t n = in_round(counts[static_cast<size_t>(j)], k, window);
-      if (j != rank_ && n > 0) {
-        std::memcpy(mine + j * window * esize, in + (offsets[static_cast<size_t>(j)] + k * window) * esize,
-                    static_cast<size_t>(n * esize));
-      }
-    }
-    barrier();
-    const int64_t own = in_round(counts[me], k, window);
-    if (own == 0) continue;
-    uint8_t* result = result_base + k * window * esize;
-    const uint8_t* first = in + (offsets[me] + k * window) * esize;
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      reduce_pair(result, first, slot(j, rounds_) + rank_ * window * esize, own, dtype, op);
-      first = result;
-    }
-    scale_buffer(result, own, dtype, postscale);
+  const Reduction r = reduction(src, counts, dtype, op, postscale);
+  const int64_t rounds = rounds_for(r.counts, r.window);
+  const int64_t own = r.counts[static_cast<size_t>(rank_)];
+  for (int64_t k = 0; k < rounds; ++k, ++rounds_) {  // (rounds past the own block reduce nothing)
+    reduce_round(r, k, static_cast<uint8_t*>(out) + std::min(k * r.window, own) * r.esize, false);
   }
   return Status::ok();
 }
 
-Status ShmCollectives::allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t element_size) {
+Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size) {
   const int64_t esize = static_cast<int64_t>(element_size);
   const int64_t window = std::max<int64_t>(1, slot_bytes_ / esize);
   const std::vector<int64_t> offsets = block_offsets(counts);
   auto* dst = static_cast<uint8_t*>(out);
   const size_t me = static_cast<size_t>(rank_);
-  const auto* own = static_cast<const uint8_t*>(in);
-  if (counts[me] > 0 && own != dst + offsets[me] * esize) {
-    std::memcpy(dst + offsets[me] * esize, own, static_cast<size_t>(counts[me] * esize));
-  }
   const int64_t rounds = rounds_for(counts, window);
   for (int64_t k = 0; k < rounds; ++k, ++rounds_) {
     const int64_t n_own = in_round(counts[me], k, window);

@@ -48,10 +48,24 @@ class ShmCollectives {
   // reduction of every rank's `src`, scaled by `postscale`. `src` is only read.
   Status reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
                         double postscale, void* out);
-  // Every rank's `counts[r]` elements, in rank order, into `out`; this rank's block is `in`.
-  Status allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t element_size);
+  // Every rank's `counts[r]` elements, in rank order, into `out`, where this rank's block is
+  // already in place.
+  Status allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size);
 
  private:
+  // A reduction over blocks of `counts` elements (block r reduced by rank r), cut into rounds of
+  // `window` elements per block.
+  struct Reduction {
+    const uint8_t* in = nullptr;
+    std::vector<int64_t> counts, offsets;
+    int64_t esize = 0, window = 0;
+    int32_t dtype = 0, op = 0;
+    double postscale = 1.0;
+  };
+  Reduction reduction(const void* src, std::vector<int64_t> counts, int32_t dtype, int32_t op, double postscale) const;
+  // Round `k`: this rank's reduced block part into `result`; with `publish` also into its slot.
+  void reduce_round(const Reduction& r, int64_t k, uint8_t* result, bool publish);
+
   uint8_t* slot(int rank, int64_t round) const;
   uint64_t* flag(int rank) const;
   void barrier();
