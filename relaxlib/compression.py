@@ -10,7 +10,7 @@ codec     wire format per chunk of n elements     error per element
 ========  ======================================  ==========================================
 fp16      2n bytes                                IEEE half rounding (relative 2^-11)
 uint8     min, max (8 bytes) + n bytes            <= (max - min) / 255 / 2
-sign      mean |x| (4 bytes) + ceil(n / 8) bytes  | |x| - mean |x| |; the chunk's L1 norm is kept
+sign      rms(x) (4 bytes) + ceil(n / 8) bytes    | |x| - rms(x) |; the chunk's L2 norm is kept
 ========  ======================================  ==========================================
 """
 

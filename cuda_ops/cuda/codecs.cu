@@ -3,7 +3,7 @@
 // compute. The encoded layouts are those of cuda_ops/src/codecs/*.cc:
 //   fp16:  n halves
 //   uint8: float min, float max, n bytes
-//   sign:  float mean|x|, ceil(n/8) bytes of sign bits (bit i of byte i/8 for element i)
+//   sign:  float rms(x), ceil(n/8) bytes of sign bits (bit i of byte i/8 for element i)
 // No GPU exists on the build machines: CI compiles this file with nvcc only.
 #include <cuda_runtime.h>
 
@@ -72,17 +72,17 @@ __global__ void minmax_dequantize_kernel(const uint8_t* q, int64_t n, const floa
   out[i] = accumulate ? out[i] + value : value;
 }
 
-__global__ void mean_abs_kernel(const float* in, int64_t n, float* scale) {
+__global__ void sign_scale_kernel(const float* in, int64_t n, float* scale) {
   __shared__ double sums[kThreads];
   double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += fabs(static_cast<double>(in[i]));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(in[i]) * in[i];
   sums[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
     if (threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *scale = n > 0 ? static_cast<float>(sums[0] / static_cast<double>(n)) : 0.0f;
+  if (threadIdx.x == 0) *scale = codec_math::sign_scale(sums[0], n);
 }
 
 // Thread b packs the signs of elements 8b..8b+7 into byte b.
@@ -130,7 +130,7 @@ cudaError_t decode_uint8(const uint8_t* in, int64_t n, float* out, bool accumula
 
 cudaError_t encode_sign(const float* in, int64_t n, uint8_t* out, cudaStream_t stream) {
   float* scale = reinterpret_cast<float*>(out);
-  mean_abs_kernel<<<1, kThreads, 0, stream>>>(in, n, scale);
+  sign_scale_kernel<<<1, kThreads, 0, stream>>>(in, n, scale);
   const int64_t bytes = (n + 7) / 8;
   if (bytes > 0) sign_pack_kernel<<<blocks_for(bytes), kThreads, 0, stream>>>(in, n, out + 4);
   return cudaGetLastError();

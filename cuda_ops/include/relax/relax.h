@@ -88,7 +88,7 @@ typedef enum {
 typedef enum {
   RELAX_CODEC_FP16 = 1,  /* IEEE half per element */
   RELAX_CODEC_UINT8 = 2, /* per-chunk min/max + 1 byte per element */
-  RELAX_CODEC_SIGN = 3   /* per-chunk mean |x| + 1 bit per element */
+  RELAX_CODEC_SIGN = 3   /* per-chunk root mean square + 1 bit per element */
 } relax_codec_t;
 
 /*

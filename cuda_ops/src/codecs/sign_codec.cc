@@ -1,7 +1,7 @@
-// sign (1-bit): header = scale = mean absolute value of the chunk (one float), then one bit per
-// element (set for x >= 0): x ~ +-scale. The chunk's L1 norm is preserved exactly; per-element
-// error is | |x| - scale | (zero for chunks of equal magnitudes). Error feedback makes the sum
-// of what is sent track the sum of the inputs.
+// sign (1-bit): header = scale = root mean square of the chunk (one float), then one bit per
+// element (set for x >= 0): x ~ +-scale. The chunk's L2 norm is preserved; per-element error is
+// | |x| - scale | (zero for chunks of equal magnitudes). Error feedback makes the sum of what is
+// sent track the sum of the inputs; why the scale is the RMS: hd/codec_math.h.
 #include <cmath>
 #include <cstring>
 
@@ -90,12 +90,15 @@ class SignCodec final : public Codec {
     double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // independent partial sums: vectorizable
     const int64_t blocks = n / 8;
     for (int64_t b = 0; b < blocks; ++b) {
-      for (int j = 0; j < 8; ++j) lanes[j] += std::fabs(in[8 * b + j]);
+      for (int j = 0; j < 8; ++j) {
+        const double x = in[8 * b + j];
+        lanes[j] += x * x;
+      }
     }
-    for (int64_t i = 8 * blocks; i < n; ++i) lanes[0] += std::fabs(in[i]);
-    double l1 = 0.0;
-    for (double lane : lanes) l1 += lane;
-    const float scale = n > 0 ? static_cast<float>(l1 / static_cast<double>(n)) : 0.0f;
+    for (int64_t i = 8 * blocks; i < n; ++i) lanes[0] += static_cast<double>(in[i]) * in[i];
+    double squares = 0.0;
+    for (double lane : lanes) squares += lane;
+    const float scale = codec_math::sign_scale(squares, n);
     std::memcpy(out, &scale, 4);
     uint8_t* bits = out + kHeader;
     const int64_t full = n / 8;

@@ -2,6 +2,7 @@
 // the CUDA kernels (cuda_ops/cuda): __host__ __device__, no state, no allocation.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "hd/half.h"
@@ -22,6 +23,14 @@ RELAX_HD inline uint8_t minmax_quantize(float x, float lo, float inverse_step) {
 RELAX_HD inline float minmax_dequantize(uint8_t q, float lo, float step) { return lo + static_cast<float>(q) * step; }
 
 // ---- sign (1 bit per element): bit set for x >= 0; value = +-scale ----
+
+// The scale is the chunk's root mean square, so the decoded chunk keeps the input's L2 norm
+// (DeepSpeed's 1-bit choice). The mean |x| (the least-squares scale) underrates the few large
+// elements of a bucket that mixes layers: with error feedback their residual then grows to
+// hundreds of steps' worth before it is sent, and training diverges at ordinary learning rates.
+RELAX_HD inline float sign_scale(double sum_of_squares, int64_t n) {
+  return n > 0 ? static_cast<float>(sqrt(sum_of_squares / static_cast<double>(n))) : 0.0f;
+}
 
 RELAX_HD inline bool sign_bit(float x) { return x >= 0.0f; }
 
