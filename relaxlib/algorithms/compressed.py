@@ -23,25 +23,50 @@ def gradient_buckets(ctx: TrainingContext, fusion_mb: float) -> list[list[int]]:
     return make_buckets(specs, int(fusion_mb * MB))
 
 
+SGD_KEYS = frozenset({"lr", "momentum", "dampening", "nesterov"})
+
+
+def is_sgd(snapshot: list[dict]) -> bool:
+    """Whether every parameter group of an optimizer snapshot is plain (momentum) SGD's."""
+    return all(SGD_KEYS <= group.keys() for group in snapshot)
+
+
 class CompressedScatterReduce(Algorithm):
     """Gradients averaged by compressed scatter-reduce: ``codec`` is ``"uint8"`` (min-max, 1 byte
     per element), ``"sign"`` (1 bit) or ``"fp16"``; ``error_feedback`` keeps the residuals of both
     compressions so their sum stays bounded. ``hierarchical=True`` reduces in full precision within
     each node, compresses only between node leaders, then broadcasts within the node.
-    Buckets of ``fusion_mb`` start as soon as their gradients exist, overlapping backward."""
+    Buckets of ``fusion_mb`` start as soon as their gradients exist, overlapping backward.
+
+    ``compress`` says what goes through the codec:
+
+    - ``"update"``: each rank runs SGD's momentum (and weight decay, dampening, Nesterov) on its
+      own gradients and compresses the resulting step ``lr * d``, with error feedback in those
+      units; the averaged step is subtracted from the parameters. The error then never passes
+      through the momentum, which would amplify it by ``1 / (1 - momentum)`` and turn the
+      residual's delay into oscillation (what made 1-bit training diverge at lr 0.05 with
+      momentum 0.9). With an exact codec it is the same SGD as all-reduce. Needs a
+      ``torch.optim.SGD``-like optimizer; clipping (``max_grad_norm``) clips each rank's gradient.
+    - ``"gradient"``: the gradients are compressed and the wrapped optimizer runs on their
+      average, whatever it is (for Adam-like optimizers; 1-bit Adam is ``OneBitAdam``).
+    - ``"auto"`` (default): ``"update"`` with SGD and a lossy codec, else ``"gradient"``.
+    """
 
     name = "compressed_scatter_reduce"
 
     def __init__(self, codec: str = "uint8", error_feedback: bool = True, hierarchical: bool = False,
-                 fusion_mb: float = 10) -> None:
+                 fusion_mb: float = 10, compress: str = "auto") -> None:
         if codec not in CODECS:
             raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)}")
         if fusion_mb <= 0:
             raise ValueError("fusion_mb must be positive")
+        if compress not in ("auto", "update", "gradient"):
+            raise ValueError(f"compress must be 'auto', 'update' or 'gradient', not {compress!r}")
         self.codec = codec
         self.error_feedback = error_feedback
         self.hierarchical = hierarchical
         self.fusion_mb = fusion_mb
+        self.compress = compress
 
     def setup(self, ctx: TrainingContext) -> None:
         self._buckets = gradient_buckets(ctx, self.fusion_mb)
@@ -50,6 +75,12 @@ class CompressedScatterReduce(Algorithm):
         self._started: dict[int, object] = {}
         self._local = self._leaders = None
         self._leader = 0
+        sgd = is_sgd(ctx.snapshot())
+        if self.compress == "update" and not sgd:
+            raise ValueError("CompressedScatterReduce(compress='update') needs an SGD optimizer (parameter groups "
+                             "with lr, momentum, dampening and nesterov); use compress='gradient' for others")
+        self._updates = self.compress == "update" or (self.compress == "auto" and sgd and self.codec != "fp16")
+        self._momentum: list[object | None] = [None] * len(self._buckets)
         if self.hierarchical:
             self._local, self._leaders, self._leader = ctx.node_groups()
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
@@ -57,14 +88,41 @@ class CompressedScatterReduce(Algorithm):
         self._memories = [ctx.error_feedback(sum(ctx.parameters()[i].numel for i in members), group=group)
                           if holds_state else None for members in self._buckets]
 
+    def compresses_updates(self) -> bool:
+        """Whether this run compresses SGD steps (``compress="update"`` in effect) rather than gradients."""
+        return self._updates
+
     def on_gradient(self, ctx: TrainingContext, index: int) -> None:
         bucket = self._bucket_of[index]
         self._ready[bucket] += 1
         if self._ready[bucket] == len(self._buckets[bucket]):
             self._start(ctx, bucket)
 
+    def _local_step(self, ctx: TrainingContext, bucket: int, grad):
+        """This rank's SGD step ``lr * d`` for a bucket (torch.optim.SGD's rules, one group per bucket)."""
+        members = self._buckets[bucket]
+        hyper = ctx.snapshot()[ctx.parameters()[members[0]].group]
+        if hyper.get("maximize"):
+            grad = -grad
+        if ctx.max_grad_norm:
+            coefficient = ctx.max_grad_norm / (math.sqrt(ctx.sum_of_squares(grad)) + 1e-6)
+            if coefficient < 1.0:
+                grad = grad * coefficient
+        if hyper.get("weight_decay"):
+            grad = grad + hyper["weight_decay"] * ctx.flatten_params(members)
+        momentum = hyper["momentum"]
+        if momentum:
+            buffer = self._momentum[bucket]
+            # torch.optim.SGD starts the buffer at the first gradient, without dampening
+            buffer = grad * 1.0 if buffer is None else momentum * buffer + (1 - hyper["dampening"]) * grad
+            self._momentum[bucket] = buffer
+            grad = grad + momentum * buffer if hyper["nesterov"] else buffer
+        return hyper["lr"] * grad
+
     def _start(self, ctx: TrainingContext, bucket: int) -> None:
         flat = ctx.flatten_grads(self._buckets[bucket])
+        if self._updates:
+            flat = self._local_step(ctx, bucket, flat)
         name = f"{self.name}.{bucket}"
         if not self.hierarchical:
             self._started[bucket] = ctx.compressed_allreduce_async(flat, name, self.codec, self._memories[bucket])
@@ -86,6 +144,11 @@ class CompressedScatterReduce(Algorithm):
             if bucket not in self._started:
                 self._start(ctx, bucket)  # parameters without gradient this step: zeros
         averaged = [self._finish(ctx, b) for b in range(len(self._buckets))]
+        self._ready = [0] * len(self._buckets)
+        if self._updates:  # averaged SGD steps, already scaled by the learning rate
+            for members, update in zip(self._buckets, averaged):
+                ctx.add_to_params(members, update, alpha=-1.0)
+            return
         if ctx.max_grad_norm:
             norm = math.sqrt(sum(ctx.sum_of_squares(g) for g in averaged))  # identical on every rank
             coefficient = ctx.max_grad_norm / (norm + 1e-6)
@@ -95,15 +158,17 @@ class CompressedScatterReduce(Algorithm):
         snapshot = ctx.snapshot()
         for members, grads in zip(self._buckets, averaged):
             ctx.apply_update(members, snapshot, flat_grads=grads)
-        self._ready = [0] * len(self._buckets)
 
     def state_dict(self) -> dict:
-        return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories]}
+        return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],
+                "momentum": [m * 1.0 if m is not None else None for m in self._momentum]}
 
     def load_state_dict(self, state: dict) -> None:
         for memory, saved in zip(self._memories, state["error_feedback"]):
             if memory is not None and saved is not None:
                 memory.load_state_dict(saved)
+        if "momentum" in state:
+            self._momentum = [m * 1.0 if m is not None else None for m in state["momentum"]]
 
 
 class OneBitAdam(Algorithm):
@@ -113,20 +178,34 @@ class OneBitAdam(Algorithm):
     feedback. It replaces the wrapped optimizer's update (the optimizer only supplies parameter
     groups and, when ``lr`` is None, the learning rate, so LR schedulers keep working).
 
+    What is compressed is the momentum divided by the frozen ``sqrt(v) + eps``, i.e. the step
+    Adam takes per unit of learning rate: the frozen denominator is the same on every rank, so
+    the average is unchanged, but the values are of similar magnitude across layers, which one
+    sign scale per chunk needs. Compressing the raw momentum gave elements with a small variance
+    the scale of the large ones, divided by their small ``sqrt(v)``: it diverged on a conv net.
+
     It can diverge when the variance is frozen too early or moves later (BAGUA saw it on VGG16
     and LSTM+AlexNet): choose ``warmup_steps`` past the initial transient (a few % of training).
-    Elements that had no gradient during warm-up keep their value afterwards (their frozen
-    variance is zero; the sign codec would otherwise blow them up).
+    An element whose gradient grows after warm-up (a ReLU unit that wakes up) would divide its
+    new momentum by a tiny frozen ``sqrt(v)``; the frozen denominator is therefore floored at
+    ``variance_floor`` times the bucket's root mean ``sqrt(v)``, which bounds such steps (Adam
+    itself would let ``v`` grow). Elements that had no gradient at all during warm-up keep their
+    value afterwards. ``betas=None`` takes the wrapped optimizer's betas (``(0.9, 0.999)`` if it
+    has none), as ``lr=None`` takes its learning rate.
     """
 
     name = "onebit_adam"
 
-    def __init__(self, lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 warmup_steps: int = 100, weight_decay: float = 0.0, fusion_mb: float = 10) -> None:
+    def __init__(self, lr: float | None = None, betas: tuple[float, float] | None = None, eps: float = 1e-8,
+                 warmup_steps: int = 100, weight_decay: float = 0.0, fusion_mb: float = 10,
+                 variance_floor: float = 0.1) -> None:
         if warmup_steps < 1:
             raise ValueError("warmup_steps must be at least 1 (the variance needs full-precision steps)")
+        if variance_floor < 0:
+            raise ValueError("variance_floor must be >= 0")
         self.lr = lr
         self.betas = betas
+        self.variance_floor = variance_floor
         self.eps = eps
         self.warmup_steps = warmup_steps
         self.weight_decay = weight_decay
@@ -137,10 +216,25 @@ class OneBitAdam(Algorithm):
         self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
         self._ready = [0] * len(self._buckets)
         self._started: dict[int, object] = {}
+        self._betas = tuple(self.betas or ctx.snapshot()[0].get("betas", (0.9, 0.999)))
         self._momentum = [0.0 * ctx.flatten_params(members) for members in self._buckets]
         self._variance = [0.0 * ctx.flatten_params(members) for members in self._buckets]
         self._memories = [ctx.error_feedback(sum(ctx.parameters()[i].numel for i in members))
                           for members in self._buckets]
+        self._frozen: dict[int, tuple] = {}  # per bucket once compressing: (sqrt(v_hat) + eps, mask)
+
+    def _preconditioner(self, ctx: TrainingContext, bucket: int) -> tuple:
+        """The frozen denominator ``sqrt(v_hat) + eps`` (floored, see the class) of a bucket and
+        the mask of its elements that had a gradient during warm-up (v > 0). The others would
+        move by +-scale from the sign codec: they keep their value, as DeepSpeed's 1-bit Adam asks
+        a user-given mask for."""
+        if bucket not in self._frozen:
+            v_hat = self._variance[bucket] / (1 - self._betas[1] ** self.warmup_steps)
+            root = v_hat ** 0.5
+            numel = sum(ctx.parameters()[i].numel for i in self._buckets[bucket])
+            floor = self.variance_floor * math.sqrt(ctx.sum_of_squares(root) / max(numel, 1))
+            self._frozen[bucket] = (root + (self.eps + floor), v_hat / (v_hat + 1e-30))
+        return self._frozen[bucket]
 
     def compressing(self, ctx: TrainingContext) -> bool:
         """Whether the current step exchanges compressed momentum (after warm-up)."""
@@ -158,37 +252,36 @@ class OneBitAdam(Algorithm):
         if not self.compressing(ctx):
             self._started[bucket] = ctx.allreduce_async(grad, name + ".grad")
             return
-        beta1 = self.betas[0]
+        beta1 = self._betas[0]
         local_momentum = beta1 * self._momentum[bucket] + (1 - beta1) * grad
-        self._started[bucket] = ctx.compressed_allreduce_async(local_momentum, name + ".momentum", "sign",
-                                                               self._memories[bucket])
+        denominator, mask = self._preconditioner(ctx, bucket)
+        self._started[bucket] = ctx.compressed_allreduce_async(local_momentum * mask / denominator,
+                                                               name + ".momentum", "sign", self._memories[bucket])
 
     def step(self, ctx: TrainingContext) -> None:
         for bucket in range(len(self._buckets)):
             if bucket not in self._started:
                 self._start(ctx, bucket)
         snapshot = ctx.snapshot()
-        beta1, beta2 = self.betas
+        beta1, beta2 = self._betas
         t = ctx.step_count + 1
         for bucket, members in enumerate(self._buckets):
             received = ctx.wait(self._started.pop(bucket))
-            if not self.compressing(ctx):
+            if not self.compressing(ctx):  # Adam on the all-reduced gradient
                 self._momentum[bucket] = beta1 * self._momentum[bucket] + (1 - beta1) * received
                 self._variance[bucket] = beta2 * self._variance[bucket] + (1 - beta2) * received * received
                 m_hat = self._momentum[bucket] / (1 - beta1 ** t)
                 v_hat = self._variance[bucket] / (1 - beta2 ** t)
-            else:  # frozen variance (bias-corrected at the end of warm-up), averaged 1-bit momentum
-                self._momentum[bucket] = received
-                v_hat = self._variance[bucket] / (1 - beta2 ** self.warmup_steps)
-                # Elements whose gradient was always zero during warm-up (v = 0, e.g. weights of
-                # inputs that are always 0) would get +-scale / eps from the sign codec: mask them
-                # (DeepSpeed's 1-bit Adam needs a user-given mask for the same reason).
-                m_hat = received * (v_hat / (v_hat + 1e-30))
+                step = m_hat / (v_hat ** 0.5 + self.eps)
+            else:  # the averaged 1-bit step under the frozen variance
+                denominator, mask = self._preconditioner(ctx, bucket)
+                step = received * mask
+                self._momentum[bucket] = step * denominator
             lr = self.lr if self.lr is not None else self._group_lr(ctx, snapshot, members[0])
             params = ctx.flatten_params(members)
             if self.weight_decay:
                 params = params - lr * self.weight_decay * params
-            ctx.set_params_from_flat(members, params - lr * m_hat / (v_hat ** 0.5 + self.eps))
+            ctx.set_params_from_flat(members, params - lr * step)
         self._ready = [0] * len(self._buckets)
 
     @staticmethod
@@ -202,5 +295,6 @@ class OneBitAdam(Algorithm):
     def load_state_dict(self, state: dict) -> None:
         self._momentum = [m * 1.0 for m in state["momentum"]]
         self._variance = [v * 1.0 for v in state["variance"]]
+        self._frozen = {}
         for memory, saved in zip(self._memories, state["error_feedback"]):
             memory.load_state_dict(saved)
