@@ -57,6 +57,13 @@ def test_convergence_on_digits_with_four_ranks():
     assert run.returncode == 0, run.report()
 
 
+@pytest.mark.slow
+def test_convergence_grid_slice_with_four_ranks():
+    """Cells of benchmarks/convergence_grid.py with the grid's targets as assertions."""
+    run = run_pytest_on_ranks(4, "torch_convergence_grid.py", per_test_timeout=300)
+    assert run.returncode == 0, run.report()
+
+
 @pytest.mark.parametrize("np_", [2, 3, 4])
 def test_decentralized_and_partial_allreduce(np_):
     run = run_pytest_on_ranks(np_, "torch_decentralized.py")

@@ -1,0 +1,369 @@
+"""Convergence grid: every relaxation against all-reduce over learning rate x momentum x model x ranks.
+
+One cell trains a model on scikit-learn's digits (half for training, sharded over the ranks; the
+other half for testing) from the same initial weights on every rank, and reports the final test
+accuracy. Each mode is compared with all-reduce at the same cell (1-bit Adam with Adam under
+all-reduce, the momentum column then being Adam's beta1 and the learning rate a tenth of the
+column's). Model-averaging modes are measured after their final exact average (average_now).
+``compressed-sign-gradient`` is the ablation of the default: 1-bit gradients with error feedback and
+SGD's momentum applied after the average (compress="gradient"), instead of compressing each rank's
+momentum step.
+
+    python benchmarks/convergence_grid.py                      # the whole grid, 2 and 4 ranks
+    python benchmarks/convergence_grid.py --np 4 --models mlp --modes allreduce,compressed-sign
+
+Writes benchmarks/results/convergence_grid.json (every cell, the targets met or missed, the
+worst cell per mode) and convergence_grid.png (a heat map of the accuracy difference).
+Each rank count runs as one job (one mpirun), the cells one after another inside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+MODELS = ("mlp", "conv")
+LRS = (0.01, 0.03, 0.05, 0.1)
+MOMENTA = (0.0, 0.9)
+ADAM_LR_FACTOR = 0.1  # Adam's cells run at a tenth of the column's learning rate
+MODES = ("allreduce", "dear", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-sign-noef",
+         "compressed-sign-gradient",
+         "adam", "onebit-adam", "decentralized-ring", "decentralized-random", "decentralized-ring-uint8",
+         "partial-static", "partial-random", "partial-smart", "async")
+REFERENCE = {"onebit-adam": "adam", "adam": "adam"}  # every other mode is compared with allreduce
+AVERAGING = ("decentralized-ring", "decentralized-random", "decentralized-ring-uint8", "partial-static",
+             "partial-random", "partial-smart", "async")
+# per target (docs/compression.md): (bound in accuracy points below the reference, modes)
+TARGETS = {
+    "exact": (0.2, ("dear", "compressed-fp16")),
+    "compressed with error feedback": (1.0, ("compressed-uint8", "compressed-sign")),
+    "1-bit Adam": (1.0, ("onebit-adam",)),
+    "model averaging after average_now": (2.0, AVERAGING),
+}
+CONVERGED = 80.0  # a reference below this accuracy (%) did not converge: its cell binds no target
+
+
+# ---------------------------------------------------------------- worker (runs on every rank)
+
+def build_model(name: str):
+    import torch
+    if name == "mlp":
+        return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    return torch.nn.Sequential(  # the digits as 1x8x8 images
+        torch.nn.Unflatten(1, (1, 8, 8)),
+        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.Linear(32 * 4 * 4, 10))
+
+
+def build_algorithm(mode: str):
+    from relaxlib import algorithms
+    from relaxlib.auto import algorithm_for
+    if mode in ("allreduce", "adam"):
+        return None
+    if mode == "compressed-sign-noef":
+        return algorithms.CompressedScatterReduce("sign", error_feedback=False)
+    if mode == "compressed-sign-gradient":  # error feedback on the gradient, momentum after the average
+        return algorithms.CompressedScatterReduce("sign", compress="gradient")
+    if mode == "onebit-adam":
+        return algorithms.OneBitAdam(warmup_steps=20)
+    if mode == "decentralized-ring-uint8":  # low precision (CHOCO); fixed neighbours only
+        return algorithms.Decentralized("ring", codec="uint8")
+    if mode == "async":
+        return algorithms.AsyncModelAverage(sync_interval_ms=1)
+    return algorithm_for(mode)
+
+
+EPOCHS, BATCH = 8, 16  # defaults of a cell: epochs, samples per rank and step
+
+
+def run_cell(hvd, data, cell: dict, epochs: int = EPOCHS, batch: int = BATCH) -> dict:
+    """Trains one cell; returns its test accuracy (%) and final training loss, or the error."""
+    import torch
+
+    from relaxlib.algorithms import ModelAveraging
+    x_train, y_train, x_test, y_test = data
+    torch.manual_seed(cell["seed"])  # same initial weights on every rank
+    model = build_model(cell["model"])
+    if cell["mode"] in ("adam", "onebit-adam"):
+        base = torch.optim.Adam(model.parameters(), lr=cell["lr"] * ADAM_LR_FACTOR, betas=(cell["momentum"], 0.999))
+    else:
+        base = torch.optim.SGD(model.parameters(), lr=cell["lr"], momentum=cell["momentum"])
+    algorithm = build_algorithm(cell["mode"])
+    optimizer = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters(), algorithm=algorithm,
+                                         model=model)
+    x_local, y_local = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
+    steps = len(x_local) // batch
+    loss = torch.tensor(0.0)
+    try:
+        for epoch in range(epochs):
+            order = torch.randperm(len(x_local), generator=torch.Generator().manual_seed(1000 * epoch + hvd.rank()))
+            for step in range(steps):
+                rows = order[step * batch:(step + 1) * batch]
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x_local[rows]), y_local[rows])
+                loss.backward()
+                optimizer.step()
+        if isinstance(algorithm, ModelAveraging):
+            optimizer.join()
+            algorithm.average_now()
+        elif hasattr(optimizer, "flush"):
+            optimizer.flush()
+    except Exception as error:  # a diverged cell (non-finite gradients) fails on every rank alike
+        return {"accuracy": None, "error": f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"}
+    finally:
+        if hasattr(optimizer, "close"):
+            optimizer.close()
+    with torch.no_grad():
+        accuracy = (model(x_test).argmax(1) == y_test).float().mean().item() * 100
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    # every rank must hold the same model at the end (a check, not a measurement)
+    spread = hvd.allreduce(flat, op=hvd.Max, name="grid.max") - hvd.allreduce(flat, op=hvd.Min, name="grid.min")
+    return {"accuracy": accuracy, "final_loss": float(loss.detach()), "ranks_agree": bool(spread.abs().max() == 0)}
+
+
+def load_data():
+    """Digits scaled to [0, 1]: (x_train, y_train, x_test, y_test), a stratified half each."""
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    digits = load_digits()
+    x = torch.tensor(digits.data, dtype=torch.float32) / 16
+    y = torch.tensor(digits.target)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.5, random_state=0, stratify=y)
+    return x_train, y_train, x_test, y_test
+
+
+def worker(args: argparse.Namespace) -> int:
+    import torch
+
+    import relaxlib_torch as hvd
+    torch.set_num_threads(1)
+    hvd.init()
+    data = load_data()
+    cells = json.loads(Path(args.cells).read_text())
+    with open(args.out, "a") if hvd.rank() == 0 else open(os.devnull, "w") as out:
+        for number, cell in enumerate(cells, 1):
+            start = time.perf_counter()
+            result = run_cell(hvd, data, cell, args.epochs, args.batch)
+            result.update(cell, ranks=hvd.size(), seconds=round(time.perf_counter() - start, 3))
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+            if hvd.rank() == 0 and (number % 25 == 0 or number == len(cells)):
+                print(f"  {hvd.size()} ranks: {number}/{len(cells)} cells", flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- driver
+
+def cells_for(args: argparse.Namespace) -> list[dict]:
+    return [{"model": model, "mode": mode, "lr": lr, "momentum": momentum, "seed": seed}
+            for model in args.models for lr in args.lrs for momentum in args.momenta
+            for seed in range(args.seeds) for mode in args.modes]
+
+
+def run_ranks(np_: int, cells: list[dict], args: argparse.Namespace, workdir: Path) -> list[dict]:
+    """One mpirun job for every cell at ``np_`` ranks; returns rank 0's records."""
+    cells_file, out_file = workdir / f"cells{np_}.json", workdir / f"out{np_}.jsonl"
+    cells_file.write_text(json.dumps(cells))
+    command = [sys.executable, "-m", "relaxlib_launch.relaxrun", "-np", str(np_), sys.executable, __file__,
+               "--worker", "--cells", str(cells_file), "--out", str(out_file), "--epochs", str(args.epochs),
+               "--batch", str(args.batch)]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    try:
+        subprocess.run(command, env=env, timeout=args.timeout, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"{np_} ranks: the job did not finish within {args.timeout} s; keeping the cells it finished")
+    if not out_file.exists():
+        return []
+    return [json.loads(line) for line in out_file.read_text().splitlines() if line.strip()]
+
+
+def mean_accuracy(records: list[dict]) -> float | None:
+    values = [r["accuracy"] for r in records]
+    return None if any(v is None or math.isnan(v) for v in values) else statistics.fmean(values)
+
+
+def summarize(records: list[dict]) -> dict:
+    """Per cell (model, ranks, lr, momentum): each mode's accuracy (mean over seeds) and its
+    difference to the reference; per target: the cells that bind it, the misses, the worst cell."""
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    for r in records:
+        key = (r["model"], r["ranks"], r["lr"], r["momentum"])
+        groups.setdefault(key, {}).setdefault(r["mode"], []).append(r)
+    cells = []
+    for (model, ranks, lr, momentum), by_mode in sorted(groups.items()):
+        accuracy = {mode: mean_accuracy(rs) for mode, rs in by_mode.items()}
+        for mode, acc in accuracy.items():
+            reference = REFERENCE.get(mode, "allreduce")
+            ref = accuracy.get(reference)
+            errors = sorted({r["error"] for r in by_mode[mode] if r.get("error")})
+            cells.append({"model": model, "ranks": ranks, "lr": lr, "momentum": momentum, "mode": mode,
+                          "accuracy": acc, "reference": reference, "reference_accuracy": ref,
+                          "delta": None if acc is None or ref is None else acc - ref,
+                          "converged": ref is not None and ref >= CONVERGED,
+                          "ranks_agree": all(r.get("ranks_agree", True) for r in by_mode[mode]),
+                          "errors": errors})
+    targets = {}
+    for target, (bound, modes) in TARGETS.items():
+        binding = [c for c in cells if c["mode"] in modes and c["converged"]]
+        misses = [c for c in binding if c["delta"] is None or c["delta"] < -bound]
+        targets[target] = {"bound_points": bound, "modes": list(modes), "cells": len(binding),
+                           "missed": len(misses), "met": not misses and bool(binding),
+                           "misses": [{k: c[k] for k in ("model", "ranks", "lr", "momentum", "mode", "accuracy",
+                                                         "reference_accuracy", "delta")} for c in misses]}
+    sign = {(c["model"], c["ranks"], c["lr"], c["momentum"]): c for c in cells if c["mode"] == "compressed-sign"}
+    noef = {(c["model"], c["ranks"], c["lr"], c["momentum"]): c for c in cells if c["mode"] == "compressed-sign-noef"}
+    worse = [k for k in sign if k in noef and (sign[k]["accuracy"] or 0) < (noef[k]["accuracy"] or 0)]
+    targets["sign with error feedback never worse than without"] = {
+        "cells": len(set(sign) & set(noef)), "missed": len(worse), "met": not worse,
+        "misses": [dict(zip(("model", "ranks", "lr", "momentum"), k), ef=sign[k]["accuracy"],
+                        no_ef=noef[k]["accuracy"]) for k in worse]}
+    worst = {}
+    for mode in sorted({c["mode"] for c in cells}):
+        mine = [c for c in cells if c["mode"] == mode and c["converged"] and c["delta"] is not None]
+        failed = [c for c in cells if c["mode"] == mode and c["accuracy"] is None]
+        if mine:
+            w = min(mine, key=lambda c: c["delta"])
+            worst[mode] = {k: w[k] for k in ("model", "ranks", "lr", "momentum", "accuracy", "reference_accuracy",
+                                             "delta")}
+        if failed:
+            worst.setdefault(mode, {})["failed_cells"] = len(failed)
+    return {"cells": cells, "targets": targets, "worst_cell_per_mode": worst}
+
+
+def plot(summary: dict, path: Path) -> None:
+    """Heat map: rows = modes, columns = (model, ranks, momentum, lr); colour = points vs the reference."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    cells = summary["cells"]
+    modes = [m for m in MODES if any(c["mode"] == m for c in cells)]
+    columns = sorted({(c["model"], c["ranks"], c["momentum"], c["lr"]) for c in cells})
+    grid = np.full((len(modes), len(columns)), np.nan)
+    text = [["" for _ in columns] for _ in modes]
+    for c in cells:
+        i, j = modes.index(c["mode"]), columns.index((c["model"], c["ranks"], c["momentum"], c["lr"]))
+        if c["accuracy"] is None:
+            text[i][j] = "x"
+        elif c["mode"] in ("allreduce", "adam"):
+            text[i][j] = f"{c['accuracy']:.0f}"
+        else:
+            grid[i, j] = c["delta"]
+            text[i][j] = f"{c['delta']:+.1f}"
+    fig, ax = plt.subplots(figsize=(max(8, 0.62 * len(columns)), 0.42 * len(modes) + 2.2))
+    image = ax.imshow(np.clip(grid, -10, 10), cmap="RdYlGn", vmin=-10, vmax=10, aspect="auto")
+    for i in range(len(modes)):
+        for j in range(len(columns)):
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6)
+    ax.set_yticks(range(len(modes)), modes, fontsize=7)
+    ax.set_xticks(range(len(columns)), [f"{m} n{r}\nmom {mo:g} lr {lr:g}" for m, r, mo, lr in columns],
+                  rotation=90, fontsize=6)
+    ax.set_title("test accuracy minus the reference's (points); all-reduce / Adam rows: their accuracy (%)",
+                 fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bound_of(mode: str) -> float | None:
+    return next((bound for bound, modes in TARGETS.values() if mode in modes), None)
+
+
+def markdown_table(summary: dict) -> str:
+    """Per mode over the converged cells: how many, how many within the mode's bound, the median
+    and the worst difference to the reference (the table docs/compression.md quotes)."""
+    lines = ["| mode | reference | bound (pts) | converged cells | within bound | median Δ | worst Δ (cell) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for mode in MODES:
+        mine = [c for c in summary["cells"] if c["mode"] == mode and c["converged"]]
+        if not mine or mode in ("allreduce", "adam"):
+            continue
+        deltas = [c["delta"] if c["delta"] is not None else -math.inf for c in mine]
+        bound = bound_of(mode)
+        within = "–" if bound is None else f"{sum(d >= -bound for d in deltas)} / {len(mine)}"
+        worst = min(mine, key=lambda c: c["delta"] if c["delta"] is not None else -math.inf)
+        where = f"{worst['model']} n{worst['ranks']} lr {worst['lr']:g} mom {worst['momentum']:g}"
+        worst_text = "failed" if worst["delta"] is None else f"{worst['delta']:+.1f}"
+        lines.append(f"| {mode} | {mine[0]['reference']} | {'–' if bound is None else f'{bound:g}'} | {len(mine)} | "
+                     f"{within} | {statistics.median(deltas):+.1f} | {worst_text} ({where}) |")
+    return "\n".join(lines)
+
+
+def print_report(summary: dict) -> None:
+    for target, t in summary["targets"].items():
+        state = ("no converged cell" if not t["cells"] else
+                 f"met in all {t['cells']} cells" if t["met"] else f"MISSED in {t['missed']} of {t['cells']} cells")
+        print(f"{target:<52} {state}")
+        for m in t["misses"][:12]:
+            print(f"    {m}")
+    print("\n" + markdown_table(summary))
+
+
+def parse_list(text: str, kind=float) -> list:
+    return [kind(v) for v in text.split(",") if v]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", default="2,4", help="rank counts, one job each")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--lrs", default=",".join(map(str, LRS)))
+    parser.add_argument("--momenta", default=",".join(map(str, MOMENTA)))
+    parser.add_argument("--seeds", type=int, default=1, help="initializations per cell (accuracies averaged)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--batch", type=int, default=BATCH, help="per rank")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per job")
+    parser.add_argument("--out", type=Path, default=RESULTS / "convergence_grid.json")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cells", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        args.out = str(args.out)
+        return worker(args)
+    args.models = parse_list(args.models, str)
+    args.modes = parse_list(args.modes, str)
+    unknown = sorted(set(args.modes) - set(MODES)) + sorted(set(args.models) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown modes or models: {unknown}")
+    for needed, by in (("allreduce", set(args.modes) - {"adam", "onebit-adam"}), ("adam", {"onebit-adam"})):
+        if set(args.modes) & by and needed not in args.modes:
+            args.modes.insert(0, needed)  # the reference runs in every cell that needs it
+    args.lrs, args.momenta = parse_list(args.lrs), parse_list(args.momenta)
+    cells = cells_for(args)
+    records = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="relaxlib-grid-") as tmp:
+        for np_ in parse_list(args.np, int):
+            print(f"{np_} ranks: {len(cells)} cells", flush=True)
+            records += run_ranks(np_, cells, args, Path(tmp))
+    summary = summarize(records)
+    summary["settings"] = {"np": parse_list(args.np, int), "models": args.models, "lrs": args.lrs,
+                           "momenta": args.momenta, "seeds": args.seeds, "epochs": args.epochs,
+                           "batch_per_rank": args.batch, "data": "digits, half train (sharded), half test",
+                           "adam_lr_factor": ADAM_LR_FACTOR, "converged_if_reference_at_least": CONVERGED,
+                           "seconds": round(time.perf_counter() - started, 1)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    plot(summary, args.out.with_suffix(".png"))
+    print_report(summary)
+    print(f"\n{len(records)} runs in {summary['settings']['seconds']:.0f} s; wrote {args.out} and "
+          f"{args.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
