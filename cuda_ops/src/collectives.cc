@@ -29,6 +29,8 @@ MPI_Datatype mpi_type(int32_t dtype) {
     case RELAX_INT64: return MPI_INT64_T;
     case RELAX_UINT8: return MPI_UINT8_T;
     case RELAX_INT8: return MPI_INT8_T;
+    case RELAX_INT16: return MPI_INT16_T;
+    case RELAX_UINT16: return MPI_UINT16_T;
     default: return MPI_DATATYPE_NULL;  // 16-bit floats have no MPI type: ring path
   }
 }

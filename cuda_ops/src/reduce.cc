@@ -106,6 +106,8 @@ void reduce_pair(void* dst, const void* a, const void* b, int64_t count, int32_t
     case RELAX_INT64: reduce_typed<int64_t>(dst, a, b, count, op); break;
     case RELAX_UINT8: reduce_typed<uint8_t>(dst, a, b, count, op); break;
     case RELAX_INT8: reduce_typed<int8_t>(dst, a, b, count, op); break;
+    case RELAX_INT16: reduce_typed<int16_t>(dst, a, b, count, op); break;
+    case RELAX_UINT16: reduce_typed<uint16_t>(dst, a, b, count, op); break;
     case RELAX_FLOAT16: reduce_16bit<half_to_float, float_to_half>(dst, a, b, count, op); break;
     case RELAX_BFLOAT16: reduce_16bit<bf16_to_float, float_to_bf16>(dst, a, b, count, op); break;
     default: throw std::invalid_argument("unsupported dtype for reduction");
@@ -121,6 +123,8 @@ void scale_buffer(void* buf, int64_t count, int32_t dtype, double factor) {
     case RELAX_INT64: scale_typed<int64_t>(buf, count, factor); break;
     case RELAX_UINT8: scale_typed<uint8_t>(buf, count, factor); break;
     case RELAX_INT8: scale_typed<int8_t>(buf, count, factor); break;
+    case RELAX_INT16: scale_typed<int16_t>(buf, count, factor); break;
+    case RELAX_UINT16: scale_typed<uint16_t>(buf, count, factor); break;
     case RELAX_FLOAT16: scale_16bit<half_to_float, float_to_half>(buf, count, factor); break;
     case RELAX_BFLOAT16: scale_16bit<bf16_to_float, float_to_bf16>(buf, count, factor); break;
     default: throw std::invalid_argument("unsupported dtype for scaling");
@@ -136,6 +140,8 @@ void fill_identity(void* buf, int64_t count, int32_t dtype, int32_t op) {
     case RELAX_INT64: fill_typed<int64_t>(buf, count, identity_of<int64_t>(op)); break;
     case RELAX_UINT8: fill_typed<uint8_t>(buf, count, identity_of<uint8_t>(op)); break;
     case RELAX_INT8: fill_typed<int8_t>(buf, count, identity_of<int8_t>(op)); break;
+    case RELAX_INT16: fill_typed<int16_t>(buf, count, identity_of<int16_t>(op)); break;
+    case RELAX_UINT16: fill_typed<uint16_t>(buf, count, identity_of<uint16_t>(op)); break;
     case RELAX_FLOAT16:
       fill_typed<uint16_t>(buf, count, float_to_half(identity_of<float>(op)));
       break;

@@ -21,6 +21,8 @@ size_t dtype_size(int32_t dtype) {
     case RELAX_UINT8: return 1;
     case RELAX_INT8: return 1;
     case RELAX_BOOL: return 1;
+    case RELAX_INT16: return 2;
+    case RELAX_UINT16: return 2;
     default: return 0;
   }
 }
@@ -43,6 +45,8 @@ std::string dtype_name(int32_t dtype) {
     case RELAX_UINT8: return "uint8";
     case RELAX_INT8: return "int8";
     case RELAX_BOOL: return "bool";
+    case RELAX_INT16: return "int16";
+    case RELAX_UINT16: return "uint16";
     default: return "dtype(" + std::to_string(dtype) + ")";
   }
 }

@@ -53,6 +53,8 @@ TEST(reductions_match_reference_for_every_native_dtype) {
   check_ops<int64_t>(RELAX_INT64);
   check_ops<uint8_t>(RELAX_UINT8);
   check_ops<int8_t>(RELAX_INT8);
+  check_ops<int16_t>(RELAX_INT16);
+  check_ops<uint16_t>(RELAX_UINT16);
 }
 
 TEST(half_precision_sum_rounds_once_from_float) {

@@ -53,6 +53,8 @@ static bool ToRelaxDtype(DataType t, int32_t* out) {
     case tensorflow::DT_UINT8: *out = RELAX_UINT8; return true;
     case tensorflow::DT_INT8: *out = RELAX_INT8; return true;
     case tensorflow::DT_BOOL: *out = RELAX_BOOL; return true;
+    case tensorflow::DT_INT16: *out = RELAX_INT16; return true;
+    case tensorflow::DT_UINT16: *out = RELAX_UINT16; return true;
     default: return false;
   }
 }

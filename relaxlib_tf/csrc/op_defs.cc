@@ -69,8 +69,8 @@ std::function<Status(InferenceContext*)> GroupedDim0Fn(const char* what) {
 
 // ---- op registrations ----
 
-#define RELAX_REDUCE_TYPES "{float, double, half, bfloat16, int32, int64, uint8, int8}"
-#define RELAX_ALL_TYPES "{float, double, half, bfloat16, int32, int64, uint8, int8, bool}"
+#define RELAX_REDUCE_TYPES "{float, double, half, bfloat16, int32, int64, int16, uint16, uint8, int8}"
+#define RELAX_ALL_TYPES "{float, double, half, bfloat16, int32, int64, int16, uint16, uint8, int8, bool}"
 
 REGISTER_OP("RelaxlibAllreduce")
     .Attr("T: " RELAX_REDUCE_TYPES)

@@ -113,10 +113,12 @@ int32_t to_relax_dtype(c10::ScalarType t) {
     case at::kByte: return RELAX_UINT8;
     case at::kChar: return RELAX_INT8;
     case at::kBool: return RELAX_BOOL;
+    case at::kShort: return RELAX_INT16;
+    case at::kUInt16: return RELAX_UINT16;
     default:
       TORCH_CHECK_TYPE(false, "relaxlib does not support tensors of type ", t,
-                       "; supported: float32, float64, float16, bfloat16, int32, int64, uint8, int8 (bool for "
-                       "broadcast/allgather/alltoall)");
+                       "; supported: float32, float64, float16, bfloat16, int64, int32, int16, int8, uint16, uint8 "
+                       "(bool for broadcast/allgather/alltoall)");
   }
 }
 

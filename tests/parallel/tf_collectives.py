@@ -13,7 +13,8 @@ import relaxlib_tf as hvd
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
 
-DTYPES = [tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64, tf.uint8, tf.int8]
+DTYPES = [tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int64, tf.int32, tf.int16, tf.int8, tf.uint16,
+          tf.uint8]  # every dtype Horovod has, bool aside
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
 MODES = ["eager", "function"]
 
@@ -24,7 +25,7 @@ def rank_data(rank: int, shape, dtype: tf.DType, seed: int, small: bool = False)
     if dtype.is_floating:
         values = rng.random(shape)
         return 0.5 + values if small else values * 20 - 10
-    low, high = (1, 3) if small else ((0, 40) if dtype == tf.uint8 else (-20, 20))
+    low, high = (1, 3) if small else ((0, 40) if dtype.is_unsigned else (-20, 20))
     return rng.integers(low, high, shape)
 
 

@@ -54,7 +54,9 @@ typedef enum {
   RELAX_INT64 = 5,
   RELAX_UINT8 = 6,
   RELAX_INT8 = 7,
-  RELAX_BOOL = 8 /* broadcast / allgather / alltoall only */
+  RELAX_BOOL = 8, /* broadcast / allgather / alltoall only */
+  RELAX_INT16 = 9,
+  RELAX_UINT16 = 10
 } relax_dtype_t;
 
 /* Reduction operations; numbering follows Horovod's (Average=0, Sum=1, Adasum=2, ...). */
