@@ -8,8 +8,11 @@ from pathlib import Path
 
 from relaxlib.errors import error_for
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
+
+PENDING = 11  # relax_wait_for: not complete yet
+WAIT_SLICE_MS = 50  # waits return to Python this often, so Ctrl-C and signal-based timeouts work
 
 # relax_dtype_t / relax_reduce_op_t / relax_request_type_t values
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8, BOOL = range(9)
@@ -78,6 +81,7 @@ _SIGNATURES = {
     "relax_enqueue": ([ctypes.POINTER(Request), ALLOC_FN, DONE_FN, ctypes.c_void_p], ctypes.c_int64),
     "relax_poll": ([ctypes.c_int64], ctypes.c_int),
     "relax_wait": ([ctypes.c_int64], ctypes.c_int),
+    "relax_wait_for": ([ctypes.c_int64, ctypes.c_int32], ctypes.c_int),
     "relax_handle_status": ([ctypes.c_int64], ctypes.c_int),
     "relax_handle_message": ([ctypes.c_int64], ctypes.c_char_p),
     "relax_handle_result": ([ctypes.c_int64], ctypes.c_int64),
@@ -153,3 +157,16 @@ def raise_last_error() -> None:
     """Raises the error of the last failing core call on this thread."""
     core = lib()
     raise error_for(core.relax_last_error_code(), core.relax_last_error().decode(errors="replace"))
+
+
+def wait_interruptibly(handle: int, wait_for=None) -> int:
+    """Waits for a handle and returns its status, in slices of WAIT_SLICE_MS: between slices the
+    interpreter runs signal handlers, so Ctrl-C raises KeyboardInterrupt (and pytest-timeout's
+    alarm fires) while a peer has not submitted, instead of when it finally does. The request
+    stays pending after such an exception: its buffers must stay alive. ``wait_for`` is the
+    binding's relax_wait_for (the ctypes one by default)."""
+    wait_for = wait_for or lib().relax_wait_for
+    while True:
+        status = wait_for(handle, WAIT_SLICE_MS)
+        if status != PENDING:
+            return status

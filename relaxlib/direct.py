@@ -49,7 +49,7 @@ class DirectHandle:
         """Blocks until done; returns ``result`` (what the binding attached, e.g. the output)."""
         if self._handle:
             core = _core.lib()
-            status = core.relax_wait(self._handle)
+            status = _core.wait_interruptibly(self._handle)  # interrupted: buffers stay alive
             try:
                 if status != 0:
                     raise error_for(status, core.relax_handle_message(self._handle).decode(errors="replace"))

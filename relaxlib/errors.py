@@ -43,7 +43,8 @@ class ShutdownError(RelaxError):
 
 
 class StalledError(RelaxError):
-    """Some ranks never submitted the operation within ``RELAX_STALL_SHUTDOWN_TIME``."""
+    """Some ranks never submitted the operation within ``RELAX_OP_TIMEOUT`` (or
+    ``RELAX_STALL_SHUTDOWN_TIME``)."""
 
     code = 5
 

@@ -105,7 +105,7 @@ def _membership_request(kind: int, name: str, ranks: list[int] | None = None, se
     handle = core.relax_enqueue(ctypes.byref(request), _core.ALLOC_FN(), _core.DONE_FN(), None)
     if handle == 0:
         _core.raise_last_error()
-    status = core.relax_wait(handle)
+    status = _core.wait_interruptibly(handle)
     try:
         if status != 0:
             message = core.relax_handle_message(handle).decode(errors="replace")

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from relaxlib import basics
+from relaxlib import _core, basics
 from relaxlib.basics import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - re-exported
 from relaxlib.errors import InvalidArgumentError, RelaxError, error_for
 from relaxlib.process_sets import ProcessSet, global_process_set, process_set_id
@@ -60,7 +60,7 @@ def _register(core_handles: list[int], finish: Callable[[list[int]], object], ke
 
 
 def _wait_core(core_handle: int) -> None:
-    status = _ops.wait(core_handle)
+    status = _core.wait_interruptibly(core_handle, _ops.wait_for)
     if status != 0:
         message = _ops.message(core_handle)
         _ops.release(core_handle)

@@ -1,7 +1,11 @@
 """Stalls, dead ranks, peer shutdown, mpi4py coexistence, single-rank lifecycle: each on real ranks."""
 
+import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -24,6 +28,43 @@ def test_stall_warns_then_fails_every_waiting_rank():
     assert "STALL-ERROR-OK" in run.outputs[0] and "STALL-ERROR-OK" in run.outputs[2], run.report()
     assert all("AFTER-STALL-OK" in out for out in run.outputs), run.report()
     assert "Stall: request 'lonely'" in run.outputs[0] and "ranks [1] have not submitted" in run.outputs[0]
+
+
+def test_op_timeout_fails_a_missing_submission_on_every_rank():
+    """RELAX_OP_TIMEOUT alone (no stall settings) turns the missing submission into StalledError
+    naming the tensor and the rank, on every rank that waits."""
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "stall.py")], timeout=120,
+                    env={"RELAX_OP_TIMEOUT": "3", "RELAX_STALL_CHECK_TIME": "0"})
+    assert run.returncode == 0, run.report()
+    assert "STALL-ERROR-OK" in run.outputs[0] and "STALL-ERROR-OK" in run.outputs[2], run.report()
+    assert all("AFTER-STALL-OK" in out for out in run.outputs), run.report()
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "allgather", "async", "neighbour"])
+def test_ctrl_c_during_a_blocked_wait_raises_keyboard_interrupt(mode, tmp_path):
+    """Rank 0 waits on an operation rank 1 has not submitted (sync collectives, a handle from an
+    async one, a point-to-point neighbour average); SIGINT must raise KeyboardInterrupt there
+    within a second, not when the peer finally submits, and the peer then gets an error."""
+    sent = tmp_path / "sent"
+
+    def interrupt_rank_0():
+        deadline = time.monotonic() + 60
+        while not sent.with_suffix(".pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)  # rank 0 is now inside the wait
+        pid = int(sent.with_suffix(".pid").read_text())
+        sent.with_suffix(".tmp").write_text(repr(time.time()))
+        sent.with_suffix(".tmp").rename(sent)
+        os.kill(pid, signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt_rank_0)
+    sender.start()
+    run = run_ranks(2, [sys.executable, str(SCRIPTS / "interrupt.py"), mode, str(sent)], timeout=90)
+    sender.join()
+    assert not run.timed_out, run.report()
+    latency = re.search(r"KEYBOARD-INTERRUPT after ([0-9.]+) s", run.outputs[0])
+    assert latency and float(latency.group(1)) < 1.0, run.report()
+    assert "PEER-ERROR ShutdownError" in run.outputs[1], run.report()
 
 
 def test_killed_rank_ends_the_job_instead_of_hanging():

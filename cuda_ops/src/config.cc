@@ -49,6 +49,13 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", c.cache_capacity, int64_t{0}, error);
   read("RELAX_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds, 0.0, error);
   read("RELAX_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0.0, error);
+  // RELAX_OP_TIMEOUT (like torch.distributed's timeout=): a collective some ranks have not
+  // submitted after this many seconds fails on every rank; the stricter of it and the above wins.
+  double op_timeout = 0.0;
+  read("RELAX_OP_TIMEOUT", nullptr, op_timeout, 0.0, error);
+  if (op_timeout > 0 && (c.stall_shutdown_seconds <= 0 || op_timeout < c.stall_shutdown_seconds)) {
+    c.stall_shutdown_seconds = op_timeout;
+  }
   read("RELAX_RING_WINDOW", nullptr, c.ring_receive_window, int64_t{2}, error);
   read("RELAX_GROUP_CACHE_SIZE", nullptr, c.group_cache_capacity, int64_t{0}, error);
   read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);

@@ -299,7 +299,7 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
     response.type = e.tensor.first().type;
     response.message = "Stalled " + request_type_name(response.type) + " '" + name + "': ranks " +
                        rank_list(world_ranks_of(missing)) +
-                       " never submitted it within RELAX_STALL_SHUTDOWN_TIME; one or more ranks "
+                       " never submitted it within RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME; one or more ranks "
                        "may have skipped this operation or stopped.";
     response.tensors.push_back(std::move(e.tensor));
     responses.push_back(std::move(response));

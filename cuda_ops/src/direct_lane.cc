@@ -297,7 +297,7 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const DirectRequ
       }
       return Status::error(RELAX_ERR_STALLED, request_type_name(r.local.desc.type) + " '" + r.local.desc.name +
                                                   "': ranks " + rank_list(r.peers) + " did not take part within " +
-                                                  "RELAX_STALL_SHUTDOWN_TIME");
+                                                  "RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME");
     }
     // MPI moves large messages only inside MPI calls: keep calling (yielding the core) for as
     // long as the transfer itself could take, then back off to sleeps (a peer is late).

@@ -1,5 +1,8 @@
 #include "handles.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace relax {
 
 relax_handle_t HandleTable::create() {
@@ -39,6 +42,18 @@ int HandleTable::wait(relax_handle_t h) {
     it = states_.find(h);
     return it == states_.end() || it->second.done;
   });
+  return it == states_.end() ? RELAX_ERR_UNKNOWN_HANDLE : it->second.status;
+}
+
+int HandleTable::wait_for(relax_handle_t h, int32_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = states_.find(h);
+  if (it == states_.end()) return RELAX_ERR_UNKNOWN_HANDLE;
+  const bool finished = cv_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), [&] {
+    it = states_.find(h);
+    return it == states_.end() || it->second.done;
+  });
+  if (!finished) return RELAX_PENDING;
   return it == states_.end() ? RELAX_ERR_UNKNOWN_HANDLE : it->second.status;
 }
 

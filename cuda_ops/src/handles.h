@@ -30,6 +30,8 @@ class HandleTable {
   int poll(relax_handle_t h);
   // Blocks until done; returns the status (RELAX_ERR_UNKNOWN_HANDLE if unknown).
   int wait(relax_handle_t h);
+  // wait(), for at most timeout_ms: RELAX_PENDING if still not done.
+  int wait_for(relax_handle_t h, int32_t timeout_ms);
   // Copy of a handle's state; false if unknown.
   bool get(relax_handle_t h, HandleState& out);
   // Message pointer valid until release(h).

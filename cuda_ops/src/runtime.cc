@@ -323,7 +323,11 @@ int relax_enqueue_group(const relax_request_t* requests, int32_t count, relax_al
   return relax::enqueue(requests, count, alloc, done, users, handles_out);
 }
 
-int relax_run(const relax_request_t* request, relax_alloc_fn alloc, void* user, relax_handle_t* handle_out) {
+namespace {
+
+// relax_run's submission and driving; a timeout < 0 waits until complete.
+int run_request(const relax_request_t* request, relax_alloc_fn alloc, void* user, relax_handle_t* handle_out,
+                int32_t timeout_ms) {
   *handle_out = 0;
   if (relax::Engine::in_round_on_this_thread()) return relax::fail(relax::waiting_in_callback());
   void* users[1] = {user};
@@ -331,13 +335,29 @@ int relax_run(const relax_request_t* request, relax_alloc_fn alloc, void* user, 
   const int rc = relax::enqueue(request, 1, alloc, nullptr, users, handle_out, &engine);
   if (rc != RELAX_OK) return rc;
   if (engine) engine->drive(*handle_out);  // null for direct requests, which have their own thread
-  return runtime().handles.wait(*handle_out);
+  return timeout_ms < 0 ? runtime().handles.wait(*handle_out) : runtime().handles.wait_for(*handle_out, timeout_ms);
+}
+
+}  // namespace
+
+int relax_run(const relax_request_t* request, relax_alloc_fn alloc, void* user, relax_handle_t* handle_out) {
+  return run_request(request, alloc, user, handle_out, -1);
+}
+
+int relax_run_for(const relax_request_t* request, relax_alloc_fn alloc, void* user, relax_handle_t* handle_out,
+                  int32_t timeout_ms) {
+  return run_request(request, alloc, user, handle_out, std::max(timeout_ms, 0));
 }
 
 int relax_poll(relax_handle_t handle) { return runtime().handles.poll(handle); }
 int relax_wait(relax_handle_t handle) {
   if (relax::Engine::in_round_on_this_thread()) return relax::fail(relax::waiting_in_callback());
   return runtime().handles.wait(handle);
+}
+
+int relax_wait_for(relax_handle_t handle, int32_t timeout_ms) {
+  if (relax::Engine::in_round_on_this_thread()) return relax::fail(relax::waiting_in_callback());
+  return runtime().handles.wait_for(handle, timeout_ms);
 }
 
 int relax_handle_status(relax_handle_t handle) {

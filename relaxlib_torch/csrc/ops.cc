@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -28,6 +29,11 @@ struct InFlight {
 
 std::mutex g_mutex;
 std::unordered_map<int64_t, std::unique_ptr<InFlight>> g_in_flight;
+// Synchronous requests whose caller was interrupted: still pending in the engine, which may
+// write their buffers until they complete, so they are kept for the life of the process.
+std::vector<std::unique_ptr<InFlight>> g_abandoned;
+std::atomic<relaxlib_torch::InterruptCheck> g_interrupt_check{nullptr};
+constexpr int32_t kWaitSliceMs = 50;
 
 // Outputs whose shape the engine decides (allgather, reducescatter, alltoall) come from a small
 // cache of recently freed large buffers: a fresh multi-MiB allocation is mmapped and page-faulted
@@ -338,12 +344,33 @@ void finish_run(int status, relax_handle_t h) {
   TORCH_CHECK(status == 0, "[relaxlib:", status, "] ", text);
 }
 
+// relax_run in slices of kWaitSliceMs with the interrupt check between them. If the check
+// throws, `flight` (the request's buffers) is kept alive for the engine and the exception
+// propagates: Ctrl-C reaches Python while a peer has not submitted.
+int run_interruptibly(const relax_request_t& r, relax_alloc_fn alloc, std::unique_ptr<InFlight>& flight,
+                      relax_handle_t* h) {
+  int status = relax_run_for(&r, alloc, flight.get(), h, kWaitSliceMs);
+  while (status == RELAX_PENDING) {
+    if (const relaxlib_torch::InterruptCheck check = g_interrupt_check.load()) {
+      try {
+        check();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        g_abandoned.push_back(std::move(flight));
+        throw;
+      }
+    }
+    status = relax_wait_for(*h, kWaitSliceMs);
+  }
+  return status;
+}
+
 at::Tensor run_allocating(const relax_request_t& r, const at::Tensor& input) {
-  InFlight flight{input, at::Tensor(), input.scalar_type()};
+  auto flight = std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()});
   relax_handle_t h = 0;
-  const int status = relax_run(&r, allocate, &flight, &h);
+  const int status = run_interruptibly(r, allocate, flight, &h);
   finish_run(status, h);
-  return flight.output;
+  return flight->output;
 }
 
 int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
@@ -368,6 +395,11 @@ bool poll(int64_t handle) {
 
 // Waits (the GIL is released by the dispatcher) and returns the status code; 0 = success.
 int64_t wait(int64_t handle) { return relax_wait(handle); }
+
+// wait() for at most timeout_ms: RELAX_PENDING if not complete (Python waits in such slices).
+int64_t wait_for(int64_t handle, int64_t timeout_ms) {
+  return relax_wait_for(handle, static_cast<int32_t>(timeout_ms));
+}
 
 std::string message(int64_t handle) { return relax_handle_message(handle); }
 
@@ -414,11 +446,14 @@ namespace relaxlib_torch {
 // idle (no hand-off, no wake-up). The caller holds the tensors (and the in-flight record, which
 // receives an allocated output) for the whole call. Errors carry the "[relaxlib:<code>]" prefix,
 // as submission errors do.
+void set_interrupt_check(InterruptCheck check) { g_interrupt_check.store(check); }
+
 void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
                     double prescale, double postscale, int64_t process_set) {
   const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
+  auto flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
   relax_handle_t h = 0;
-  const int status = relax_run(&r, nullptr, nullptr, &h);
+  const int status = run_interruptibly(r, nullptr, flight, &h);
   finish_run(status, h);
 }
 
@@ -465,6 +500,7 @@ TORCH_LIBRARY(relaxlib, m) {
   m.def("join_async() -> int", join_async);
   m.def("poll(int handle) -> bool", poll);
   m.def("wait(int handle) -> int", wait);
+  m.def("wait_for(int handle, int timeout_ms) -> int", wait_for);
   m.def("message(int handle) -> str", message);
   m.def("result(int handle) -> int", result);
   m.def("output(int handle) -> Tensor", output);

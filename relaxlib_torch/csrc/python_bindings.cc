@@ -24,11 +24,19 @@ void translate_errors(std::exception_ptr error) {
   }
 }
 
+// Between the slices of a synchronous wait: runs Python's signal handlers and raises what they
+// raise (KeyboardInterrupt for Ctrl-C, pytest-timeout's alarm).
+void raise_pending_signal() {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "relaxlib's synchronous torch collectives, called directly (see relaxlib_torch.mpi_ops)";
   py::register_local_exception_translator(translate_errors);
+  relaxlib_torch::set_interrupt_check(raise_pending_signal);
   m.def("allreduce_sync", &relaxlib_torch::allreduce_sync, py::call_guard<py::gil_scoped_release>(),
         "Reduces input into output (may be the same tensor) over a process set; returns when done.",
         py::arg("input"), py::arg("output"), py::arg("name"), py::arg("op"), py::arg("prescale"),

@@ -9,6 +9,11 @@
 
 namespace relaxlib_torch {
 
+// Called between the slices of a synchronous wait; throws to abandon the wait (the Python
+// bindings install one that raises a pending KeyboardInterrupt). Null: wait without slices' checks.
+using InterruptCheck = void (*)();
+void set_interrupt_check(InterruptCheck check);
+
 // Reduces `input` over the process set into `output` (which may be `input`); returns when done.
 void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
                     double prescale, double postscale, int64_t process_set);

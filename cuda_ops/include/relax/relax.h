@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 5
+#define RELAX_ABI_VERSION 6
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -41,7 +41,8 @@ typedef enum {
   RELAX_ERR_MPI = 7,              /* MPI failed or is unusable (e.g. insufficient thread support) */
   RELAX_ERR_INTERNAL = 8,
   RELAX_ERR_UNKNOWN_HANDLE = 9,
-  RELAX_ERR_PROCESS_SET = 10      /* unknown process set, or this rank is not a member */
+  RELAX_ERR_PROCESS_SET = 10,     /* unknown process set, or this rank is not a member */
+  RELAX_PENDING = 11              /* relax_wait_for / relax_run_for: not complete yet (not a failure) */
 } relax_status_t;
 
 /* Element types. Values are stable (part of the ABI). */
@@ -189,6 +190,16 @@ RELAX_API int relax_run(const relax_request_t* request, relax_alloc_fn alloc, vo
 RELAX_API int relax_poll(relax_handle_t handle);
 /* Blocks until complete; returns the request's status. */
 RELAX_API int relax_wait(relax_handle_t handle);
+/*
+ * Waits at most `timeout_ms` (>= 0): the request's status when complete, else RELAX_PENDING.
+ * Framework bindings wait in slices of this so the caller's thread returns to its interpreter
+ * in between (Ctrl-C, signal-based timeouts) while a peer has not submitted yet.
+ */
+RELAX_API int relax_wait_for(relax_handle_t handle, int32_t timeout_ms);
+/* relax_run, waiting at most `timeout_ms` after driving: RELAX_PENDING (with *handle_out set, to
+ * be waited for with relax_wait_for) when the request is not complete yet. */
+RELAX_API int relax_run_for(const relax_request_t* request, relax_alloc_fn alloc, void* user,
+                            relax_handle_t* handle_out, int32_t timeout_ms);
 /* Status of a completed handle and its error message ("" when OK). */
 RELAX_API int relax_handle_status(relax_handle_t handle);
 RELAX_API const char* relax_handle_message(relax_handle_t handle);

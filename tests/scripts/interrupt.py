@@ -1,0 +1,50 @@
+"""Ctrl-C during a blocked wait: rank 0 waits on an operation rank 1 never submits; the test sends
+SIGINT to rank 0. Rank 0 must raise KeyboardInterrupt while rank 1 is still away, report how long
+it took, and exit; rank 1 (which then submits) must get an error instead of waiting forever.
+
+    interrupt.py <mode> <signal-file>   mode: allreduce | allgather | async | neighbour
+
+The test writes the time it sent the signal to <signal-file>; rank 0 writes its pid next to it.
+"""
+
+import os
+import sys
+import time
+
+import torch
+
+import relaxlib
+import relaxlib_torch as hvd
+
+mode, signal_file = sys.argv[1], sys.argv[2]
+hvd.init()
+if hvd.rank() == 0:
+    with open(signal_file + ".pid", "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        if mode == "allreduce":
+            hvd.allreduce(torch.ones(4), name="blocked")
+        elif mode == "allgather":
+            hvd.allgather(torch.ones(4), name="blocked")
+        elif mode == "async":
+            hvd.synchronize(hvd.broadcast_async(torch.ones(4), root_rank=1, name="blocked"))
+        else:
+            hvd.neighbor_average(torch.ones(4), peers=[1], weights=[0.5], self_weight=0.5, name="blocked")
+        print("NOT INTERRUPTED", flush=True)
+    except KeyboardInterrupt:
+        with open(signal_file) as f:
+            sent = float(f.read())
+        print(f"KEYBOARD-INTERRUPT after {time.time() - sent:.3f} s", flush=True)
+        sys.exit(3)
+else:
+    while not os.path.exists(signal_file):  # stay away until rank 0 has been interrupted
+        time.sleep(0.05)
+    time.sleep(2.0)
+    try:
+        if mode == "neighbour":
+            hvd.neighbor_average(torch.ones(4), peers=[0], weights=[0.5], self_weight=0.5, name="blocked")
+        else:
+            hvd.allreduce(torch.ones(4), name="late")
+        print("PEER NOT TOLD", flush=True)
+    except relaxlib.RelaxError as error:
+        print(f"PEER-ERROR {type(error).__name__}: {error}", flush=True)
