@@ -14,10 +14,10 @@ from contextlib import contextmanager
 
 import torch
 
-from relaxlib import advisor, auto, basics, telemetry
+from relaxlib import advisor, agreement, auto, basics, telemetry
 from relaxlib.algorithms import Algorithm, AllReduce
 from relaxlib.process_sets import global_process_set
-from relaxlib_torch import mpi_ops
+from relaxlib_torch import functions, mpi_ops
 from relaxlib_torch.compression import Compression
 from relaxlib_torch.context import TorchContext
 
@@ -395,6 +395,15 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     if not isinstance(model, (torch.nn.Module, type(None))):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     basics.size()  # raises NotInitializedError before any hook is installed
+    if named_parameters is not None and not isinstance(named_parameters, (list, tuple, dict)):
+        named_parameters = list(named_parameters)  # a generator is read twice below
+    if process_set.included():
+        _check_same_on_every_rank(optimizer, named_parameters, algorithm, process_set,
+                                  {"compression": getattr(compression, "__name__", type(compression).__name__),
+                                   "backward_passes_per_step": backward_passes_per_step, "op": op,
+                                   "gradient_predivide_factor": gradient_predivide_factor,
+                                   "groups": groups if isinstance(groups, int) else len(groups or []) or num_groups,
+                                   "sparse_as_dense": sparse_as_dense, "max_grad_norm": max_grad_norm})
     if isinstance(algorithm, AllReduce):
         cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
         wrapped = cls.__new__(cls)
@@ -417,3 +426,20 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
                                    optimizer.__class__)
     wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped
+
+
+def _check_same_on_every_rank(optimizer: torch.optim.Optimizer, named_parameters, algorithm: Algorithm, process_set,
+                              options: dict) -> None:
+    """Collective over the process set: every rank must wrap the same parameters with the same
+    algorithm (type and settings), optimizer class and options, or each raises MismatchError
+    saying what differs (a rank running another algorithm would otherwise wait forever)."""
+    pairs = named_parameters.items() if isinstance(named_parameters, dict) else (named_parameters or [])
+    names = {id(p): n for n, p in pairs}
+    parameters = [(names.get(id(p), f"group{g}.{i}"), tuple(p.shape), str(p.dtype))
+                  for g, group in enumerate(optimizer.param_groups) for i, p in enumerate(group["params"])]
+    description = {"algorithm": algorithm.describe(), "optimizer": type(optimizer).__name__, **options,
+                   "parameters": f"{len(parameters)} tensors"}
+    gathered = functions.allgather_object((description, parameters), name="relaxlib.optimizer_agreement",
+                                          process_set=process_set)
+    ranks = list(process_set.ranks or range(basics.size()))  # the global set lists no ranks
+    agreement.raise_if_different("DistributedOptimizer", gathered, ranks, items="parameter lists")

@@ -1,6 +1,8 @@
 """Bad input on real ranks: every rank gets a clear exception naming the tensor; nothing hangs,
 and the engine keeps working afterwards."""
 
+import re
+
 import pytest
 import torch
 
@@ -101,4 +103,26 @@ def test_local_argument_errors():
         hvd.allgather(torch.tensor(1.0))
     with pytest.raises(ValueError, match="supersedes average"):
         hvd.allreduce(torch.ones(1), average=True, op=hvd.Sum)
+    still_works()
+
+
+def test_optimizers_built_differently_raise_on_every_rank():
+    """A rank wrapping its optimizer with another algorithm, other settings or other parameters
+    would wait forever for collectives the others never issue: every rank raises instead, naming
+    what differs, and the job goes on."""
+    from relaxlib.algorithms import CompressedScatterReduce, DeAR
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    cases = {
+        "algorithm": (DeAR() if RANK == 0 else None, list(model.parameters())),
+        "codec='sign'": (CompressedScatterReduce("sign" if RANK == SIZE - 1 else "uint8"), list(model.parameters())),
+        "parameter lists": (None, list(model.parameters())[:2 if RANK == 1 else 4]),
+    }
+    for expected, (algorithm, params) in cases.items():
+        named = [(n, p) for n, p in model.named_parameters() if any(p is q for q in params)]
+        with pytest.raises(relaxlib.MismatchError, match=re.escape(expected)):
+            hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), named_parameters=named, algorithm=algorithm,
+                                     model=model)
+    same = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(), algorithm=DeAR(), model=model)
+    assert same.algorithm.name == "dear"
     still_works()
