@@ -28,6 +28,28 @@ Max = 4
 Product = 5
 
 
+def exact_gradients() -> bool:
+    """Whether allgather, broadcast and reducescatter differentiate exactly
+    (``RELAX_COLLECTIVE_GRADIENTS=exact``: the gradient of the sum over ranks) rather than with
+    Horovod's formulas (the default): Horovod averages the incoming gradients of allgather and
+    broadcast over ranks, and scales reducescatter's by the number of ranks for op=Sum (op=Average
+    passes them through)."""
+    return os.environ.get("RELAX_COLLECTIVE_GRADIENTS", "horovod") == "exact"
+
+
+def gather_gradient_op() -> int:
+    """The reduction the backward of allgather and broadcast applies to the incoming gradients."""
+    return Sum if exact_gradients() else Average
+
+
+def scatter_gradient_factor(op: int, size: int) -> float:
+    """The factor reducescatter's backward applies to the all-gathered gradients, besides the
+    prescale and postscale factors."""
+    if exact_gradients():
+        return 1.0 / size if op == Average else 1.0
+    return float(size) if op == Sum else 1.0
+
+
 def resolve_op(op: int | None, average: bool | None) -> int:
     """The reduction of a Horovod-style call: ``op`` (default Average) or the deprecated
     ``average=True/False``; rejects Adasum (not implemented) and unknown values."""

@@ -135,7 +135,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 
 
 def _my_rows(grad, rows, process_set_id_value: int):
-    """This rank's block of a gathered gradient: sum over ranks, then the rows it contributed."""
+    """This rank's block (the rows it contributed) of a gathered gradient reduced over ranks."""
     ps_rank = _ops.relaxlib_rank(process_set=process_set_id_value)
     counts = _ops.relaxlib_allgather(tf.reshape(tf.cast(rows, tf.int64), [1]), _name("allgather.grad.rows", None),
                                      process_set=process_set_id_value)
@@ -147,11 +147,23 @@ def _my_rows(grad, rows, process_set_id_value: int):
 
 @tf.RegisterGradient("RelaxlibAllgather")
 def _allgather_grad(op, grad):
-    """Sum the gathered gradient over ranks; each rank keeps the rows it contributed."""
+    """The gathered gradient averaged over ranks (Horovod; summed with RELAX_COLLECTIVE_GRADIENTS
+    =exact); each rank keeps the rows it contributed."""
     set_id = op.get_attr("process_set")
-    summed = _ops.relaxlib_allreduce(grad, _name("allgather.grad", None), reduce_op=Sum, prescale=1.0,
-                                     postscale=1.0, process_set=set_id)
-    return [_my_rows(summed, tf.shape(op.inputs[0], out_type=tf.int64)[0], set_id), None]
+    reduced = _ops.relaxlib_allreduce(grad, _name("allgather.grad", None), reduce_op=basics.gather_gradient_op(),
+                                      prescale=1.0, postscale=1.0, process_set=set_id)
+    return [_my_rows(reduced, tf.shape(op.inputs[0], out_type=tf.int64)[0], set_id), None]
+
+
+@tf.RegisterGradient("RelaxlibGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    """Each tensor's gradient as for allgather, reduced in one grouped operation."""
+    set_id = op.get_attr("process_set")
+    grads = [tf.zeros_like(t) if g is None else tf.convert_to_tensor(g) for g, t in zip(grads, op.outputs)]
+    reduced = _ops.relaxlib_grouped_allreduce(grads, _names("grouped_allgather.grad", None, len(grads)),
+                                              reduce_op=basics.gather_gradient_op(), prescale=1.0, postscale=1.0,
+                                              process_set=set_id)
+    return [_my_rows(r, tf.shape(t, out_type=tf.int64)[0], set_id) for r, t in zip(reduced, op.inputs)] + [None]
 
 
 # ---- broadcast -------------------------------------------------------------------------------
@@ -174,10 +186,10 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 
 @tf.RegisterGradient("RelaxlibBroadcast")
 def _broadcast_grad(op, grad):
-    summed = _ops.relaxlib_allreduce(grad, _name("broadcast.grad", None), reduce_op=Sum, prescale=1.0,
-                                     postscale=1.0, process_set=op.get_attr("process_set"))
+    reduced = _ops.relaxlib_allreduce(grad, _name("broadcast.grad", None), reduce_op=basics.gather_gradient_op(),
+                                      prescale=1.0, postscale=1.0, process_set=op.get_attr("process_set"))
     is_root = tf.equal(_ops.relaxlib_rank(process_set=0), op.get_attr("root_rank"))
-    return [tf.where(is_root, summed, tf.zeros_like(summed)), None]
+    return [tf.where(is_root, reduced, tf.zeros_like(reduced)), None]
 
 
 # ---- reducescatter / alltoall ----------------------------------------------------------------
@@ -218,8 +230,11 @@ def _reducescatter_grad_of(grad, op):
     set_id = op.get_attr("process_set")
     gathered = _ops.relaxlib_allgather(grad, _name("reducescatter.grad", None), process_set=set_id)
     scale = op.get_attr("prescale") * op.get_attr("postscale")
-    if op.get_attr("reduce_op") == Average:
-        scale = scale / tf.cast(_ops.relaxlib_size(process_set=set_id), tf.float64)
+    size = tf.cast(_ops.relaxlib_size(process_set=set_id), tf.float64)
+    if basics.exact_gradients():
+        scale = scale / size if op.get_attr("reduce_op") == Average else tf.constant(scale, tf.float64)
+    else:  # Horovod: size x for Sum, unscaled for Average
+        scale = scale * size if op.get_attr("reduce_op") == Sum else tf.constant(scale, tf.float64)
     return gathered * tf.cast(scale, gathered.dtype)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from relaxlib import basics
 from relaxlib.errors import InvalidArgumentError, RelaxError
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch.compression import Compression
 from relaxlib_torch.mpi_ops import (
     Average,
-    Sum,
     _auto_name,
     _contiguous,
     _ops,
@@ -58,7 +58,8 @@ class _GroupedAllgatherFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        reduced = grouped_allreduce([g.contiguous() for g in grads], op=Sum, process_set=ctx.process_set)
+        reduced = grouped_allreduce([g.contiguous() for g in grads], op=basics.gather_gradient_op(),
+                                    process_set=ctx.process_set)
         dims = allgather(torch.tensor([ctx.dims], dtype=torch.int64), process_set=ctx.process_set)
         offsets = dims[: ctx.process_set.rank()].sum(dim=0) if ctx.process_set.rank() > 0 else [0] * len(ctx.dims)
         return (None, None, *[g.narrow(0, int(o), d) for g, o, d in zip(reduced, offsets, ctx.dims)])
@@ -95,7 +96,7 @@ class _GroupedReducescatterFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         gathered = grouped_allgather([g.contiguous() for g in grads], process_set=ctx.process_set)
-        scale = ctx.scale / (ctx.process_set.size() if ctx.op == Average else 1)
+        scale = ctx.scale * basics.scatter_gradient_factor(ctx.op, ctx.process_set.size())
         return (None, None, None, None, None, *[g * scale if scale != 1 else g for g in gathered])
 
 

@@ -275,7 +275,7 @@ class _AllgatherFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_reduced = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+        grad_reduced = allreduce(grad_output, op=basics.gather_gradient_op(), process_set=ctx.process_set)
         dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64), process_set=ctx.process_set)
         offset = int(dims[: ctx.process_set.rank()].sum())
         return grad_reduced.narrow(0, offset, ctx.dim0), None, None
@@ -326,7 +326,7 @@ class _BroadcastFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_reduced = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+        grad_reduced = allreduce(grad_output, op=basics.gather_gradient_op(), process_set=ctx.process_set)
         if basics.rank() != ctx.root_rank:  # roots are world ranks
             grad_reduced = grad_reduced * 0
         return grad_reduced, None, None, None
@@ -378,7 +378,7 @@ class _ReducescatterFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad = allgather(grad_output.contiguous(), process_set=ctx.process_set)
-        scale = ctx.scale / (ctx.process_set.size() if ctx.op == Average else 1)
+        scale = ctx.scale * basics.scatter_gradient_factor(ctx.op, ctx.process_set.size())
         return grad * scale if scale != 1 else grad, None, None, None, None, None
 
 

@@ -14,7 +14,7 @@ Status FromRelax(int code, const std::string& message) {
     case RELAX_ERR_INVALID_ARGUMENT:
       return Status(absl::StatusCode::kInvalidArgument, "[InvalidArgumentError] " + text);
     case RELAX_ERR_MISMATCH:
-      return Status(absl::StatusCode::kInvalidArgument, "[MismatchError] " + text);
+      return Status(absl::StatusCode::kFailedPrecondition, "[MismatchError] " + text);  // as Horovod
     case RELAX_ERR_NOT_INITIALIZED:
       return Status(absl::StatusCode::kFailedPrecondition, "[NotInitializedError] " + text);
     case RELAX_ERR_SHUTDOWN:

@@ -248,8 +248,13 @@ def test_allreduce_gradient_is_the_allreduce_of_the_gradient(mode):
     np.testing.assert_allclose(g.numpy(), np.full(3, 2 * y * SIZE * (RANK + 1)), rtol=1e-6)
 
 
+GRADIENTS = ["horovod", "exact"]  # RELAX_COLLECTIVE_GRADIENTS: Horovod's formulas (default) or exact
+
+
+@pytest.mark.parametrize("gradients", GRADIENTS)
 @pytest.mark.parametrize("mode", MODES)
-def test_allgather_gradient_returns_this_ranks_rows(mode):
+def test_allgather_gradient_returns_this_ranks_rows(mode, gradients, monkeypatch):
+    monkeypatch.setenv("RELAX_COLLECTIVE_GRADIENTS", gradients)
     x = tf.Variable(tf.ones([RANK + 1, 2]))
 
     def grad():
@@ -261,12 +266,15 @@ def test_allgather_gradient_returns_this_ranks_rows(mode):
 
     g = run(mode, grad)
     offset = sum(r + 1 for r in range(RANK))
-    expected = SIZE * np.arange((offset) * 2, (offset + RANK + 1) * 2, dtype=np.float32).reshape(RANK + 1, 2)
-    np.testing.assert_allclose(g.numpy(), expected)
+    expected = np.arange((offset) * 2, (offset + RANK + 1) * 2, dtype=np.float32).reshape(RANK + 1, 2)
+    # every rank's gradient is the same here: Horovod averages them, exact sums them
+    np.testing.assert_allclose(g.numpy(), expected * (SIZE if gradients == "exact" else 1))
 
 
+@pytest.mark.parametrize("gradients", GRADIENTS)
 @pytest.mark.parametrize("mode", MODES)
-def test_broadcast_gradient_reaches_the_root_only(mode):
+def test_broadcast_gradient_reaches_the_root_only(mode, gradients, monkeypatch):
+    monkeypatch.setenv("RELAX_COLLECTIVE_GRADIENTS", gradients)
     x = tf.Variable(tf.fill([2], float(RANK + 1)))
 
     def grad():
@@ -275,8 +283,8 @@ def test_broadcast_gradient_reaches_the_root_only(mode):
         return tape.gradient(loss, x)
 
     g = run(mode, grad)
-    expected = sum(r + 1 for r in range(SIZE)) if RANK == 0 else 0.0
-    np.testing.assert_allclose(g.numpy(), np.full(2, expected))
+    total = sum(r + 1 for r in range(SIZE)) / (1 if gradients == "exact" else SIZE)
+    np.testing.assert_allclose(g.numpy(), np.full(2, total if RANK == 0 else 0.0))
 
 
 def test_distributed_gradient_tape_averages():
@@ -302,14 +310,14 @@ def test_partial_tape_keeps_local_layer_gradients():
 # ---- errors ----
 
 def test_shape_mismatch_raises_on_every_rank_naming_the_tensor():
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[MismatchError\].*mismatch\.shape"):
+    with pytest.raises(tf.errors.FailedPreconditionError, match=r"\[MismatchError\].*mismatch\.shape"):
         hvd.allreduce(tf.ones([RANK + 1]), name="mismatch.shape")
     hvd.barrier()
 
 
 def test_dtype_mismatch_raises_on_every_rank():
     dtype = tf.float32 if RANK == 0 else tf.float64
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[MismatchError\].*mismatch\.dtype"):
+    with pytest.raises(tf.errors.FailedPreconditionError, match=r"\[MismatchError\].*mismatch\.dtype"):
         hvd.allreduce(tf.ones([2], dtype), name="mismatch.dtype")
     hvd.barrier()
 

@@ -222,12 +222,18 @@ def test_allgather_with_different_first_dimensions(dtype):
     assert same(out, torch.cat(parts))
 
 
-def test_allgather_one_dimensional_and_autograd():
+GRADIENTS = ["horovod", "exact"]  # RELAX_COLLECTIVE_GRADIENTS: Horovod's formulas (default) or exact
+
+
+@pytest.mark.parametrize("gradients", GRADIENTS)
+def test_allgather_one_dimensional_and_autograd(gradients, monkeypatch):
+    monkeypatch.setenv("RELAX_COLLECTIVE_GRADIENTS", gradients)
     x = torch.full((RANK + 1,), float(RANK), requires_grad=True)
     y = hvd.allgather(x)
     assert y.shape == (sum(r + 1 for r in range(SIZE)),)
     (y * 2).sum().backward()
-    assert torch.equal(x.grad, torch.full((RANK + 1,), 2.0 * SIZE))
+    # Horovod: the incoming gradients averaged over ranks; exact: summed
+    assert torch.equal(x.grad, torch.full((RANK + 1,), 2.0 * (SIZE if gradients == "exact" else 1)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES + [torch.bool], ids=str)
@@ -243,10 +249,12 @@ def test_broadcast_from_every_root(dtype):
         assert same(mine, data)
 
 
-def test_broadcast_autograd_routes_gradient_to_root():
+@pytest.mark.parametrize("gradients", GRADIENTS)
+def test_broadcast_autograd_routes_gradient_to_root(gradients, monkeypatch):
+    monkeypatch.setenv("RELAX_COLLECTIVE_GRADIENTS", gradients)
     x = torch.ones(3, requires_grad=True)
     hvd.broadcast(x, root_rank=0).sum().backward()
-    expected = float(SIZE) if RANK == 0 else 0.0
+    expected = (float(SIZE) if gradients == "exact" else 1.0) if RANK == 0 else 0.0
     assert torch.equal(x.grad, torch.full((3,), expected))
 
 
@@ -285,10 +293,16 @@ def test_reducescatter_blocks(rows, op_name):
     torch.testing.assert_close(out, full[start:start + counts[RANK]])
 
 
-def test_reducescatter_autograd_is_allgather():
+@pytest.mark.parametrize("gradients", GRADIENTS)
+@pytest.mark.parametrize("op_name", ["sum", "average"])
+def test_reducescatter_autograd_is_allgather(gradients, op_name, monkeypatch):
+    monkeypatch.setenv("RELAX_COLLECTIVE_GRADIENTS", gradients)
     x = torch.ones(SIZE * 2, 2, requires_grad=True)
-    hvd.reducescatter(x, op=hvd.Sum).sum().backward()
-    assert torch.equal(x.grad, torch.ones(SIZE * 2, 2))
+    hvd.reducescatter(x, op=OPS[op_name], postscale_factor=3.0).sum().backward()
+    # Horovod: all-gathered gradients times size for Sum, as they are for Average; exact: the
+    # derivative of the (summed or averaged) reduction
+    exact = 3.0 if op_name == "sum" else 3.0 / SIZE
+    assert torch.allclose(x.grad, torch.full((SIZE * 2, 2), exact if gradients == "exact" else exact * SIZE))
 
 
 def test_alltoall_with_and_without_splits():
