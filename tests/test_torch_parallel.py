@@ -33,9 +33,10 @@ def test_bad_input_errors(np_):
     assert run.returncode == 0, run.report()
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_horovod_api_parity(np_):
-    run = run_pytest_on_ranks(np_, "torch_api_parity.py")
+@pytest.mark.parametrize("np_, env", [(2, {}), (4, {}), (3, {"RELAX_JOINED_RANKS": "contribute-nothing"})],
+                         ids=["np2", "np4", "np3-joined-contribute-nothing"])
+def test_horovod_api_parity(np_, env):
+    run = run_pytest_on_ranks(np_, "torch_api_parity.py", env=env)
     assert run.returncode == 0, run.report()
 
 

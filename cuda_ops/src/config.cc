@@ -72,6 +72,14 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
     add_error(error, "RELAX_SHM_SLOT_BYTES=" + std::to_string(c.shm_slot_bytes) + " is above the limit of 1 GiB");
     c.shm_slot_bytes = EngineConfig().shm_slot_bytes;
   }
+  if (const char* joined = lookup("RELAX_JOINED_RANKS", nullptr)) {
+    const std::string value = joined;
+    if (value == "contribute-nothing" || value == "error") {
+      c.joined_ranks_gather_nothing = value == "contribute-nothing";
+    } else {
+      add_error(error, "RELAX_JOINED_RANKS=" + value + " is not one of error, contribute-nothing");
+    }
+  }
   const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
   if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
   return c;

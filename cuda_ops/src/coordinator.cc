@@ -43,10 +43,11 @@ const Descriptor& ResponseTensor::first() const {
   return empty;
 }
 
-Coordinator::Coordinator(int size, size_t cache_capacity, std::vector<int> world_ranks)
+Coordinator::Coordinator(int size, size_t cache_capacity, std::vector<int> world_ranks, bool joined_gather_nothing)
     : size_(size),
       cache_capacity_(cache_capacity),
       world_ranks_(std::move(world_ranks)),
+      joined_gather_nothing_(joined_gather_nothing),
       joined_(static_cast<size_t>(size), false) {}
 
 int Coordinator::world_rank(int rank) const {
@@ -223,6 +224,13 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
       return Status::error(RELAX_ERR_INVALID_ARGUMENT,
                            "broadcast " + quoted + " has root rank " + std::to_string(d0.root_rank) +
                                ", which has already joined.");
+    }
+    const bool gathers = d0.type == RELAX_REQ_ALLGATHER || d0.type == RELAX_REQ_BROADCAST;
+    if (gathers && !joined_gather_nothing_) {  // Horovod's behaviour
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                           op + " " + quoted + " cannot run while ranks " + rank_list(joined_ranks) +
+                               " have joined (as in Horovod; RELAX_JOINED_RANKS=contribute-nothing lets them "
+                               "contribute no rows and receive the result).");
     }
     if (d0.type == RELAX_REQ_ALLTOALL || d0.type == RELAX_REQ_COMPRESSED_ALLREDUCE) {
       return Status::error(RELAX_ERR_INVALID_ARGUMENT,

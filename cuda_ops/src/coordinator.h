@@ -61,8 +61,10 @@ struct StallInfo {
 class Coordinator {
  public:
   // `world_ranks` names the members in messages (set rank i is world rank world_ranks[i]);
-  // empty means the identity.
-  Coordinator(int size, size_t cache_capacity, std::vector<int> world_ranks = {});
+  // empty means the identity. `joined_gather_nothing`: ranks that joined take part in allgather
+  // (no rows) and broadcast (receiving) instead of failing them as Horovod does; it must be equal
+  // on every member (the engine takes rank 0's).
+  Coordinator(int size, size_t cache_capacity, std::vector<int> world_ranks = {}, bool joined_gather_nothing = false);
 
   int size() const { return size_; }
   // Cache id of a descriptor, or -1 when it is not cached.
@@ -114,6 +116,7 @@ class Coordinator {
   std::unordered_map<std::string, uint64_t> seq_by_name_;
   std::vector<Descriptor> cache_;
   std::unordered_map<std::string, uint32_t> cache_index_;
+  bool joined_gather_nothing_ = false;
   std::vector<bool> joined_;
   int joined_count_ = 0;
   int last_joined_ = -1;

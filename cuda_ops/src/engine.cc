@@ -62,6 +62,10 @@ Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
   std::vector<int> all(static_cast<size_t>(t.size));
   for (int r = 0; r < t.size; ++r) all[static_cast<size_t>(r)] = r;
   set_info_[0] = ProcessSetInfo{all, t.rank};
+  // Rank 0's choice binds every rank: coordinators that disagree would answer differently.
+  int gather_nothing = config_.joined_ranks_gather_nothing ? 1 : 0;
+  MPI_Bcast(&gather_nothing, 1, MPI_INT, 0, mpi.control());
+  config_.joined_ranks_gather_nothing = gather_nothing != 0;
   sets_[0] = make_set(0, all, t.rank, mpi.control(), mpi.data(), false);
 }
 

@@ -3,6 +3,7 @@ sparse gradients and introspection. Launched with 2 and 4 ranks."""
 
 import json
 import os
+import re
 import warnings
 
 import pytest
@@ -118,12 +119,22 @@ def test_grouped_allgather_and_reducescatter():
 # ---- join --------------------------------------------------------------------------------------
 
 def test_join_with_uneven_steps_contributes_zeros_and_nothing():
+    """Joined ranks contribute zeros to allreduce; allgather and broadcast fail while a rank has
+    joined, as in Horovod, unless RELAX_JOINED_RANKS=contribute-nothing (no rows, and they receive)."""
+    gather_nothing = os.environ.get("RELAX_JOINED_RANKS") == "contribute-nothing"
     for step in range(RANK + 1):  # rank r runs r+1 steps, then joins
         active = [r for r in range(SIZE) if r + 1 > step]
         total = hvd.allreduce(torch.ones(3), op=hvd.Sum, name=f"join.ar.{step}")
         assert torch.equal(total, torch.full((3,), float(len(active))))
-        gathered = hvd.allgather(torch.tensor([RANK]), name=f"join.ag.{step}")
-        assert gathered.tolist() == active
+        if gather_nothing:
+            gathered = hvd.allgather(torch.tensor([RANK]), name=f"join.ag.{step}")
+            assert gathered.tolist() == active
+        elif len(active) < SIZE:
+            joined = [r for r in range(SIZE) if r not in active]
+            with pytest.raises(relaxlib.InvalidArgumentError, match=re.escape(f"ranks {joined} have joined")):
+                hvd.allgather(torch.tensor([RANK]), name=f"join.ag.{step}")
+            with pytest.raises(relaxlib.InvalidArgumentError, match="have joined"):
+                hvd.broadcast(torch.tensor([RANK]), root_rank=SIZE - 1, name=f"join.bc.{step}")
     assert hvd.join() == SIZE - 1
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(SIZE)))
 
