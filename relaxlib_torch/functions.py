@@ -43,9 +43,25 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
     compatibility and not needed."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer)
     state = optimizer.state_dict() if basics.rank() == root_rank else None
     state = broadcast_object(state, root_rank, name="optimizer_state", process_set=process_set)
     optimizer.load_state_dict(state)
+
+
+def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
+    """As Horovod does before broadcasting an optimizer that has no state yet: one local step with
+    zero gradients, so every rank has the state entries (momentum buffers, step counts) that the
+    root's state will fill. The zero gradients stay in place, as in Horovod."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    if hasattr(optimizer, "_relax_telemetry"):  # a DistributedOptimizer: step the wrapped class, locally
+        super(type(optimizer), optimizer).step()
+    else:
+        optimizer.step()
 
 
 def _to_bytes(obj) -> torch.Tensor:

@@ -432,6 +432,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts scattering dim-0 slices of ``tensor`` to every rank (``splits[j]`` rows to rank j;
     equal parts when None) and gathering what every rank sends here."""
     source = _contiguous(tensor)
+    if torch.is_tensor(splits) and (splits.dtype.is_floating_point or splits.dtype.is_complex):
+        raise ValueError(f"alltoall splits must be integers, got a {splits.dtype} tensor")  # as Horovod
     split_list = [] if splits is None else [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
     core = _submit(_ops.alltoall_async, source, split_list, _auto_name("alltoall", name), _process_set_id(process_set))
 

@@ -219,9 +219,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _synchronize_and_step(self, closure):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a new backward pass since synchronize(); call "
-                              "step() inside optimizer.skip_synchronize() after an explicit synchronize()",
-                              stacklevel=2)
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(): the gradients are averaged again; call step() inside "
+                              "optimizer.skip_synchronize() after an explicit synchronize()", stacklevel=2)
             self.synchronize()
         self._synchronized = False
         if self.max_grad_norm:

@@ -252,3 +252,34 @@ def test_integer_average_truncates_like_horovod():
     out = hvd.allreduce(torch.tensor([RANK * 2 + 1, -(RANK * 2 + 1)], dtype=torch.int32), op=hvd.Average)
     total = sum(r * 2 + 1 for r in range(SIZE))
     assert out.tolist() == [int(total / SIZE), -int(total / SIZE)]
+
+
+# ---- Horovod's observable details ---------------------------------------------------------------
+
+def test_broadcast_optimizer_state_initializes_an_empty_state_like_horovod():
+    """No state yet: a local zero-gradient step creates it (the zero gradients stay), then the
+    root's state reaches every rank."""
+    model = torch.nn.Linear(3, 2)
+    frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    optimizer = torch.optim.SGD(list(model.parameters()) + [frozen], lr=0.1, momentum=0.9)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in model.parameters())
+    assert frozen.grad is None
+    assert all("momentum_buffer" in optimizer.state[p] for p in model.parameters())
+
+
+def test_alltoall_with_float_splits_raises_value_error():
+    with pytest.raises(ValueError, match="splits must be integers"):
+        hvd.alltoall(torch.zeros(SIZE), torch.ones(SIZE, dtype=torch.float32))
+
+
+def test_step_after_synchronize_warns_with_horovods_words():
+    model = torch.nn.Linear(1, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    model(torch.ones(1, 1)).sum().backward()
+    optimizer.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        optimizer.step()
+    assert any("optimizer.step() called without optimizer.skip_synchronize()" in str(w.message) for w in caught)
