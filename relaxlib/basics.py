@@ -283,15 +283,19 @@ def version() -> str:
     return _core.lib().relax_version().decode()
 
 
-_name_counters: dict[str, itertools.count] = {}
+_name_counters: dict[tuple[str, int], itertools.count] = {}
 _name_lock = threading.Lock()
 
 
-def auto_name(kind: str, name: str | None) -> str:
-    """``name``, or for an unnamed operation ``<kind>.noname.<i>`` numbered by call order (the
-    same on every rank when ranks call in the same order, as collectives require)."""
+def auto_name(kind: str, name: str | None, process_set: object = 0) -> str:
+    """``name``, or for an unnamed operation ``<kind>.noname.<i>`` numbered by call order within
+    its process set (``<kind>.ps<id>.noname.<i>`` outside the global one). Collectives must be
+    called in the same order by every member of their set, so the numbers agree; counting per set
+    keeps them agreeing when ranks run different numbers of operations in other sets."""
     if name:
         return name
+    set_id = process_set if isinstance(process_set, int) else getattr(process_set, "process_set_id", 0) or 0
     with _name_lock:
-        counter = _name_counters.setdefault(kind, itertools.count())
-        return f"{kind}.noname.{next(counter)}"
+        counter = _name_counters.setdefault((kind, set_id), itertools.count())
+        scope = f".ps{set_id}" if set_id else ""
+        return f"{kind}{scope}.noname.{next(counter)}"

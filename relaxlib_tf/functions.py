@@ -45,7 +45,7 @@ def _to_bytes(obj) -> np.ndarray:
 def broadcast_object(obj=None, root_rank: int = 0, session=None, name: str | None = None,
                      process_set=global_process_set):
     """Returns ``root_rank``'s ``obj`` (any picklable object) on every rank (eager)."""
-    label = mpi_ops._auto_name("broadcast_object", f"broadcast_object.{name}" if name else None)
+    label = mpi_ops._auto_name("broadcast_object", f"broadcast_object.{name}" if name else None, process_set)
     is_root = basics.rank() == root_rank
     payload = _to_bytes(obj) if is_root else np.zeros(0, np.uint8)
     length = mpi_ops.broadcast(tf.constant([payload.size], tf.int64), root_rank, name=label + ".size",
@@ -66,7 +66,7 @@ def broadcast_object_fn(root_rank: int = 0, session=None, name: str | None = Non
 
 def allgather_object(obj, session=None, name: str | None = None, process_set=global_process_set) -> list:
     """Returns the list of every rank's ``obj``, in rank order (eager)."""
-    label = mpi_ops._auto_name("allgather_object", f"allgather_object.{name}" if name else None)
+    label = mpi_ops._auto_name("allgather_object", f"allgather_object.{name}" if name else None, process_set)
     payload = _to_bytes(obj)
     sizes = mpi_ops.allgather(tf.constant([payload.size], tf.int64), name=label + ".sizes", process_set=process_set)
     data = mpi_ops.allgather(tf.constant(payload), name=label + ".data", process_set=process_set).numpy()

@@ -22,14 +22,14 @@ _ops = library()
 _auto_name = basics.auto_name
 
 
-def _name(kind: str, name: str | None) -> tf.Tensor:
+def _name(kind: str, name: str | None, process_set: object = 0) -> tf.Tensor:
     """The request name as a scalar string tensor (a tensor, so eager calls share one kernel)."""
-    return tf.constant(_auto_name(kind, name), dtype=tf.string)
+    return tf.constant(_auto_name(kind, name, process_set), dtype=tf.string)
 
 
-def _names(kind: str, name: str | None, count: int) -> tf.Tensor:
+def _names(kind: str, name: str | None, count: int, process_set: object = 0) -> tf.Tensor:
     """Names of a grouped request's members."""
-    base = _auto_name(kind, name)
+    base = _auto_name(kind, name, process_set)
     return tf.constant([f"{base}.{i}" for i in range(count)], dtype=tf.string)
 
 
@@ -41,8 +41,9 @@ def _set_id(process_set: ProcessSet) -> int:
 
 def _allreduce(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set) -> tf.Tensor:
-    return _ops.relaxlib_allreduce(tensor, _name("allreduce", name), reduce_op=op, prescale=float(prescale_factor),
-                                   postscale=float(postscale_factor), process_set=_set_id(process_set))
+    return _ops.relaxlib_allreduce(tensor, _name("allreduce", name, process_set), reduce_op=op,
+                                   prescale=float(prescale_factor), postscale=float(postscale_factor),
+                                   process_set=_set_id(process_set))
 
 
 def _sparse_allreduce(slices: tf.IndexedSlices, name, op, process_set) -> tf.IndexedSlices:
@@ -86,8 +87,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                           postscale_factor=postscale_factor, process_set=process_set,
                           name=f"{name}.{i}" if name else None) for i, t in enumerate(tensors)]
     compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    reduced = _ops.relaxlib_grouped_allreduce([c for c, _ in compressed], _names("grouped_allreduce", name,
-                                                                                   len(tensors)),
+    names = _names("grouped_allreduce", name, len(tensors), process_set)
+    reduced = _ops.relaxlib_grouped_allreduce([c for c, _ in compressed], names,
                                               reduce_op=op, prescale=float(prescale_factor),
                                               postscale=float(postscale_factor), process_set=_set_id(process_set))
     return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
@@ -96,7 +97,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 @tf.RegisterGradient("RelaxlibAllreduce")
 def _allreduce_grad(op, grad):
     """The gradient of an allreduce is the same allreduce of the gradient."""
-    reduced = _ops.relaxlib_allreduce(grad, _name("allreduce.grad", None), reduce_op=op.get_attr("reduce_op"),
+    reduced = _ops.relaxlib_allreduce(grad, _name("allreduce.grad", None, op.get_attr("process_set")),
+                                      reduce_op=op.get_attr("reduce_op"),
                                       prescale=op.get_attr("prescale"), postscale=op.get_attr("postscale"),
                                       process_set=op.get_attr("process_set"))
     return [reduced, None]
@@ -105,7 +107,8 @@ def _allreduce_grad(op, grad):
 @tf.RegisterGradient("RelaxlibGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
     grads = [tf.zeros_like(t) if g is None else tf.convert_to_tensor(g) for g, t in zip(grads, op.inputs)]
-    reduced = _ops.relaxlib_grouped_allreduce(grads, _names("grouped_allreduce.grad", None, len(grads)),
+    names = _names("grouped_allreduce.grad", None, len(grads), op.get_attr("process_set"))
+    reduced = _ops.relaxlib_grouped_allreduce(grads, names,
                                               reduce_op=op.get_attr("reduce_op"), prescale=op.get_attr("prescale"),
                                               postscale=op.get_attr("postscale"),
                                               process_set=op.get_attr("process_set"))
@@ -120,7 +123,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         raise InvalidArgumentError("allgather needs a tensor with at least one dimension, got a scalar")
-    return _ops.relaxlib_allgather(tensor, _name("allgather", name), process_set=_set_id(process_set))
+    return _ops.relaxlib_allgather(tensor, _name("allgather", name, process_set), process_set=_set_id(process_set))
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -130,14 +133,15 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
         return []
     if any(t.shape.rank == 0 for t in tensors):
         raise InvalidArgumentError("allgather needs tensors with at least one dimension, got a scalar")
-    return list(_ops.relaxlib_grouped_allgather(tensors, _names("grouped_allgather", name, len(tensors)),
+    return list(_ops.relaxlib_grouped_allgather(tensors, _names("grouped_allgather", name, len(tensors), process_set),
                                                 process_set=_set_id(process_set)))
 
 
 def _my_rows(grad, rows, process_set_id_value: int):
     """This rank's block (the rows it contributed) of a gathered gradient reduced over ranks."""
     ps_rank = _ops.relaxlib_rank(process_set=process_set_id_value)
-    counts = _ops.relaxlib_allgather(tf.reshape(tf.cast(rows, tf.int64), [1]), _name("allgather.grad.rows", None),
+    counts = _ops.relaxlib_allgather(tf.reshape(tf.cast(rows, tf.int64), [1]),
+                                     _name("allgather.grad.rows", None, process_set_id_value),
                                      process_set=process_set_id_value)
     offset = tf.reduce_sum(counts[:ps_rank])
     return tf.slice(grad, tf.concat([[offset], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0),
@@ -150,7 +154,8 @@ def _allgather_grad(op, grad):
     """The gathered gradient averaged over ranks (Horovod; summed with RELAX_COLLECTIVE_GRADIENTS
     =exact); each rank keeps the rows it contributed."""
     set_id = op.get_attr("process_set")
-    reduced = _ops.relaxlib_allreduce(grad, _name("allgather.grad", None), reduce_op=basics.gather_gradient_op(),
+    reduced = _ops.relaxlib_allreduce(grad, _name("allgather.grad", None, set_id),
+                                      reduce_op=basics.gather_gradient_op(),
                                       prescale=1.0, postscale=1.0, process_set=set_id)
     return [_my_rows(reduced, tf.shape(op.inputs[0], out_type=tf.int64)[0], set_id), None]
 
@@ -160,7 +165,7 @@ def _grouped_allgather_grad(op, *grads):
     """Each tensor's gradient as for allgather, reduced in one grouped operation."""
     set_id = op.get_attr("process_set")
     grads = [tf.zeros_like(t) if g is None else tf.convert_to_tensor(g) for g, t in zip(grads, op.outputs)]
-    reduced = _ops.relaxlib_grouped_allreduce(grads, _names("grouped_allgather.grad", None, len(grads)),
+    reduced = _ops.relaxlib_grouped_allreduce(grads, _names("grouped_allgather.grad", None, len(grads), set_id),
                                               reduce_op=basics.gather_gradient_op(), prescale=1.0, postscale=1.0,
                                               process_set=set_id)
     return [_my_rows(r, tf.shape(t, out_type=tf.int64)[0], set_id) for r, t in zip(reduced, op.inputs)] + [None]
@@ -171,8 +176,8 @@ def _grouped_allgather_grad(op, *grads):
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """``root_rank``'s ``tensor`` (a world rank, member of ``process_set``) on every rank;
     differentiable (the root receives the sum of every rank's gradient)."""
-    return _ops.relaxlib_broadcast(tf.convert_to_tensor(tensor), _name("broadcast", name), root_rank=int(root_rank),
-                                   process_set=_set_id(process_set))
+    return _ops.relaxlib_broadcast(tf.convert_to_tensor(tensor), _name("broadcast", name, process_set),
+                                   root_rank=int(root_rank), process_set=_set_id(process_set))
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
@@ -186,7 +191,8 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 
 @tf.RegisterGradient("RelaxlibBroadcast")
 def _broadcast_grad(op, grad):
-    reduced = _ops.relaxlib_allreduce(grad, _name("broadcast.grad", None), reduce_op=basics.gather_gradient_op(),
+    reduced = _ops.relaxlib_allreduce(grad, _name("broadcast.grad", None, op.get_attr("process_set")),
+                                      reduce_op=basics.gather_gradient_op(),
                                       prescale=1.0, postscale=1.0, process_set=op.get_attr("process_set"))
     is_root = tf.equal(_ops.relaxlib_rank(process_set=0), op.get_attr("root_rank"))
     return [tf.where(is_root, reduced, tf.zeros_like(reduced)), None]
@@ -204,7 +210,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     if tensor.shape.rank == 0:
         raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension, got a scalar")
     compressed, ctx = compression.compress(tensor)
-    out = _ops.relaxlib_reducescatter(compressed, _name("reducescatter", name), reduce_op=op,
+    out = _ops.relaxlib_reducescatter(compressed, _name("reducescatter", name, process_set), reduce_op=op,
                                       prescale=float(prescale_factor), postscale=float(postscale_factor),
                                       process_set=_set_id(process_set))
     return compression.decompress(out, ctx)
@@ -220,7 +226,8 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
         return []
     compressed = [compression.compress(t) for t in tensors]
     out = _ops.relaxlib_grouped_reducescatter([c for c, _ in compressed],
-                                              _names("grouped_reducescatter", name, len(tensors)), reduce_op=op,
+                                              _names("grouped_reducescatter", name, len(tensors), process_set),
+                                              reduce_op=op,
                                               prescale=float(prescale_factor), postscale=float(postscale_factor),
                                               process_set=_set_id(process_set))
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(out, compressed)]
@@ -228,7 +235,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 def _reducescatter_grad_of(grad, op):
     set_id = op.get_attr("process_set")
-    gathered = _ops.relaxlib_allgather(grad, _name("reducescatter.grad", None), process_set=set_id)
+    gathered = _ops.relaxlib_allgather(grad, _name("reducescatter.grad", None, set_id), process_set=set_id)
     scale = op.get_attr("prescale") * op.get_attr("postscale")
     size = tf.cast(_ops.relaxlib_size(process_set=set_id), tf.float64)
     if basics.exact_gradients():
@@ -255,12 +262,13 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     if tensor.shape.rank == 0:
         raise InvalidArgumentError("alltoall needs a tensor with at least one dimension, got a scalar")
     splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int64)
-    return _ops.relaxlib_alltoall(tensor, splits, _name("alltoall", name), process_set=_set_id(process_set))
+    return _ops.relaxlib_alltoall(tensor, splits, _name("alltoall", name, process_set),
+                                  process_set=_set_id(process_set))
 
 
 @tf.RegisterGradient("RelaxlibAlltoall")
 def _alltoall_grad(op, grad, _received_splits_grad):
-    back, _ = _ops.relaxlib_alltoall(grad, op.outputs[1], _name("alltoall.grad", None),
+    back, _ = _ops.relaxlib_alltoall(grad, op.outputs[1], _name("alltoall.grad", None, op.get_attr("process_set")),
                                      process_set=op.get_attr("process_set"))
     return [back, None, None]
 
@@ -269,7 +277,7 @@ def _alltoall_grad(op, grad, _received_splits_grad):
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of ``process_set`` reached the barrier."""
-    _ops.relaxlib_barrier(_name("barrier", None), process_set=_set_id(process_set))
+    _ops.relaxlib_barrier(_name("barrier", None, process_set), process_set=_set_id(process_set))
 
 
 def join():

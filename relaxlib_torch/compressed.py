@@ -50,7 +50,7 @@ def compressed_allreduce_async(tensor: torch.Tensor, codec: str = "uint8", state
     source = tensor.detach().contiguous().reshape(-1)
     core = mpi_ops._submit(mpi_ops._ops.compressed_allreduce_async, source, None,
                            state.worker if state is not None else None, state.owner if state is not None else None,
-                           mpi_ops._auto_name("compressed_allreduce", name), codec_id(codec), op,
+                           mpi_ops._auto_name("compressed_allreduce", name, process_set), codec_id(codec), op,
                            mpi_ops._process_set_id(process_set))
 
     def finish(handles):

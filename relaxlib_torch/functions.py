@@ -77,7 +77,7 @@ def _from_bytes(data: torch.Tensor):
 def broadcast_object(obj=None, root_rank: int = 0, name: str | None = None, process_set=global_process_set):
     """Returns ``root_rank``'s ``obj`` (any picklable object) on every rank."""
     # Named by call order when unnamed: the object's type may differ between root and receivers.
-    label = mpi_ops._auto_name("broadcast_object", f"broadcast_object.{name}" if name else None)
+    label = mpi_ops._auto_name("broadcast_object", f"broadcast_object.{name}" if name else None, process_set)
     if basics.rank() == root_rank:
         payload = _to_bytes(obj)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
@@ -93,7 +93,7 @@ def broadcast_object(obj=None, root_rank: int = 0, name: str | None = None, proc
 
 def allgather_object(obj, name: str | None = None, process_set=global_process_set) -> list:
     """Returns the list of every rank's ``obj``, in rank order."""
-    label = mpi_ops._auto_name("allgather_object", f"allgather_object.{name}" if name else None)
+    label = mpi_ops._auto_name("allgather_object", f"allgather_object.{name}" if name else None, process_set)
     payload = _to_bytes(obj)
     sizes = mpi_ops.allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=label + ".sizes",
                               process_set=process_set)

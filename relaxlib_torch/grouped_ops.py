@@ -44,7 +44,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set) 
     if not tensors:
         raise ValueError("grouped_allgather needs at least one tensor")
     sources = [_contiguous(t) for t in tensors]
-    cores = _submit(_ops.grouped_allgather_async, sources, _auto_name("grouped_allgather", name),
+    cores = _submit(_ops.grouped_allgather_async, sources, _auto_name("grouped_allgather", name, process_set),
                     _process_set_id(process_set))
     return _register(list(cores), lambda handles: tuple(_grouped_outputs(handles)), [sources])
 
@@ -80,7 +80,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     if not tensors:
         raise ValueError("grouped_reducescatter needs at least one tensor")
     sources = [_contiguous(t) for t in tensors]
-    cores = _submit(_ops.grouped_reducescatter_async, sources, _auto_name("grouped_reducescatter", name), op,
+    label = _auto_name("grouped_reducescatter", name, process_set)
+    cores = _submit(_ops.grouped_reducescatter_async, sources, label, op,
                     float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
     return _register(list(cores), _grouped_outputs, [sources])
 

@@ -84,7 +84,7 @@ def _contiguous(tensor: torch.Tensor) -> torch.Tensor:
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set) -> int:
     source = _contiguous(tensor)
     target = output.detach() if output.is_contiguous() else torch.empty_like(source)
-    core = _submit(_ops.allreduce_async, source, target, _auto_name("allreduce", name), op,
+    core = _submit(_ops.allreduce_async, source, target, _auto_name("allreduce", name, process_set), op,
                    float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
 
     def finish(handles):
@@ -106,7 +106,8 @@ def _needs_autograd(tensor: torch.Tensor) -> bool:
 def _allreduce_sync(source, output, name, op, prescale_factor, postscale_factor, process_set) -> None:
     # One call submits, waits and releases (no handle bookkeeping in Python); while the engine is
     # idle the calling thread runs the collective itself.
-    _submit(_direct.allreduce_sync, source, output, _auto_name("allreduce", name), op, float(prescale_factor),
+    label = _auto_name("allreduce", name, process_set)
+    _submit(_direct.allreduce_sync, source, output, label, op, float(prescale_factor),
             float(postscale_factor), _process_set_id(process_set))
 
 
@@ -178,7 +179,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
         raise ValueError("grouped_allreduce needs at least one tensor")
     sources = [_contiguous(t) for t in tensors]
     targets = [o.detach() if o.is_contiguous() else torch.empty_like(s) for o, s in zip(outputs, sources)]
-    cores = _submit(_ops.grouped_allreduce_async, sources, targets, _auto_name("grouped_allreduce", name), op,
+    label = _auto_name("grouped_allreduce", name, process_set)
+    cores = _submit(_ops.grouped_allreduce_async, sources, targets, label, op,
                     float(prescale_factor), float(postscale_factor), _process_set_id(process_set))
 
     def finish(handles):
@@ -250,7 +252,8 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
     """Starts concatenating ``tensor`` from every rank along dimension 0 (sizes may differ)."""
     source = _contiguous(tensor)
-    core = _submit(_ops.allgather_async, source, _auto_name("allgather", name), _process_set_id(process_set))
+    label = _auto_name("allgather", name, process_set)
+    core = _submit(_ops.allgather_async, source, label, _process_set_id(process_set))
 
     def finish(handles):
         _wait_core(handles[0])
@@ -262,7 +265,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
 
 
 def _allgather_new(tensor, name, process_set) -> torch.Tensor:
-    return _submit(_direct.allgather_sync, _contiguous(tensor), _auto_name("allgather", name),
+    return _submit(_direct.allgather_sync, _contiguous(tensor), _auto_name("allgather", name, process_set),
                    _process_set_id(process_set))
 
 
@@ -294,7 +297,7 @@ def allgather(tensor, name=None, process_set=global_process_set) -> torch.Tensor
 def _broadcast_async(tensor, output, root_rank, name, process_set) -> int:
     source = _contiguous(tensor)
     target = output.detach() if output.is_contiguous() else torch.empty_like(source)
-    core = _submit(_ops.broadcast_async, source, target, int(root_rank), _auto_name("broadcast", name),
+    core = _submit(_ops.broadcast_async, source, target, int(root_rank), _auto_name("broadcast", name, process_set),
                    _process_set_id(process_set))
 
     def finish(handles):
@@ -350,7 +353,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     (blocks differ by at most one row, the first ranks taking the extra rows)."""
     op = _resolve_op(op, None, tensor)
     source = _contiguous(tensor)
-    core = _submit(_ops.reducescatter_async, source, _auto_name("reducescatter", name), op, float(prescale_factor),
+    label = _auto_name("reducescatter", name, process_set)
+    core = _submit(_ops.reducescatter_async, source, label, op, float(prescale_factor),
                    float(postscale_factor), _process_set_id(process_set))
 
     def finish(handles):
@@ -363,7 +367,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 
 def _reducescatter_new(tensor, name, op, process_set, prescale_factor, postscale_factor) -> torch.Tensor:
-    return _submit(_direct.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name),
+    return _submit(_direct.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name, process_set),
                    _resolve_op(op, None, tensor), float(prescale_factor), float(postscale_factor),
                    _process_set_id(process_set))
 
@@ -420,7 +424,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
     if op not in (Average, Sum):
         raise ValueError("sparse allreduce supports op=Average and op=Sum")
     t = tensor.coalesce()
-    base = _auto_name("sparse_allreduce", name)
+    base = _auto_name("sparse_allreduce", name, process_set)
     values = allgather_async(t._values().contiguous(), name=f"{base}.values", process_set=process_set)
     indices = allgather_async(t._indices().t().contiguous(), name=f"{base}.indices", process_set=process_set)
     return _SparseHandle(values, indices, t, op, process_set)
@@ -435,7 +439,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if torch.is_tensor(splits) and (splits.dtype.is_floating_point or splits.dtype.is_complex):
         raise ValueError(f"alltoall splits must be integers, got a {splits.dtype} tensor")  # as Horovod
     split_list = [] if splits is None else [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-    core = _submit(_ops.alltoall_async, source, split_list, _auto_name("alltoall", name), _process_set_id(process_set))
+    label = _auto_name("alltoall", name, process_set)
+    core = _submit(_ops.alltoall_async, source, split_list, label, _process_set_id(process_set))
 
     def finish(handles):
         _wait_core(handles[0])
@@ -506,7 +511,7 @@ def join(device: int = -1) -> int:
 
 def barrier(process_set=global_process_set) -> None:
     """Blocks until every rank of the process set has reached the barrier."""
-    core = _submit(_ops.barrier_async, _auto_name("barrier", None), _process_set_id(process_set))
+    core = _submit(_ops.barrier_async, _auto_name("barrier", None, process_set), _process_set_id(process_set))
     _wait_core(core)
     _ops.release(core)
 

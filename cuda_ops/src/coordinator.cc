@@ -165,6 +165,20 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
     const char* what;
     F field;
   };
+  std::vector<int> rejecting;  // ranks that rejected the request locally (announce_rejection)
+  const Descriptor* rejected = nullptr;
+  for (size_t r = 0; r < t.per_rank.size(); ++r) {
+    if (!t.per_rank[r] || t.per_rank[r]->rejection.empty()) continue;
+    rejecting.push_back(world_rank(static_cast<int>(r)));
+    if (!rejected) rejected = &*t.per_rank[r];
+  }
+  if (rejected) {
+    return Status::error(rejected->rejection_code,
+                         request_type_name(rejected->type) + " " + quoted + " failed: " +
+                             (rejecting.size() == 1 ? "rank " + std::to_string(rejecting[0])
+                                                    : "ranks " + rank_list(rejecting)) +
+                             " rejected it locally: " + rejected->rejection);
+  }
   const F type = [](const Descriptor& d) { return request_type_name(d.type); };
   if (!all_equal(t, type)) {
     return Status::error(RELAX_ERR_MISMATCH, "Mismatched collective operations for " + quoted + ": " +

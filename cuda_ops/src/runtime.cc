@@ -182,15 +182,74 @@ int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, vo
   return RELAX_OK;
 }
 
+// The atomic-group key of `count` requests submitted together ("" for one request).
+std::string group_key(const relax_request_t* requests, int32_t count) {
+  return count > 1 ? "group:" + std::string(requests[0].name ? requests[0].name : "") + ":" + std::to_string(count)
+                   : "";
+}
+
+// Submits a placeholder for each of `requests`, which this rank rejected locally with `status`, so
+// that the members that did submit them fail in the round they complete instead of waiting for
+// this rank. A rank cannot announce what the others could not match: requests without a name,
+// point-to-point averages (not negotiated), a join, or a name this rank already has pending.
+Status announce_rejection(Engine& engine, const relax_request_t* requests, int32_t count, const Status& status) {
+  if (count <= 0 || !requests) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "no requests to reject");
+  std::vector<LocalRequest> placeholders(static_cast<size_t>(count));
+  const std::string group = group_key(requests, count);
+  for (int32_t i = 0; i < count; ++i) {
+    const relax_request_t& r = requests[i];
+    const bool negotiated = r.type >= RELAX_REQ_ALLREDUCE && r.type <= RELAX_REQ_GROUP_AVERAGE && !is_direct(r.type) &&
+                            r.type != RELAX_REQ_JOIN;
+    if (!negotiated || !r.name || !*r.name || r.process_set != requests[0].process_set) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT, "only named, negotiated requests of one process set can be "
+                                                       "announced as rejected");
+    }
+    Descriptor& d = placeholders[static_cast<size_t>(i)].desc;
+    d.name = r.name;
+    d.type = r.type;
+    d.group = group;
+    d.group_size = count > 1 ? count : 0;
+    d.rejection = status.message.empty() ? std::string("rejected locally") : status.message;
+    d.rejection_code = status.is_ok() ? RELAX_ERR_INVALID_ARGUMENT : status.code;
+  }
+  return engine.submit(requests[0].process_set, std::move(placeholders), true);
+}
+
+// Whether a local failure with this code is one the other members can be told about (not a
+// shutdown, a missing process set or a name this rank already has pending).
+bool announceable(int32_t code) {
+  return code != RELAX_ERR_SHUTDOWN && code != RELAX_ERR_NOT_INITIALIZED && code != RELAX_ERR_PROCESS_SET &&
+         code != RELAX_ERR_DUPLICATE_NAME;
+}
+
+int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t count, relax_alloc_fn alloc,
+                   relax_done_fn done, void* const* users, relax_handle_t* handles_out,
+                   std::shared_ptr<Engine>* driver);
+
 // Validates and submits `count` requests as one unit; writes their handles. Returns a status.
 // With `driver`, the engine thread is not woken and *driver receives the engine, which the caller
-// drives through the request's rounds itself.
+// drives through the request's rounds itself. A request rejected here is announced to the other
+// members (announce_rejection), so a rank-dependent mistake fails every rank instead of hanging.
 int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,
             void* const* users, relax_handle_t* handles_out, std::shared_ptr<Engine>* driver = nullptr) {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);  // shutdown() cannot free the engine under us
   Engine* engine = current_engine();
   if (!engine) return not_initialized();
+  const int rc = enqueue_locked(engine, requests, count, alloc, done, users, handles_out, driver);
+  if (rc != RELAX_OK && announceable(rc) && count > 0 && requests) {
+    const Status rejected = Status::error(rc, t_last_error);
+    (void)announce_rejection(*engine, requests, count, rejected);  // best effort: the caller sees `rejected`
+    t_last_error = rejected.message;
+    t_last_error_code = rejected.code;
+  }
+  return rc;
+}
+
+int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t count, relax_alloc_fn alloc,
+                   relax_done_fn done, void* const* users, relax_handle_t* handles_out,
+                   std::shared_ptr<Engine>* driver) {
+  Runtime& rt = runtime();
   if (count <= 0 || !requests) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "empty request group"));
   for (int32_t i = 0; i < count; ++i) {
     if (is_direct(requests[i].type) && count > 1) {
@@ -205,8 +264,7 @@ int enqueue(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc
                                                          " does not exist (never added, or removed)"));
   }
   std::vector<LocalRequest> locals(static_cast<size_t>(count));
-  const std::string group =
-      count > 1 ? "group:" + std::string(requests[0].name ? requests[0].name : "") + ":" + std::to_string(count) : "";
+  const std::string group = group_key(requests, count);
   for (int32_t i = 0; i < count; ++i) {
     relax_request_t r = requests[i];
     LocalRequest& local = locals[static_cast<size_t>(i)];
@@ -316,6 +374,15 @@ relax_handle_t relax_enqueue(const relax_request_t* request, relax_alloc_fn allo
   relax_handle_t handle = 0;
   void* users[1] = {user};
   return relax::enqueue(request, 1, alloc, done, users, &handle) == RELAX_OK ? handle : 0;
+}
+
+int relax_reject(const relax_request_t* requests, int32_t count, int32_t code, const char* message) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  const relax::Status s = relax::announce_rejection(*engine, requests, count,
+                                                   relax::Status::error(code, message ? message : ""));
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
 }
 
 int relax_enqueue_group(const relax_request_t* requests, int32_t count, relax_alloc_fn alloc, relax_done_fn done,

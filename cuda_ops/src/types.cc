@@ -105,7 +105,8 @@ bool Descriptor::operator==(const Descriptor& o) const {
   return name == o.name && type == o.type && dtype == o.dtype && reduce_op == o.reduce_op &&
          root_rank == o.root_rank && prescale == o.prescale && postscale == o.postscale &&
          shape == o.shape && splits == o.splits && recv_counts == o.recv_counts &&
-         group == o.group && group_size == o.group_size && codec == o.codec && flags == o.flags;
+         group == o.group && group_size == o.group_size && codec == o.codec && flags == o.flags &&
+         rejection == o.rejection && rejection_code == o.rejection_code;
 }
 
 void encode_u32(uint32_t v, std::string& out) { out.append(reinterpret_cast<const char*>(&v), 4); }
@@ -183,20 +184,24 @@ void encode_descriptor(const Descriptor& d, std::string& out) {
   encode_u32(static_cast<uint32_t>(d.group_size), out);
   encode_u32(static_cast<uint32_t>(d.codec), out);
   encode_u32(static_cast<uint32_t>(d.flags), out);
+  encode_string(d.rejection, out);
+  encode_u32(static_cast<uint32_t>(d.rejection_code), out);
 }
 
 bool decode_descriptor(const std::string& in, size_t& pos, Descriptor& d) {
-  uint32_t type, dtype, op, root, group_size, codec, flags;
+  uint32_t type, dtype, op, root, group_size, codec, flags, rejection_code;
   return decode_string(in, pos, d.name) && decode_u32(in, pos, type) &&
          decode_u32(in, pos, dtype) && decode_u32(in, pos, op) && decode_u32(in, pos, root) &&
          decode_double(in, pos, d.prescale) && decode_double(in, pos, d.postscale) &&
          decode_vector(in, pos, d.shape) && decode_vector(in, pos, d.splits) &&
          decode_vector(in, pos, d.recv_counts) && decode_string(in, pos, d.group) &&
          decode_u32(in, pos, group_size) && decode_u32(in, pos, codec) && decode_u32(in, pos, flags) &&
+         decode_string(in, pos, d.rejection) && decode_u32(in, pos, rejection_code) &&
          ((d.type = static_cast<int32_t>(type)), (d.dtype = static_cast<int32_t>(dtype)),
           (d.reduce_op = static_cast<int32_t>(op)), (d.root_rank = static_cast<int32_t>(root)),
           (d.group_size = static_cast<int32_t>(group_size)), (d.codec = static_cast<int32_t>(codec)),
-          (d.flags = static_cast<int32_t>(flags)), true);
+          (d.flags = static_cast<int32_t>(flags)),
+          (d.rejection_code = static_cast<int32_t>(rejection_code)), true);
 }
 
 }  // namespace relax

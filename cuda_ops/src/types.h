@@ -49,6 +49,10 @@ struct Descriptor {
   int32_t group_size = 0;
   int32_t codec = 0;                 // compressed all-reduce
   int32_t flags = 0;                 // compressed all-reduce: kWorkerError | kOwnerError
+  // Non-empty: this rank rejected the request locally and says why; the members that did submit
+  // it fail with `rejection_code` in the round it completes instead of waiting for this rank.
+  std::string rejection;
+  int32_t rejection_code = RELAX_OK;
 
   static constexpr int32_t kWorkerError = 1;
   static constexpr int32_t kOwnerError = 2;

@@ -199,6 +199,45 @@ TEST(group_runs_atomically_when_all_members_are_ready) {
   CHECK_EQ(r[0].tensors.size(), size_t{2});
 }
 
+TEST(a_local_rejection_fails_the_request_on_every_rank_when_it_completes) {
+  Coordinator c(3, 16);
+  Descriptor placeholder;  // what announce_rejection submits: name, type and why
+  placeholder.name = "a";
+  placeholder.type = RELAX_REQ_ALLREDUCE;
+  placeholder.rejection = "unsupported data type complex64";
+  placeholder.rejection_code = RELAX_ERR_INVALID_ARGUMENT;
+  auto m = round_of(3);
+  m[0].descriptors = {tensor("a", {4})};
+  m[1].descriptors = {placeholder};
+  CHECK_EQ(c.process(m, 0).size(), size_t{0});  // rank 2 has not submitted yet
+  auto m2 = round_of(3);
+  m2[2].descriptors = {tensor("a", {4})};
+  auto r = c.process(m2, 0);
+  CHECK_EQ(r.size(), size_t{1});
+  CHECK(r[0].kind == Response::Kind::Error);
+  CHECK_EQ(r[0].status, RELAX_ERR_INVALID_ARGUMENT);
+  CHECK(contains(r[0].message, "'a'") && contains(r[0].message, "rank 1 rejected it locally") &&
+        contains(r[0].message, "complex64"));
+  CHECK_EQ(c.cache_lookup(tensor("a", {4})), -1);  // a failed request is not cached
+}
+
+TEST(a_rejected_group_member_fails_the_whole_group) {
+  Coordinator c(2, 16);
+  Descriptor g0 = tensor("g.0", {1});
+  Descriptor g1 = tensor("g.1", {1});
+  g0.group = g1.group = "group:g.0:2";
+  g0.group_size = g1.group_size = 2;
+  Descriptor p0 = g0, p1 = g1;
+  p0.rejection = p1.rejection = "bad";
+  p0.rejection_code = p1.rejection_code = RELAX_ERR_INVALID_ARGUMENT;
+  auto m = round_of(2);
+  m[0].descriptors = {g0, g1};
+  m[1].descriptors = {p0, p1};
+  auto r = c.process(m, 0);
+  CHECK_EQ(r.size(), size_t{1});
+  CHECK(r[0].kind == Response::Kind::Error && r[0].tensors.size() == 2);
+}
+
 TEST(stall_report_names_missing_ranks_and_aborts_fail_everywhere) {
   Coordinator c(3, 16);
   auto m = round_of(3);
@@ -235,6 +274,8 @@ TEST(payload_round_trips) {
   d.prescale = 0.25;
   d.group = "grp";
   d.group_size = 3;
+  d.rejection = "unsupported dtype";
+  d.rejection_code = RELAX_ERR_INVALID_ARGUMENT;
   m.descriptors = {d, tensor("b", {})};
   m.stall_aborts = {"x", "y"};
   RankMessage back;

@@ -168,13 +168,47 @@ int64_t submit(const relax_request_t& request, std::unique_ptr<InFlight> flight,
   return h;
 }
 
+// The binding's own checks (device, layout, dtype, output shape) reject a request before the core
+// sees it. This announces such a rejection to the other members (relax_reject), so that a
+// rank-dependent mistake fails them in the round they submit instead of leaving them waiting; the
+// core announces the rejections it makes itself.
+void announce_rejection(int32_t type, const std::vector<std::string>& names, int64_t process_set,
+                        const std::string& why) {
+  std::vector<relax_request_t> skeletons(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    skeletons[i].type = type;
+    skeletons[i].name = names[i].c_str();
+    skeletons[i].process_set = static_cast<int32_t>(process_set);
+  }
+  (void)relax_reject(skeletons.data(), static_cast<int32_t>(skeletons.size()), RELAX_ERR_INVALID_ARGUMENT,
+                     why.c_str());  // best effort: the caller raises the binding's own error regardless
+}
+
+// Runs `build` (the binding's checks and conversions of one request or group); if it throws,
+// announces the rejection of `names` first.
+template <typename Build>
+auto checked(int32_t type, const std::vector<std::string>& names, int64_t process_set, Build&& build)
+    -> decltype(build()) {
+  try {
+    return build();
+  } catch (const c10::Error& e) {
+    announce_rejection(type, names, process_set, e.what_without_backtrace());
+    throw;
+  } catch (const std::exception& e) {
+    announce_rejection(type, names, process_set, e.what());
+    throw;
+  }
+}
+
 relax_request_t allreduce_request(const at::Tensor& input, const at::Tensor& output, const std::string& name,
                                   int64_t op, double prescale, double postscale, int64_t process_set) {
-  check_tensor(input, "allreduce input");
-  check_tensor(output, "allreduce output");
-  TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
-              "relaxlib: allreduce output must match the input's shape and dtype");
-  relax_request_t r = base_request(RELAX_REQ_ALLREDUCE, input, name, process_set);
+  relax_request_t r = checked(RELAX_REQ_ALLREDUCE, {name}, process_set, [&] {
+    check_tensor(input, "allreduce input");
+    check_tensor(output, "allreduce output");
+    TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+                "relaxlib: allreduce output must match the input's shape and dtype");
+    return base_request(RELAX_REQ_ALLREDUCE, input, name, process_set);
+  });
   r.output = output.data_ptr();
   r.reduce_op = static_cast<int32_t>(op);
   r.prescale = prescale;
@@ -217,17 +251,19 @@ std::vector<int64_t> grouped_allreduce_async(const std::vector<at::Tensor>& inpu
   const std::vector<std::string> names = member_names(name, inputs.size());
   std::vector<relax_request_t> requests;
   std::vector<std::unique_ptr<InFlight>> flights;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    check_tensor(inputs[i], "grouped_allreduce input");
-    check_tensor(outputs[i], "grouped_allreduce output");
-    relax_request_t r = base_request(RELAX_REQ_ALLREDUCE, inputs[i], names[i], process_set);
-    r.output = outputs[i].data_ptr();
-    r.reduce_op = static_cast<int32_t>(op);
-    r.prescale = prescale;
-    r.postscale = postscale;
-    requests.push_back(r);
-    flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], outputs[i], inputs[i].scalar_type()}));
-  }
+  checked(RELAX_REQ_ALLREDUCE, names, process_set, [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      check_tensor(inputs[i], "grouped_allreduce input");
+      check_tensor(outputs[i], "grouped_allreduce output");
+      relax_request_t r = base_request(RELAX_REQ_ALLREDUCE, inputs[i], names[i], process_set);
+      r.output = outputs[i].data_ptr();
+      r.reduce_op = static_cast<int32_t>(op);
+      r.prescale = prescale;
+      r.postscale = postscale;
+      requests.push_back(r);
+      flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], outputs[i], inputs[i].scalar_type()}));
+    }
+  });
   return submit_group(requests, flights, false);
 }
 
@@ -240,15 +276,17 @@ std::vector<int64_t> grouped_allocating_async(int32_t type, const std::vector<at
   const std::vector<std::string> names = member_names(name, inputs.size());
   std::vector<relax_request_t> requests;
   std::vector<std::unique_ptr<InFlight>> flights;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    check_tensor(inputs[i], "grouped input");
-    relax_request_t r = base_request(type, inputs[i], names[i], process_set);
-    r.reduce_op = static_cast<int32_t>(op);
-    r.prescale = prescale;
-    r.postscale = postscale;
-    requests.push_back(r);
-    flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], at::Tensor(), inputs[i].scalar_type()}));
-  }
+  checked(type, names, process_set, [&] {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      check_tensor(inputs[i], "grouped input");
+      relax_request_t r = base_request(type, inputs[i], names[i], process_set);
+      r.reduce_op = static_cast<int32_t>(op);
+      r.prescale = prescale;
+      r.postscale = postscale;
+      requests.push_back(r);
+      flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], at::Tensor(), inputs[i].scalar_type()}));
+    }
+  });
   return submit_group(requests, flights, true);
 }
 
@@ -262,19 +300,27 @@ std::vector<int64_t> grouped_reducescatter_async(const std::vector<at::Tensor>& 
   return grouped_allocating_async(RELAX_REQ_REDUCESCATTER, inputs, name, op, prescale, postscale, process_set);
 }
 
+relax_request_t allgather_request(const at::Tensor& input, const std::string& name, int64_t process_set) {
+  return checked(RELAX_REQ_ALLGATHER, {name}, process_set, [&] {
+    check_tensor(input, "allgather input");
+    return base_request(RELAX_REQ_ALLGATHER, input, name, process_set);
+  });
+}
+
 int64_t allgather_async(const at::Tensor& input, const std::string& name, int64_t process_set) {
-  check_tensor(input, "allgather input");
-  relax_request_t r = base_request(RELAX_REQ_ALLGATHER, input, name, process_set);
+  relax_request_t r = allgather_request(input, name, process_set);
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
 int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64_t root_rank, const std::string& name,
                         int64_t process_set) {
-  check_tensor(input, "broadcast input");
-  check_tensor(output, "broadcast output");
-  TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
-              "relaxlib: broadcast output must match the input's shape and dtype");
-  relax_request_t r = base_request(RELAX_REQ_BROADCAST, input, name, process_set);
+  relax_request_t r = checked(RELAX_REQ_BROADCAST, {name}, process_set, [&] {
+    check_tensor(input, "broadcast input");
+    check_tensor(output, "broadcast output");
+    TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+                "relaxlib: broadcast output must match the input's shape and dtype");
+    return base_request(RELAX_REQ_BROADCAST, input, name, process_set);
+  });
   r.output = output.data_ptr();
   r.root_rank = static_cast<int32_t>(root_rank);
   return submit(r, std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()}), false);
@@ -282,8 +328,10 @@ int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64
 
 relax_request_t reducescatter_request(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
                                       double postscale, int64_t process_set) {
-  check_tensor(input, "reducescatter input");
-  relax_request_t r = base_request(RELAX_REQ_REDUCESCATTER, input, name, process_set);
+  relax_request_t r = checked(RELAX_REQ_REDUCESCATTER, {name}, process_set, [&] {
+    check_tensor(input, "reducescatter input");
+    return base_request(RELAX_REQ_REDUCESCATTER, input, name, process_set);
+  });
   r.reduce_op = static_cast<int32_t>(op);
   r.prescale = prescale;
   r.postscale = postscale;
@@ -298,8 +346,10 @@ int64_t reducescatter_async(const at::Tensor& input, const std::string& name, in
 
 int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& splits, const std::string& name,
                        int64_t process_set) {
-  check_tensor(input, "alltoall input");
-  relax_request_t r = base_request(RELAX_REQ_ALLTOALL, input, name, process_set);
+  relax_request_t r = checked(RELAX_REQ_ALLTOALL, {name}, process_set, [&] {
+    check_tensor(input, "alltoall input");
+    return base_request(RELAX_REQ_ALLTOALL, input, name, process_set);
+  });
   r.nsplits = static_cast<int32_t>(splits.size());
   r.splits = splits.data();
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
@@ -309,30 +359,35 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
                                    const std::optional<at::Tensor>& worker_error,
                                    const std::optional<at::Tensor>& owner_error, const std::string& name, int64_t codec,
                                    int64_t op, int64_t process_set) {
-  check_tensor(input, "compressed_allreduce input");
-  // Without an output, one comes from the output cache (fresh large buffers cost page faults).
-  const at::Tensor output = out && out->defined() ? *out : OutputCache::instance().empty(input.sizes(), input.scalar_type());
-  check_tensor(output, "compressed_allreduce output");
-  TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
-              "relaxlib: compressed_allreduce output must match the input's shape and dtype");
-  relax_request_t r = base_request(RELAX_REQ_COMPRESSED_ALLREDUCE, input, name, process_set);
-  r.output = output.data_ptr();
-  r.reduce_op = static_cast<int32_t>(op);
-  r.codec = static_cast<int32_t>(codec);
-  auto flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
-  if (worker_error && worker_error->defined()) {
-    check_tensor(*worker_error, "worker error state");
-    TORCH_CHECK(worker_error->numel() == input.numel() && worker_error->scalar_type() == at::kFloat,
-                "relaxlib: the worker error state must be float32 with as many elements as the tensor");
-    r.aux0 = worker_error->data_ptr();
-    flight->keep.push_back(*worker_error);
-  }
-  if (owner_error && owner_error->defined()) {
-    check_tensor(*owner_error, "owner error state");
-    TORCH_CHECK(owner_error->scalar_type() == at::kFloat, "relaxlib: the owner error state must be float32");
-    r.aux1 = owner_error->data_ptr();
-    flight->keep.push_back(*owner_error);
-  }
+  relax_request_t r{};
+  std::unique_ptr<InFlight> flight;
+  checked(RELAX_REQ_COMPRESSED_ALLREDUCE, {name}, process_set, [&] {
+    check_tensor(input, "compressed_allreduce input");
+    // Without an output, one comes from the output cache (fresh large buffers cost page faults).
+    const at::Tensor output =
+        out && out->defined() ? *out : OutputCache::instance().empty(input.sizes(), input.scalar_type());
+    check_tensor(output, "compressed_allreduce output");
+    TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
+                "relaxlib: compressed_allreduce output must match the input's shape and dtype");
+    r = base_request(RELAX_REQ_COMPRESSED_ALLREDUCE, input, name, process_set);
+    r.output = output.data_ptr();
+    r.reduce_op = static_cast<int32_t>(op);
+    r.codec = static_cast<int32_t>(codec);
+    flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
+    if (worker_error && worker_error->defined()) {
+      check_tensor(*worker_error, "worker error state");
+      TORCH_CHECK(worker_error->numel() == input.numel() && worker_error->scalar_type() == at::kFloat,
+                  "relaxlib: the worker error state must be float32 with as many elements as the tensor");
+      r.aux0 = worker_error->data_ptr();
+      flight->keep.push_back(*worker_error);
+    }
+    if (owner_error && owner_error->defined()) {
+      check_tensor(*owner_error, "owner error state");
+      TORCH_CHECK(owner_error->scalar_type() == at::kFloat, "relaxlib: the owner error state must be float32");
+      r.aux1 = owner_error->data_ptr();
+      flight->keep.push_back(*owner_error);
+    }
+  });
   return submit(r, std::move(flight), false);
 }
 
@@ -458,8 +513,7 @@ void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std
 }
 
 at::Tensor allgather_sync(const at::Tensor& input, const std::string& name, int64_t process_set) {
-  check_tensor(input, "allgather input");
-  return run_allocating(base_request(RELAX_REQ_ALLGATHER, input, name, process_set), input);
+  return run_allocating(allgather_request(input, name, process_set), input);
 }
 
 at::Tensor reducescatter_sync(const at::Tensor& input, const std::string& name, int64_t op, double prescale,

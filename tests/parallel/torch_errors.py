@@ -106,6 +106,35 @@ def test_local_argument_errors():
     still_works()
 
 
+def test_a_rank_dependent_local_error_fails_every_rank():
+    """One rank rejects its request before the others see it (a dtype the binding cannot map, a
+    root outside the set, a bad member of a group, an unnamed request): the others must fail in the
+    round they submit, naming that rank and why, instead of waiting for it; the job goes on."""
+    bad_rank = SIZE - 1
+    bad = RANK == bad_rank
+
+    def dtype():
+        return torch.complex64 if bad else torch.float32
+
+    cases = {
+        "dtype": lambda: hvd.allreduce(torch.ones(2, dtype=dtype()), name="rejected.dtype"),
+        "root": lambda: hvd.broadcast(torch.ones(2), root_rank=SIZE + 5 if bad else 0, name="rejected.root"),
+        "group member": lambda: hvd.grouped_allreduce([torch.ones(2), torch.ones(1, dtype=dtype())],
+                                                      name="rejected.group"),
+        "async": lambda: hvd.synchronize(hvd.allgather_async(torch.ones(2, 1, dtype=dtype()), name="rejected.async")),
+        "unnamed": lambda: hvd.allreduce(torch.ones(2, dtype=dtype())),
+        "reducescatter": lambda: hvd.reducescatter(torch.ones(SIZE, dtype=dtype())),
+    }
+    for case, call in cases.items():
+        with pytest.raises((TypeError, ValueError, relaxlib.RelaxError)) as info:
+            call()
+        if not bad:
+            assert f"rank {bad_rank} rejected it locally" in str(info.value), (case, str(info.value))
+    still_works()
+    # Unnamed requests keep their call-order names aligned after a rejection.
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(SIZE)))
+
+
 def test_optimizers_built_differently_raise_on_every_rank():
     """A rank wrapping its optimizer with another algorithm, other settings or other parameters
     would wait forever for collectives the others never issue: every rank raises instead, naming

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 6
+#define RELAX_ABI_VERSION 7
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -196,6 +196,15 @@ RELAX_API int relax_wait(relax_handle_t handle);
  * in between (Ctrl-C, signal-based timeouts) while a peer has not submitted yet.
  */
 RELAX_API int relax_wait_for(relax_handle_t handle, int32_t timeout_ms);
+/*
+ * Announces that this rank rejected `count` requests (one, or a group as relax_enqueue_group would
+ * submit it) before they reached the core, e.g. a tensor type its framework binding cannot map.
+ * Only `type`, `name` and `process_set` are read. The members that did submit them fail with
+ * `code` and a message naming this rank and `message` in the round they complete, instead of
+ * waiting for it. relax_enqueue does this itself for the requests it rejects. Returns RELAX_OK,
+ * or an error when the requests cannot be announced (no name, unknown process set, name pending).
+ */
+RELAX_API int relax_reject(const relax_request_t* requests, int32_t count, int32_t code, const char* message);
 /* relax_run, waiting at most `timeout_ms` after driving: RELAX_PENDING (with *handle_out set, to
  * be waited for with relax_wait_for) when the request is not complete yet. */
 RELAX_API int relax_run_for(const relax_request_t* request, relax_alloc_fn alloc, void* user,
