@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import itertools
 import logging
 import os
 import sys
@@ -283,7 +282,7 @@ def version() -> str:
     return _core.lib().relax_version().decode()
 
 
-_name_counters: dict[tuple[str, int], itertools.count] = {}
+_name_counters: dict[tuple[str, int], int] = {}  # (kind, process set id) -> unnamed operations so far
 _name_lock = threading.Lock()
 
 
@@ -296,6 +295,24 @@ def auto_name(kind: str, name: str | None, process_set: object = 0) -> str:
         return name
     set_id = process_set if isinstance(process_set, int) else getattr(process_set, "process_set_id", 0) or 0
     with _name_lock:
-        counter = _name_counters.setdefault((kind, set_id), itertools.count())
-        scope = f".ps{set_id}" if set_id else ""
-        return f"{kind}{scope}.noname.{next(counter)}"
+        index = _name_counters.get((kind, set_id), 0)
+        _name_counters[(kind, set_id)] = index + 1
+    scope = f".ps{set_id}" if set_id else ""
+    return f"{kind}{scope}.noname.{index}"
+
+
+def auto_name_counts() -> dict[tuple[str, int], int]:
+    """How many unnamed operations of each (kind, process set) this rank has named so far."""
+    with _name_lock:
+        return dict(_name_counters)
+
+
+def align_auto_names(counts_per_rank: list[dict[tuple[str, int], int]]) -> None:
+    """Advances every unnamed-operation counter to the furthest any rank reached. join() calls this
+    with every rank's counts: while a rank was joined the others ran (or failed) unnamed operations
+    it never named, and its next unnamed operation must carry the same number as theirs."""
+    with _name_lock:
+        for counts in counts_per_rank:
+            for key, count in counts.items():
+                if count > _name_counters.get(key, 0):
+                    _name_counters[key] = count

@@ -284,7 +284,12 @@ def join():
     """This rank has no more data: it takes part in other ranks' allreduces with zeros until all
     ranks joined. Returns the last rank to join (an int eagerly, an int32 tensor in a graph)."""
     last = _ops.relaxlib_join(_name("join", None))
-    return int(last) if tf.executing_eagerly() else last
+    if not tf.executing_eagerly():
+        return last
+    from relaxlib_tf.functions import allgather_object  # (functions imports this module)
+    # The others may have run unnamed operations this rank never named while it was joined.
+    basics.align_auto_names(allgather_object(basics.auto_name_counts(), name="relax.join.auto_names"))
+    return int(last)
 
 
 def size_op(process_set_id=0, name=None):

@@ -499,13 +499,15 @@ def synchronize(handle):
 
 
 def join(device: int = -1) -> int:
-    """Signals that this rank has no more data. Other ranks' collectives proceed with this rank
-    contributing zeros (allreduce) or nothing (allgather) until every rank has joined.
-    Returns the rank that joined last."""
+    """Signals that this rank has no more data. Other ranks' allreduces proceed with this rank
+    contributing zeros until every rank has joined (their allgathers and broadcasts fail, as in
+    Horovod, unless RELAX_JOINED_RANKS=contribute-nothing). Returns the rank that joined last."""
     core = _submit(_ops.join_async)
     _wait_core(core)
     last = _ops.result(core)
     _ops.release(core)
+    from relaxlib_torch.functions import allgather_object  # (functions imports this module)
+    basics.align_auto_names(allgather_object(basics.auto_name_counts(), name="relax.join.auto_names"))
     return int(last)
 
 

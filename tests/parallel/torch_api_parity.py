@@ -43,6 +43,24 @@ def test_process_set_collectives_involve_only_members():
         hvd.remove_process_set(evens)
 
 
+def test_unnamed_operations_are_numbered_per_process_set():
+    """Members of sets of different sizes run different numbers of unnamed operations in them (as
+    a loop over each set's roots does); unnamed operations of the global set must still match."""
+    evens = hvd.add_process_set([r for r in range(SIZE) if r % 2 == 0])
+    odds = hvd.add_process_set([r for r in range(SIZE) if r % 2 == 1]) if SIZE > 1 else None
+    try:
+        mine = evens if RANK % 2 == 0 else odds
+        for root in mine.ranks:  # len(evens) != len(odds) for an odd number of ranks
+            hvd.broadcast(torch.tensor([RANK]), root_rank=root, process_set=mine)
+            hvd.allreduce(torch.ones(1), process_set=mine)
+        assert hvd.broadcast(torch.tensor([RANK]), root_rank=0).item() == 0
+        assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == SIZE
+    finally:
+        if odds is not None:
+            hvd.remove_process_set(odds)
+        hvd.remove_process_set(evens)
+
+
 def test_overlapping_sets_run_concurrently_without_deadlock():
     low = hvd.add_process_set(list(range(max(1, SIZE - 1))))
     high = hvd.add_process_set(list(range(1, SIZE)) or [0])
@@ -137,6 +155,16 @@ def test_join_with_uneven_steps_contributes_zeros_and_nothing():
                 hvd.broadcast(torch.tensor([RANK]), root_rank=SIZE - 1, name=f"join.bc.{step}")
     assert hvd.join() == SIZE - 1
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(SIZE)))
+
+
+def test_unnamed_operations_match_again_after_join():
+    """Rank r runs r+1 unnamed allreduces before joining, so the joined ranks never name the
+    others' later ones; after join() the next unnamed operations must still match."""
+    for _ in range(RANK + 1):
+        hvd.allreduce(torch.ones(2))
+    hvd.join()
+    assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(SIZE)))
+    assert hvd.allgather(torch.tensor([RANK])).tolist() == list(range(SIZE))
 
 
 # ---- timeline ----------------------------------------------------------------------------------
