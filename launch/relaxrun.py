@@ -3,7 +3,8 @@
 It adds what running relaxlib jobs needs (``--bind-to none``, ``--oversubscribe`` when one
 machine runs more ranks than it has cores, ``--allow-run-as-root`` as root, exporting the
 ``RELAX_*`` settings to every rank) and otherwise passes everything through; ``--verbose``
-prints the exact mpirun command. Scripts equally run under plain ``mpirun``.
+prints the exact mpirun command. Scripts equally run under plain ``mpirun``. It takes
+horovodrun's options too (horovodrun_options), so ``alias horovodrun=relaxrun`` works.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+from relaxlib_launch import horovodrun_options
 
 EXPORTED_PREFIXES = ("RELAX_", "HOROVOD_", "PYTHON", "OMP_", "MKL_")
 EXPORTED_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
@@ -54,11 +57,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="how far --auto may depart from all-reduce's results: "
                              f"{', '.join(AUTO_LEVELS)} (default exact: all-reduce or DeAR)")
     parser.add_argument("--mpi-args", default="", help="extra arguments passed to mpirun verbatim (quoted)")
-    parser.add_argument("--check-build", action="store_true", help="print which frameworks and transports are built")
+    parser.add_argument("-cb", "--check-build", action="store_true",
+                        help="print which frameworks and transports are built")
     parser.add_argument("--verbose", action="store_true", help="print the mpirun command before running it")
+    horovodrun_options.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program to run on every rank")
     args = parser.parse_args(argv)
-    if not args.check_build:
+    refused = horovodrun_options.rejection(args)
+    if refused:
+        parser.error(refused)
+    if not (args.check_build or args.version):
         if not args.command:
             parser.error("no command given (e.g. relaxrun -np 2 python train.py)")
         if args.num_proc is None:
@@ -90,12 +98,14 @@ def relax_environment(args: argparse.Namespace) -> dict[str, str]:
         env["RELAX_STALL_CHECK_TIME"] = str(args.stall_check_time)
     if args.stall_shutdown_time is not None:
         env["RELAX_STALL_SHUTDOWN_TIME"] = str(args.stall_shutdown_time)
+    env.update(horovodrun_options.environment(args))
     return env
 
 
 def mpirun_command(args: argparse.Namespace, environ: dict[str, str]) -> list[str]:
     """The full mpirun command line for ``args``, exporting the relevant variables of ``environ``."""
-    cmd = ["mpirun", "-np", str(args.num_proc), "--bind-to", "none", "--map-by", "slot"]
+    binding = shlex.split(args.binding_args) if args.binding_args else ["--bind-to", "none", "--map-by", "slot"]
+    cmd = ["mpirun", "-np", str(args.num_proc)] + binding
     if args.hosts:
         cmd += ["-H", args.hosts]
     elif args.hostfile:
@@ -110,6 +120,7 @@ def mpirun_command(args: argparse.Namespace, environ: dict[str, str]) -> list[st
     for name in sorted(environ):
         if name.startswith(EXPORTED_PREFIXES) or name in EXPORTED_NAMES:
             cmd += ["-x", name]
+    cmd += horovodrun_options.mpirun_arguments(args)
     cmd += shlex.split(args.mpi_args)
     return cmd + list(args.command)
 
@@ -144,6 +155,33 @@ def check_build() -> str:
     return "\n".join(lines)
 
 
+def _version() -> str:
+    try:
+        from relaxlib import _build_info
+        return f"relaxlib {_build_info.VERSION}"
+    except ImportError:
+        return "relaxlib (not built)"
+
+
+def hosts_answer(args: argparse.Namespace) -> bool:
+    """Whether every remote host of -H/--hostfile answers over SSH within --start-timeout (as
+    horovodrun checks before launching); names the ones that do not."""
+    silent = []
+    for host in horovodrun_options.remote_hosts(args):
+        try:
+            ok = subprocess.run(horovodrun_options.ssh_check_command(host, args), capture_output=True,
+                                timeout=args.start_timeout + 5).returncode == 0
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            ok = False
+        if not ok:
+            silent.append(host)
+    if silent:
+        print(f"relaxrun: hosts {', '.join(silent)} did not answer over SSH within --start-timeout="
+              f"{args.start_timeout:g} s; check the host names, -p/--ssh-port and -i/--ssh-identity-file",
+              file=sys.stderr)
+    return not silent
+
+
 def _try_import(name: str):
     try:
         return importlib.import_module(name)
@@ -163,13 +201,19 @@ def _core_loads() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the relaxrun console script."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.version:
+        print(_version())
+        return 0
     if args.check_build:
         print(check_build())
         return 0
+    horovodrun_options.print_notes(args)
     if shutil.which("mpirun") is None:
         print("relaxrun: mpirun not found; install Open MPI (Debian: apt-get install openmpi-bin libopenmpi-dev)",
               file=sys.stderr)
         return 127
+    if args.start_timeout is not None and not hosts_answer(args):
+        return 1
     environ = dict(os.environ)
     environ.update(relax_environment(args))
     try:

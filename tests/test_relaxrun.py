@@ -71,6 +71,76 @@ def test_real_launch_exports_settings_to_every_rank():
     assert "RANK 0 2 2.0" in out.stdout and "RANK 1 2 2.0" in out.stdout
 
 
+@pytest.mark.mpi
+def test_real_launch_with_horovodrun_options_writes_the_timeline(tmp_path):
+    timeline = tmp_path / "timeline.json"
+    code = ("import torch, relaxlib_torch as hvd; hvd.init(); hvd.allreduce(torch.ones(4), name='traced'); "
+            "hvd.shutdown()")
+    out = subprocess.run(RELAXRUN + ["-np", "2", "--timeline-filename", str(timeline), "--cache-capacity", "0",
+                                     "--output-filename", str(tmp_path / "logs"), sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "traced" in timeline.read_text()
+    assert (tmp_path / "logs").is_dir()
+
+
+def test_horovodrun_options_map_to_relaxlib_and_mpirun_settings():
+    cmd, env = command_for(["-np", "2", "--timeline-filename", "/tmp/tl.json", "--timeline-mark-cycles",
+                            "--cache-capacity", "64", "--stall-check-warning-time-seconds", "9",
+                            "--stall-check-shutdown-time-seconds", "30", "-p", "2222", "-i", "/k/id",
+                            "--output-filename", "/tmp/logs", "--tcp", "--network-interfaces", "eth1",
+                            "--log-level", "debug", "-prefix-timestamp", "--mpi", "python", "t.py", "--gloo"])
+    assert env["RELAX_TIMELINE"] == "/tmp/tl.json" and env["RELAX_TIMELINE_MARK_CYCLES"] == "1"
+    assert env["RELAX_CACHE_CAPACITY"] == "64" and env["RELAX_STALL_CHECK_TIME"] == "9.0"
+    assert env["RELAX_STALL_SHUTDOWN_TIME"] == "30.0" and env["RELAX_LOG_LEVEL"] == "debug"
+    for name in ("RELAX_TIMELINE", "RELAX_CACHE_CAPACITY", "RELAX_STALL_SHUTDOWN_TIME"):
+        assert cmd[cmd.index(name) - 1] == "-x"
+    assert cmd[cmd.index("plm_rsh_args") + 1] == "-p 2222 -i /k/id"
+    assert cmd[cmd.index("--output-filename") + 1] == "/tmp/logs"
+    assert "tcp,self" in cmd and "--timestamp-output" in cmd
+    assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth1"
+    assert cmd[-3:] == ["python", "t.py", "--gloo"]  # the script's own options are its own
+    _, env = command_for(["-np", "2", "--disable-cache", "--no-stall-check", "python", "t.py"])
+    assert env["RELAX_CACHE_CAPACITY"] == "0" and env["RELAX_STALL_CHECK_TIME"] == "0"
+    cmd, _ = command_for(["-np", "2", "--binding-args=--bind-to core --map-by socket", "python", "t.py"])
+    assert cmd[3:7] == ["--bind-to", "core", "--map-by", "socket"] and "none" not in cmd
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--gloo"], "MPI only"), (["--min-np", "2"], "elastic"), (["--host-discovery-script", "d.sh"], "elastic"),
+    (["--config-file", "c.yaml"], "RELAX_"), (["--jsrun"], "mpirun"),
+    (["--gloo-timeout-seconds", "5"], "RELAX_OP_TIMEOUT"),
+])
+def test_horovodrun_options_without_meaning_here_are_refused_with_guidance(argv, says, capsys):
+    with pytest.raises(SystemExit) as info:
+        relaxrun.parse_args(["-np", "2"] + argv + ["python", "t.py"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{argv[0]} is not supported" in err and says in err
+
+
+def test_tuning_options_relaxlib_lacks_are_accepted_with_a_note(capsys):
+    from relaxlib_launch import horovodrun_options
+    args = relaxrun.parse_args(["-np", "2", "--hierarchical-allreduce", "--autotune", "--num-nccl-streams", "2",
+                                "python", "t.py"])
+    notes = horovodrun_options.notes(args)
+    assert any("--hierarchical-allreduce has no effect" in n for n in notes)
+    assert any("--autotune has no effect" in n for n in notes) and len(notes) == 3
+    assert horovodrun_options.notes(relaxrun.parse_args(["-np", "2", "python", "t.py"])) == []
+
+
+def test_version_and_check_build_short_forms():
+    assert relaxrun.parse_args(["-cb"]).check_build
+    out = subprocess.run(RELAXRUN + ["-v"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("relaxlib "), out.stdout + out.stderr
+
+
+def test_start_timeout_names_hosts_that_do_not_answer(capsys):
+    args = relaxrun.parse_args(["-np", "2", "-H", "no-such-host.invalid:2", "--start-timeout", "2", "python", "t.py"])
+    assert not relaxrun.hosts_answer(args)
+    assert "no-such-host.invalid" in capsys.readouterr().err
+
+
 def test_advise_option_is_exported_and_validated():
     _, env = command_for(["-np", "2", "--advise", "python", "t.py"])
     assert env["RELAX_ADVISE"] == "20"

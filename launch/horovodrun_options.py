@@ -1,0 +1,184 @@
+"""horovodrun's command-line options (Horovod 0.28) on relaxrun.
+
+``alias horovodrun=relaxrun`` keeps existing launch lines working: every horovodrun option that
+means something on an MPI launch is accepted and mapped to relaxlib's setting or to mpirun's
+option; options for a tuning relaxlib does not have are accepted with a note on stderr (they never
+change results in Horovod either); options for launchers relaxlib does not have (Gloo, elastic
+training, jsrun, a YAML config file) stop the launch with a message saying what to use instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+# Accepted for compatibility but without effect, and why (printed once per launch).
+NO_EFFECT = {
+    "hierarchical_allreduce": "relaxlib's all-reduce already reduces through shared memory within a node; "
+                              "there is no separate hierarchical mode (CompressedScatterReduce(hierarchical=True) "
+                              "is the hierarchical relaxation)",
+    "hierarchical_allgather": "relaxlib's allgather already uses shared memory within a node",
+    "torus_allreduce": "relaxlib has no torus all-reduce",
+    "autotune": "relaxlib does not autotune fusion and cycle time; set --fusion-threshold-mb / --cycle-time-ms, "
+                "or let `relaxrun --auto` pick a relaxation",
+    "num_nccl_streams": "this relaxlib build has no NCCL",
+    "thread_affinity": "relaxlib does not pin its engine thread (use --binding-args for the ranks)",
+    "mpi_threads_disable": "relaxlib asks for MPI_THREAD_MULTIPLE only where it needs it (neighbour averages)",
+    "log_hide_timestamp": "relaxlib's log lines always carry their time",
+}
+
+# Options that stop the launch: (whether it takes a value, what to use instead).
+REJECTED = {
+    "--gloo": (False, "relaxlib runs on MPI only: drop --gloo (mpirun starts the ranks)"),
+    "--gloo-timeout-seconds": (True, "relaxlib runs on MPI only; for a per-operation timeout set "
+                                     "RELAX_OP_TIMEOUT=<seconds>"),
+    "--jsrun": (False, "relaxlib launches through mpirun; on LSF run relaxrun (or mpirun) inside the allocation"),
+    "--min-np": (True, "elastic training is not supported: use a fixed -np (and checkpoints to resume)"),
+    "--min-num-proc": (True, "elastic training is not supported: use a fixed -np (and checkpoints to resume)"),
+    "--max-np": (True, "elastic training is not supported: use a fixed -np"),
+    "--max-num-proc": (True, "elastic training is not supported: use a fixed -np"),
+    "--slots-per-host": (True, "elastic host discovery is not supported: give slots in -H host:slots or a hostfile"),
+    "--host-discovery-script": (True, "elastic host discovery is not supported: list hosts with -H or --hostfile"),
+    "--elastic-timeout": (True, "elastic training is not supported"),
+    "--reset-limit": (True, "elastic training is not supported"),
+    "--blacklist-cooldown-range": (True, "elastic training is not supported"),
+    "--config-file": (True, "relaxrun reads no YAML config: pass the options on the command line, or as RELAX_* / "
+                            "HOROVOD_* environment variables (exported to every rank)"),
+}
+
+
+def _dest(flag: str) -> str:
+    return "rejected_" + flag.lstrip("-").replace("-", "_")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds horovodrun's options that relaxrun's own set lacks (shared ones are relaxrun's)."""
+    group = parser.add_argument_group("horovodrun compatibility")
+    add = group.add_argument
+    add("-v", "--version", action="store_true", help="print relaxlib's version and exit")
+    add("-p", "--ssh-port", type=int, help="SSH port of remote hosts (mpirun's plm_rsh_args)")
+    add("-i", "--ssh-identity-file", help="SSH identity file for remote hosts (mpirun's plm_rsh_args)")
+    add("--start-timeout", type=float,
+        help="seconds to wait for every remote host to answer over SSH before launching")
+    add("--network-interfaces", dest="network_interface", help="alias of --network-interface (comma-separated)")
+    add("--output-filename", help="directory for each rank's stdout/stderr (mpirun --output-filename)")
+    add("--disable-cache", action="store_true", help="disable the response cache (RELAX_CACHE_CAPACITY=0)")
+    add("--cache-capacity", type=int, help="response cache entries (RELAX_CACHE_CAPACITY)")
+    add("--timeline-filename", help="write a Chrome-trace timeline of every collective (RELAX_TIMELINE)")
+    add("--timeline-mark-cycles", action="store_true", default=None,
+        help="mark engine cycles in the timeline (RELAX_TIMELINE_MARK_CYCLES)")
+    add("--no-timeline-mark-cycles", dest="timeline_mark_cycles", action="store_false")
+    add("--stall-check", dest="stall_check", action="store_true", default=None, help="keep stall warnings on")
+    add("--no-stall-check", dest="stall_check", action="store_false",
+        help="no stall warnings (RELAX_STALL_CHECK_TIME=0)")
+    add("--stall-check-warning-time-seconds", dest="stall_check_time", type=float,
+        help="alias of --stall-check-time")
+    add("--stall-check-shutdown-time-seconds", dest="stall_shutdown_time", type=float,
+        help="alias of --stall-shutdown-time")
+    add("--tcp", action="store_true", help="TCP only between ranks (mpirun --mca btl tcp,self)")
+    add("--binding-args", help="mpirun binding arguments, replacing relaxrun's --bind-to none (quoted)")
+    add("-prefix-timestamp", "--prefix-output-with-timestamp", dest="prefix_timestamp", action="store_true",
+        help="prefix every output line with its time (mpirun --timestamp-output)")
+    add("--log-with-timestamp", "--log-without-timestamp", "--no-log-hide-timestamp", dest="log_timestamp_flag",
+        action="store_true", help=argparse.SUPPRESS)
+    add("--mpi", action="store_true", help="accepted: relaxlib always launches through MPI")
+    for flag, dest in (("--hierarchical-allreduce", "hierarchical_allreduce"),
+                       ("--hierarchical-allgather", "hierarchical_allgather"),
+                       ("--torus-allreduce", "torus_allreduce"), ("--autotune", "autotune")):
+        add(flag, dest=dest, action="store_true", help="accepted without effect (see the note it prints)")
+        add("--no-" + flag[2:], dest=dest, action="store_false", help=argparse.SUPPRESS)
+    for flag in ("--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
+                 "--autotune-bayes-opt-max-samples", "--autotune-gaussian-process-noise"):
+        add(flag, dest="autotune_setting", help=argparse.SUPPRESS)
+    add("--num-nccl-streams", type=int, help="accepted without effect (no NCCL)")
+    add("--thread-affinity", help="accepted without effect")
+    add("--mpi-threads-disable", action="store_true", default=None, help="accepted without effect")
+    add("--no-mpi-threads-disable", dest="mpi_threads_disable", action="store_false", help=argparse.SUPPRESS)
+    add("--log-hide-timestamp", action="store_true", help="accepted without effect")
+    add("-hostfile", dest="hostfile", help=argparse.SUPPRESS)
+    for flag, (takes_value, _) in REJECTED.items():
+        if takes_value:
+            add(flag, dest=_dest(flag), nargs="*", help=argparse.SUPPRESS)
+        else:
+            add(flag, dest=_dest(flag), action="store_true", help=argparse.SUPPRESS)
+
+
+def rejection(args: argparse.Namespace) -> str | None:
+    """The message for the first option given that relaxrun refuses, or None."""
+    for flag, (_, why) in REJECTED.items():
+        if getattr(args, _dest(flag), None) not in (None, False):
+            return f"{flag} is not supported: {why}"
+    return None
+
+
+def notes(args: argparse.Namespace) -> list[str]:
+    """One line per accepted option that has no effect in relaxlib."""
+    lines = [f"relaxrun: note: --{name.replace('_', '-')} has no effect: {why}"
+             for name, why in NO_EFFECT.items() if getattr(args, name, None)]
+    if getattr(args, "autotune_setting", None) and not getattr(args, "autotune", None):
+        lines.append(f"relaxrun: note: autotune settings have no effect: {NO_EFFECT['autotune']}")
+    return lines
+
+
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    """RELAX_* variables implied by the horovodrun options."""
+    env = {}
+    if args.disable_cache:
+        env["RELAX_CACHE_CAPACITY"] = "0"
+    elif args.cache_capacity is not None:
+        env["RELAX_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.timeline_filename:
+        env["RELAX_TIMELINE"] = args.timeline_filename
+    if args.timeline_mark_cycles is not None:
+        env["RELAX_TIMELINE_MARK_CYCLES"] = "1" if args.timeline_mark_cycles else "0"
+    if args.stall_check is False:
+        env["RELAX_STALL_CHECK_TIME"] = "0"
+    return env
+
+
+def mpirun_arguments(args: argparse.Namespace) -> list[str]:
+    """mpirun arguments implied by the horovodrun options (SSH, output, transport, timestamps)."""
+    out = []
+    ssh = []
+    if args.ssh_port is not None:
+        ssh += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        ssh += ["-i", args.ssh_identity_file]
+    if ssh:
+        out += ["--mca", "plm_rsh_args", shlex.join(ssh)]
+    if args.output_filename:
+        out += ["--output-filename", args.output_filename]
+    if args.tcp:
+        out += ["--mca", "btl", "tcp,self"]
+    if args.prefix_timestamp:
+        out.append("--timestamp-output")
+    return out
+
+
+def remote_hosts(args: argparse.Namespace) -> list[str]:
+    """Host names of -H / --hostfile that are not this machine."""
+    names = []
+    if args.hosts:
+        names = [h.split(":")[0] for h in args.hosts.split(",") if h]
+    elif args.hostfile:
+        with open(args.hostfile) as f:
+            names = [line.split()[0] for line in f if line.strip() and not line.lstrip().startswith("#")]
+    return [n for n in dict.fromkeys(names) if n not in ("localhost", "127.0.0.1")]
+
+
+def ssh_check_command(host: str, args: argparse.Namespace) -> list[str]:
+    """The SSH command that checks ``host`` answers within --start-timeout (as horovodrun does)."""
+    cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(args.start_timeout))}",
+           "-o", "StrictHostKeyChecking=no"]
+    if args.ssh_port is not None:
+        cmd += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        cmd += ["-i", args.ssh_identity_file]
+    return cmd + [host, "true"]
+
+
+def print_notes(args: argparse.Namespace) -> None:
+    """Prints the no-effect notes to stderr."""
+    for line in notes(args):
+        print(line, file=sys.stderr)
