@@ -42,4 +42,7 @@ def library():
         _library = tf.load_op_library(str(path))
     except (OSError, tf.errors.NotFoundError) as exc:
         raise ImportError(f"relaxlib_tf's op library failed to load ({exc}); {REBUILD_HINT}") from exc
+    from relaxlib_tf import _interrupts
+
+    _interrupts.install()  # the ops it loaded can be interrupted by a signal
     return _library

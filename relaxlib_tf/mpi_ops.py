@@ -257,13 +257,16 @@ def _grouped_reducescatter_grad(op, *grads):
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Sends ``splits[i]`` rows of ``tensor`` (dim 0, in order) to rank i of ``process_set``
-    (equal blocks when ``splits`` is None); returns ``(received, received_splits)``."""
+    (equal blocks when ``splits`` is None). Returns ``(received, received_splits)`` when
+    ``splits`` is given, else only ``received`` (as Horovod)."""
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         raise InvalidArgumentError("alltoall needs a tensor with at least one dimension, got a scalar")
-    splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int64)
-    return _ops.relaxlib_alltoall(tensor, splits, _name("alltoall", name, process_set),
-                                  process_set=_set_id(process_set))
+    given = splits is not None
+    splits = tf.cast(tf.convert_to_tensor(splits), tf.int64) if given else tf.zeros([0], tf.int64)
+    received, received_splits = _ops.relaxlib_alltoall(tensor, splits, _name("alltoall", name, process_set),
+                                                       process_set=_set_id(process_set))
+    return (received, received_splits) if given else received
 
 
 @tf.RegisterGradient("RelaxlibAlltoall")

@@ -40,11 +40,14 @@ def test_op_timeout_fails_a_missing_submission_on_every_rank():
     assert all("AFTER-STALL-OK" in out for out in run.outputs), run.report()
 
 
-@pytest.mark.parametrize("mode", ["allreduce", "allgather", "async", "neighbour"])
+@pytest.mark.parametrize("mode", ["allreduce", "allgather", "async", "neighbour", "tf-eager", "tf-function"])
 def test_ctrl_c_during_a_blocked_wait_raises_keyboard_interrupt(mode, tmp_path):
     """Rank 0 waits on an operation rank 1 has not submitted (sync collectives, a handle from an
-    async one, a point-to-point neighbour average); SIGINT must raise KeyboardInterrupt there
-    within a second, not when the peer finally submits, and the peer then gets an error."""
+    async one, a point-to-point neighbour average, a TensorFlow op eagerly and in a tf.function);
+    SIGINT must raise KeyboardInterrupt there within a second, not when the peer finally submits,
+    and the peer then gets an error."""
+    if mode.startswith("tf-"):
+        pytest.importorskip("relaxlib_tf")
     sent = tmp_path / "sent"
 
     def interrupt_rank_0():

@@ -1,6 +1,8 @@
 // TensorFlow glue, shared part (see bridge.h).
 #include "bridge.h"
 
+#include "interrupts.h"
+
 namespace relaxlib_tf {
 
 // ---- errors ----
@@ -97,13 +99,18 @@ std::unique_ptr<Call> NewCall(OpKernelContext* ctx, AsyncOpKernel::DoneCallback 
 
 static void Finish(Call* raw) {
   std::unique_ptr<Call> call(raw);
-  for (const Part& p : call->parts) {
-    if (!p.status.ok()) {
-      call->ctx->SetStatus(p.status);  // the first failing tensor's error
-      break;
+  AsyncOpKernel::DoneCallback done;
+  {
+    std::lock_guard<std::mutex> lock(interrupts::Mutex());
+    if (!interrupts::UntrackLocked(raw)) return;  // a signal already failed the op
+    for (const Part& p : call->parts) {
+      if (!p.status.ok()) {
+        call->ctx->SetStatus(p.status);  // the first failing tensor's error
+        break;
+      }
     }
+    done = std::move(call->done);
   }
-  AsyncOpKernel::DoneCallback done = std::move(call->done);
   call.reset();  // drop the tensor references before TF may tear the context down
   done();
 }
@@ -112,6 +119,13 @@ static void Finish(Call* raw) {
 // the round: the engine thread, or one inside relax_run).
 static void* AllocatePart(void* user, int32_t ndim, const int64_t* shape) {
   Part* p = static_cast<Part*>(user);
+  std::lock_guard<std::mutex> lock(interrupts::Mutex());
+  if (p->call->abandoned) {  // nobody reads the result; the engine still needs somewhere to write it
+    int64_t bytes = static_cast<int64_t>(tensorflow::DataTypeSize(p->input.dtype()));
+    for (int32_t i = 0; i < ndim; ++i) bytes *= shape[i];
+    p->scratch.resize(static_cast<size_t>(bytes > 0 ? bytes : 1));
+    return p->scratch.data();
+  }
   TensorShape tf_shape;
   Status s = tensorflow::TensorShapeUtils::MakeShape(shape, ndim, &tf_shape);
   Tensor* out = nullptr;
@@ -133,10 +147,11 @@ static void PartDone(void* user, relax_handle_t handle, int32_t status, const ch
     p->status = p->alloc_status;
   } else if (status != RELAX_OK) {
     p->status = FromRelax(status, message ? message : "");
-  } else if (p->engine_allocates && !p->allocated) {
+  } else if (p->engine_allocates && !p->allocated && p->scratch.empty()) {
     p->status = Status(absl::StatusCode::kInternal, "[RelaxError] the request completed without an output");
   } else if (call->on_success) {
-    p->status = call->on_success(handle, *p);
+    std::lock_guard<std::mutex> lock(interrupts::Mutex());
+    if (!call->abandoned) p->status = call->on_success(handle, *p);
   }
   relax_release(handle);
   if (call->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) Finish(call);
@@ -152,6 +167,7 @@ void Submit(std::unique_ptr<Call> call, std::vector<relax_request_t>& requests, 
   call->remaining.store(static_cast<int>(requests.size()), std::memory_order_relaxed);
   OpKernelContext* ctx = call->ctx;
   Call* raw = call.release();  // from here on owned by the callbacks, which may already run
+  interrupts::Track(raw);
   bool ok;
   if (requests.size() == 1) {
     ok = relax_enqueue(requests.data(), alloc, &PartDone, users[0]) != 0;
@@ -162,8 +178,13 @@ void Submit(std::unique_ptr<Call> call, std::vector<relax_request_t>& requests, 
   }
   if (!ok) {  // nothing was submitted: no callback will run
     std::unique_ptr<Call> back(raw);
-    ctx->SetStatus(LastError());
-    AsyncOpKernel::DoneCallback done = std::move(back->done);
+    AsyncOpKernel::DoneCallback done;
+    {
+      std::lock_guard<std::mutex> lock(interrupts::Mutex());
+      if (!interrupts::UntrackLocked(raw)) return;  // a signal already failed the op
+      ctx->SetStatus(LastError());
+      done = std::move(back->done);
+    }
     back.reset();
     done();
   }

@@ -65,6 +65,7 @@ struct Part {
   Tensor output;
   std::vector<int64_t> shape;  // storage for the request's shape
   bool allocated = false;
+  std::vector<char> scratch;  // the output of an abandoned call (its context is gone)
   Status alloc_status;
   Status status;
 };
@@ -76,6 +77,7 @@ struct Call {
   AsyncOpKernel::DoneCallback done;
   std::vector<Part> parts;  // sized before submission, never resized afterwards
   std::atomic<int> remaining{0};
+  bool abandoned = false;  // failed by a signal (interrupts.h) while the core still runs it
   // Run on success before the handle is released: fills outputs from the handle's results.
   std::function<Status(relax_handle_t, Part&)> on_success;
 };

@@ -176,10 +176,11 @@ def test_alltoall_with_splits(dtype, mode):
     np.testing.assert_array_equal(received.numpy(), np.concatenate(pieces))
 
 
-def test_alltoall_equal_split():
+def test_alltoall_equal_split_returns_only_the_tensor_as_horovod():
     tensor = tf.fill([SIZE, 2], RANK)
-    received, received_splits = hvd.alltoall(tensor, name="a2a.equal")
+    received = hvd.alltoall(tensor, name="a2a.equal")
     np.testing.assert_array_equal(received.numpy(), np.arange(SIZE).repeat(2).reshape(SIZE, 2))
+    _, received_splits = hvd.alltoall(tensor, splits=[1] * SIZE, name="a2a.equal.splits")
     np.testing.assert_array_equal(received_splits.numpy(), np.ones(SIZE))
 
 

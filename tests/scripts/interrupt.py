@@ -2,27 +2,39 @@
 SIGINT to rank 0. Rank 0 must raise KeyboardInterrupt while rank 1 is still away, report how long
 it took, and exit; rank 1 (which then submits) must get an error instead of waiting forever.
 
-    interrupt.py <mode> <signal-file>   mode: allreduce | allgather | async | neighbour
+    interrupt.py <mode> <signal-file>
+        mode: allreduce | allgather | async | neighbour (torch), tf-eager | tf-function (TensorFlow)
 
 The test writes the time it sent the signal to <signal-file>; rank 0 writes its pid next to it.
 """
 
 import os
+import re
 import sys
 import time
 
-import torch
-
 import relaxlib
-import relaxlib_torch as hvd
 
 mode, signal_file = sys.argv[1], sys.argv[2]
+if mode.startswith("tf-"):
+    import tensorflow as tf
+
+    import relaxlib_tf as hvd
+else:
+    import torch
+
+    import relaxlib_torch as hvd
+
 hvd.init()
 if hvd.rank() == 0:
     with open(signal_file + ".pid", "w") as f:
         f.write(str(os.getpid()))
     try:
-        if mode == "allreduce":
+        if mode == "tf-eager":
+            hvd.allreduce(tf.ones(4), name="blocked")
+        elif mode == "tf-function":
+            tf.function(lambda x: hvd.allgather(x, name="blocked"))(tf.ones(4))
+        elif mode == "allreduce":
             hvd.allreduce(torch.ones(4), name="blocked")
         elif mode == "allgather":
             hvd.allgather(torch.ones(4), name="blocked")
@@ -43,8 +55,12 @@ else:
     try:
         if mode == "neighbour":
             hvd.neighbor_average(torch.ones(4), peers=[0], weights=[0.5], self_weight=0.5, name="blocked")
+        elif mode.startswith("tf-"):
+            hvd.allreduce(tf.ones(4), name="late")
         else:
             hvd.allreduce(torch.ones(4), name="late")
         print("PEER NOT TOLD", flush=True)
-    except relaxlib.RelaxError as error:
-        print(f"PEER-ERROR {type(error).__name__}: {error}", flush=True)
+    except Exception as error:  # relaxlib's class, or TensorFlow's error naming it in brackets
+        named = re.search(r"\[(\w+Error)\]", str(error))
+        kind = type(error).__name__ if isinstance(error, relaxlib.RelaxError) or not named else named.group(1)
+        print(f"PEER-ERROR {kind}: {error}", flush=True)
