@@ -79,9 +79,10 @@ def DistributedOptimizer(optimizer, *args, **kwargs):
 
     return keras_distributed_optimizer(optimizer, *args, **kwargs)
 
+from relaxlib_tf import elastic  # noqa: E402 - Horovod's hvd.elastic (it imports this package)
 
 __all__ = [
-    "Adasum", "advise", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
+    "elastic", "Adasum", "advise", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
     "HorovodInternalError",
     "Max", "Min", "NotInitializedError", "PartialDistributedGradientTape", "ProcessSet", "Product", "RelaxError",
     "Sum", "SyncBatchNormalization",

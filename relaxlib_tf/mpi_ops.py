@@ -46,13 +46,18 @@ def _allreduce(tensor, name=None, op=Average, prescale_factor=1.0, postscale_fac
                                    process_set=_set_id(process_set))
 
 
-def _sparse_allreduce(slices: tf.IndexedSlices, name, op, process_set) -> tf.IndexedSlices:
+def _sparse_allreduce(slices: tf.IndexedSlices, name, op, process_set, scaled: bool) -> tf.IndexedSlices:
     """Horovod's treatment of IndexedSlices: gather every rank's values and indices (Average
-    divides the values by the number of ranks)."""
+    divides the values by the number of ranks). Pre/postscale factors are refused after the
+    gathers, where Horovod refuses them, so a rank passing them alone fails without stranding the
+    others."""
     if op not in (Average, Sum):
-        raise NotImplementedError("only Average and Sum are supported for tf.IndexedSlices")
+        raise NotImplementedError("only Average and Sum are supported for tf.IndexedSlices (Adasum: pass "
+                                  "sparse_as_dense=True to the optimizer)")
     values = allgather(slices.values, name=f"{name}.values" if name else None, process_set=process_set)
     indices = allgather(slices.indices, name=f"{name}.indices" if name else None, process_set=process_set)
+    if scaled:
+        raise NotImplementedError("prescale_factor and postscale_factor are not supported with tf.IndexedSlices")
     if op == Average:
         values = values / tf.cast(process_set.size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
@@ -67,7 +72,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     for compatibility (CPU only)."""
     op = basics.resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, name, op, process_set)
+        return _sparse_allreduce(tensor, name, op, process_set, prescale_factor != 1.0 or postscale_factor != 1.0)
     tensor = tf.convert_to_tensor(tensor)
     compressed, ctx = compression.compress(tensor)
     reduced = _allreduce(compressed, name, op, prescale_factor, postscale_factor, process_set)
@@ -181,12 +186,14 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Broadcasts variables from ``root_rank`` in place; returns the variables."""
+    """Broadcasts variables from ``root_rank`` in place. Eagerly it returns the variables; in a
+    TF1 graph the assigned values, whose evaluation runs the broadcast (as Horovod)."""
     single = not isinstance(variables, (list, tuple))
     variables = [variables] if single else list(variables)
-    for i, var in enumerate(variables):
-        var.assign(broadcast(var, root_rank, name=f"{name}.{i}" if name else None, process_set=process_set))
-    return variables[0] if single else variables
+    assigned = [var.assign(broadcast(var, root_rank, name=f"{name}.{i}" if name else None, process_set=process_set))
+                for i, var in enumerate(variables)]
+    results = variables if tf.executing_eagerly() else assigned
+    return results[0] if single else results
 
 
 @tf.RegisterGradient("RelaxlibBroadcast")

@@ -35,6 +35,7 @@ from relaxlib.basics import (
 from relaxlib.errors import NotInitializedError, RelaxError
 from relaxlib.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from relaxlib.telemetry import step_stats
+from relaxlib_torch import elastic  # Horovod's hvd.elastic
 from relaxlib_torch.advise import advise
 from relaxlib_torch.compressed import ErrorFeedback, compressed_allreduce, compressed_allreduce_async
 from relaxlib_torch.compression import Compression
@@ -93,7 +94,8 @@ from relaxlib_torch.sync_batch_norm import SyncBatchNorm
 HorovodInternalError = RelaxError
 
 __all__ = [
-    "Adasum", "advise", "Average", "Compression", "DistributedOptimizer", "ErrorFeedback", "compressed_allreduce",
+    "elastic", "Adasum", "advise", "Average", "Compression", "DistributedOptimizer", "ErrorFeedback",
+    "compressed_allreduce",
     "compressed_allreduce_async", "HorovodInternalError", "Max", "Min",
     "NotInitializedError", "ProcessSet", "Product", "RelaxError", "Sum", "SyncBatchNorm", "add_process_set",
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",

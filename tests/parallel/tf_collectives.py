@@ -332,3 +332,47 @@ def test_local_argument_errors():
         hvd.DistributedGradientTape(tf.GradientTape(), algorithm=object())
     with pytest.raises(tf.errors.InvalidArgumentError, match="root"):
         hvd.broadcast(tf.ones([1]), root_rank=SIZE + 3, name="bad.root")
+
+
+def test_elastic_state_syncs_from_rank_0_commits_and_restores():
+    variables = [tf.Variable(np.full((2, 2), float(RANK + 1))), tf.Variable(np.zeros(2))]
+    state = hvd.elastic.TensorFlowState(variables, batch=20 + RANK)
+    state.sync()
+    assert all(np.array_equal(v.numpy(), np.ones((2, 2))) for v in variables[:1]) and state.batch == 20
+    variables[0].assign(np.full((2, 2), 5.0))
+    state.batch = 21
+    state.restore()
+    np.testing.assert_array_equal(variables[0].numpy(), np.ones((2, 2)))
+    assert state.batch == 20
+    variables[1].assign([3.0, 4.0])
+    state.commit()
+    variables[1].assign([0.0, 0.0])
+    state.restore()
+    np.testing.assert_array_equal(variables[1].numpy(), [3.0, 4.0])
+
+
+def test_tf1_graph_mode_broadcasts_run_in_the_session():
+    """In a TF1 graph, broadcast_ returns the assigned values, broadcast_global_variables the op
+    to run, and the object helpers evaluate through the session (as Horovod)."""
+    with tf.Graph().as_default():
+        var = tf.compat.v1.Variable(tf.fill([3], float(RANK)))
+        other = tf.compat.v1.Variable(tf.fill([2], float(RANK)))
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            (assigned,) = hvd.broadcast_([var], root_rank=SIZE - 1)
+            np.testing.assert_array_equal(sess.run(assigned), np.full(3, SIZE - 1.0))
+            np.testing.assert_array_equal(sess.run(var), np.full(3, SIZE - 1.0))
+            sess.run(hvd.broadcast_global_variables(0))
+            np.testing.assert_array_equal(sess.run(other), np.zeros(2))
+            assert hvd.broadcast_object({"r": RANK}, root_rank=0, session=sess) == {"r": 0}
+            assert hvd.allgather_object(RANK, session=sess) == list(range(SIZE))
+    with pytest.raises(RuntimeError, match="eager"):
+        hvd.broadcast_global_variables(0)
+
+
+def test_indexed_slices_refuse_scale_factors_as_horovod():
+    slices = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([RANK]), dense_shape=tf.constant([SIZE, 2]))
+    with pytest.raises(NotImplementedError, match="prescale_factor and postscale_factor"):
+        hvd.allreduce(slices, op=hvd.Sum, prescale_factor=2.0)
+    summed = hvd.allreduce(slices, op=hvd.Sum)
+    assert sorted(summed.indices.numpy().tolist()) == list(range(SIZE))

@@ -167,6 +167,34 @@ def test_unnamed_operations_match_again_after_join():
     assert hvd.allgather(torch.tensor([RANK])).tolist() == list(range(SIZE))
 
 
+# ---- elastic state -----------------------------------------------------------------------------
+
+def test_elastic_state_syncs_from_rank_0_commits_and_restores():
+    model = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.fill_(float(RANK + 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state = hvd.elastic.TorchState(model, optimizer, epoch=RANK + 10)
+
+    @hvd.elastic.run
+    def train(state):
+        assert torch.equal(state.model.weight, torch.ones(1, 2)) and state.epoch == 10  # rank 0's
+        state.model(torch.ones(3, 2)).sum().backward()
+        state.optimizer.step()
+        state.epoch = 11
+        state.commit()
+        trained = state.model.weight.detach().clone()
+        with torch.no_grad():
+            state.model.weight.zero_()
+        state.epoch = 99
+        state.restore()
+        assert torch.equal(state.model.weight, trained) and state.epoch == 11
+        return "done"
+
+    assert train(state) == "done"
+    state.check_host_updates()  # a fixed launch: never interrupted
+
+
 # ---- timeline ----------------------------------------------------------------------------------
 
 def test_timeline_records_every_submitted_tensor(tmp_path_factory):

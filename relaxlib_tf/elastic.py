@@ -1,0 +1,79 @@
+"""``hvd.elastic`` for TensorFlow: Horovod's elastic state objects on relaxlib's fixed launch.
+
+``TensorFlowKerasState`` (a Keras model and optimizer) and ``TensorFlowState`` (variables) keep
+a copy of their values in host memory (``commit``), roll back to it (``restore``) and bring every
+rank to rank 0's values (``sync``); extra keyword arguments are synchronized Python values. The
+ranks of a relaxlib job never change: see relaxlib.elastic.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from relaxlib import basics
+from relaxlib.elastic import ObjectState, State, run_fn
+from relaxlib_tf.functions import broadcast_object, broadcast_variables
+
+__all__ = ["ObjectState", "State", "TensorFlowKerasState", "TensorFlowState", "run"]
+
+
+def run(func):
+    """Decorator for ``func(state, ...)``: synchronizes ``state`` from rank 0, then runs it."""
+    return run_fn(func)
+
+
+class _VariablesState(ObjectState):
+    """State of a list of variables plus keyword-argument Python values."""
+
+    def __init__(self, variables, session=None, **kwargs):
+        self._variables = list(variables)
+        self._session = session
+        self._values = None
+        super().__init__(bcast_object=lambda obj: broadcast_object(obj, 0, session=session), get_rank=basics.rank,
+                         **kwargs)
+        self._save_variables()
+
+    def _read(self) -> list:
+        if tf.executing_eagerly():
+            return [v.numpy() for v in self._variables]
+        return (self._session or tf.compat.v1.get_default_session()).run(self._variables)
+
+    def _save_variables(self) -> None:
+        self._values = self._read()
+
+    def save(self) -> None:
+        """Copies the variables' values and the Python values to host memory."""
+        self._save_variables()
+        super().save()
+
+    def restore(self) -> None:
+        """Assigns the saved values back."""
+        assigns = [v.assign(value) for v, value in zip(self._variables, self._values)]
+        if not tf.executing_eagerly():
+            (self._session or tf.compat.v1.get_default_session()).run(assigns)
+        super().restore()
+
+    def sync(self) -> None:
+        """Broadcasts rank 0's variables and Python values (collective), then saves them."""
+        op = broadcast_variables(self._variables, root_rank=0)
+        if op is not None:
+            (self._session or tf.compat.v1.get_default_session()).run(op)
+        self._save_variables()
+        super().sync()
+
+
+class TensorFlowState(_VariablesState):
+    """State of ``variables`` (default: the TF1 graph's global variables)."""
+
+    def __init__(self, variables=None, session=None, **kwargs):
+        super().__init__(variables if variables is not None else tf.compat.v1.global_variables(), session, **kwargs)
+
+
+class TensorFlowKerasState(_VariablesState):
+    """State of a Keras ``model`` and its ``optimizer`` (``model.optimizer`` by default)."""
+
+    def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        variables = list(model.variables) + (list(self.optimizer.variables) if self.optimizer is not None else [])
+        super().__init__(variables, **kwargs)
