@@ -1,5 +1,6 @@
 // Negotiation logic: readiness, ordering, validation, cache, join, groups, stalls.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "check.h"
@@ -21,6 +22,15 @@ Descriptor tensor(const std::string& name, std::vector<int64_t> shape, int32_t d
   d.reduce_op = RELAX_OP_AVERAGE;
   d.shape = std::move(shape);
   return d;
+}
+
+// Two members of one atomically negotiated group.
+std::pair<Descriptor, Descriptor> group_of_two() {
+  Descriptor g0 = tensor("g.0", {1});
+  Descriptor g1 = tensor("g.1", {1});
+  g0.group = g1.group = "group:g.0:2";
+  g0.group_size = g1.group_size = 2;
+  return {g0, g1};
 }
 
 std::vector<RankMessage> round_of(int size) { return std::vector<RankMessage>(static_cast<size_t>(size)); }
@@ -184,10 +194,7 @@ TEST(joined_ranks_count_as_ready_and_join_completes_with_last_rank) {
 
 TEST(group_runs_atomically_when_all_members_are_ready) {
   Coordinator c(2, 16);
-  Descriptor g0 = tensor("g.0", {1});
-  Descriptor g1 = tensor("g.1", {1});
-  g0.group = g1.group = "group:g.0:2";
-  g0.group_size = g1.group_size = 2;
+  const auto [g0, g1] = group_of_two();
   auto m = round_of(2);
   m[0].descriptors = {g0, g1};
   m[1].descriptors = {g0};
@@ -223,10 +230,7 @@ TEST(a_local_rejection_fails_the_request_on_every_rank_when_it_completes) {
 
 TEST(a_rejected_group_member_fails_the_whole_group) {
   Coordinator c(2, 16);
-  Descriptor g0 = tensor("g.0", {1});
-  Descriptor g1 = tensor("g.1", {1});
-  g0.group = g1.group = "group:g.0:2";
-  g0.group_size = g1.group_size = 2;
+  const auto [g0, g1] = group_of_two();
   Descriptor p0 = g0, p1 = g1;
   p0.rejection = p1.rejection = "bad";
   p0.rejection_code = p1.rejection_code = RELAX_ERR_INVALID_ARGUMENT;

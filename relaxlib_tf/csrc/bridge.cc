@@ -38,6 +38,18 @@ Status LastError() {
   return FromRelax(code == RELAX_OK ? RELAX_ERR_INTERNAL : code, relax_last_error());
 }
 
+void AnnounceRejection(int32_t type, const std::vector<std::string>& names, int32_t process_set, const Status& why) {
+  std::vector<relax_request_t> skeletons(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    skeletons[i].type = type;
+    skeletons[i].name = names[i].c_str();
+    skeletons[i].process_set = process_set;
+  }
+  const std::string message(why.message());
+  (void)relax_reject(skeletons.data(), static_cast<int32_t>(skeletons.size()), RELAX_ERR_INVALID_ARGUMENT,
+                     message.c_str());  // best effort: this rank fails with `why` regardless
+}
+
 Status Invalid(const std::string& message) {
   return Status(absl::StatusCode::kInvalidArgument, "[InvalidArgumentError] " + message);
 }

@@ -47,6 +47,23 @@ Status Invalid(const std::string& message);
     }                                              \
   } while (0)
 
+// Announces to the other members that this rank rejected the requests `names` (one, or a group)
+// before submitting them (relax_reject), so they fail instead of waiting for it.
+void AnnounceRejection(int32_t type, const std::vector<std::string>& names, int32_t process_set, const Status& why);
+
+// RELAX_REQUIRES_OK_ASYNC for a failure after the request's names are known: the other members
+// learn of it too.
+#define RELAX_REJECT_IF_ERROR_ASYNC(CTX, STATUS, DONE, TYPE, NAMES, SET) \
+  do {                                                                  \
+    Status _relax_status = (STATUS);                                    \
+    if (!_relax_status.ok()) {                                          \
+      AnnounceRejection((TYPE), (NAMES), (SET), _relax_status);         \
+      (CTX)->SetStatus(_relax_status);                                  \
+      (DONE)();                                                         \
+      return;                                                           \
+    }                                                                   \
+  } while (0)
+
 void* DataPtr(const Tensor& t);
 Status ScalarString(const Tensor& t, const char* what, std::string* out);
 Status StringVector(const Tensor& t, const char* what, int64_t expected, std::vector<std::string>* out);

@@ -66,11 +66,13 @@ class TensorsOp : public CollectiveKernel {
       const Tensor& input = ctx->input(i);
       const std::string& name = names[static_cast<size_t>(i)];
       if (allocating && input.dims() == 0) {
-        RELAX_REQUIRES_OK_ASYNC(ctx, Invalid(what_ + " needs at least one dimension ('" + name + "' is a scalar)"),
-                                done);
+        RELAX_REJECT_IF_ERROR_ASYNC(ctx,
+                                    Invalid(what_ + " needs at least one dimension ('" + name + "' is a scalar)"),
+                                    done, type_, names, process_set_);
       }
       if (!allocating) {
-        RELAX_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &outputs[i]), done);
+        RELAX_REJECT_IF_ERROR_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &outputs[i]),
+                                    done, type_, names, process_set_);
       }
     }
     auto call = NewCall(ctx, std::move(done), static_cast<size_t>(n));
@@ -79,8 +81,8 @@ class TensorsOp : public CollectiveKernel {
       Part& p = call->parts[static_cast<size_t>(i)];
       p.input = ctx->input(i);
       relax_request_t& r = requests[static_cast<size_t>(i)];
-      RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(type_, p, names[static_cast<size_t>(i)], process_set_, &r),
-                              call->done);
+      RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(type_, p, names[static_cast<size_t>(i)], process_set_, &r),
+                                  call->done, type_, names, process_set_);
       if (!allocating) {
         p.output = *outputs[static_cast<size_t>(i)];
         r.output = DataPtr(p.output);
@@ -122,12 +124,15 @@ class AlltoallOp : public CollectiveKernel {
     RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(2), "alltoall: tensor_name", &name), done);
     const Tensor& input = ctx->input(0);
     const Tensor& splits = ctx->input(1);
+    const std::vector<std::string> names{name};
     if (input.dims() == 0) {
-      RELAX_REQUIRES_OK_ASYNC(ctx, Invalid("alltoall needs at least one dimension ('" + name + "' is a scalar)"), done);
+      RELAX_REJECT_IF_ERROR_ASYNC(ctx, Invalid("alltoall needs at least one dimension ('" + name + "' is a scalar)"),
+                                  done, RELAX_REQ_ALLTOALL, names, process_set_);
     }
     if (splits.dims() != 1) {
-      RELAX_REQUIRES_OK_ASYNC(
-          ctx, Invalid("alltoall '" + name + "': splits must be 1-D, got shape " + splits.shape().DebugString()), done);
+      RELAX_REJECT_IF_ERROR_ASYNC(
+          ctx, Invalid("alltoall '" + name + "': splits must be 1-D, got shape " + splits.shape().DebugString()), done,
+          RELAX_REQ_ALLTOALL, names, process_set_);
     }
     auto call = NewCall(ctx, std::move(done), 1);
     Part& p = call->parts[0];
@@ -141,7 +146,8 @@ class AlltoallOp : public CollectiveKernel {
       return Status();
     };
     std::vector<relax_request_t> requests(1);
-    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(RELAX_REQ_ALLTOALL, p, name, process_set_, &requests[0]), call->done);
+    RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(RELAX_REQ_ALLTOALL, p, name, process_set_, &requests[0]), call->done,
+                                RELAX_REQ_ALLTOALL, names, process_set_);
     requests[0].nsplits = static_cast<int32_t>(splits.NumElements());
     requests[0].splits = splits.NumElements() > 0 ? splits.flat<int64_t>().data() : nullptr;
     Submit(std::move(call), requests, true);

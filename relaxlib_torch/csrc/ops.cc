@@ -200,16 +200,24 @@ auto checked(int32_t type, const std::vector<std::string>& names, int64_t proces
   }
 }
 
+// The request of an op that writes an output shaped like its input (allreduce, broadcast,
+// compressed all-reduce), after the binding's checks of both tensors.
+relax_request_t same_shape_request(int32_t type, const char* what, const at::Tensor& input, const at::Tensor& output,
+                                   const std::string& name, int64_t process_set) {
+  check_tensor(input, what);
+  check_tensor(output, what);
+  TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(), "relaxlib: ", what,
+              " output must match the input's shape and dtype");
+  relax_request_t r = base_request(type, input, name, process_set);
+  r.output = output.data_ptr();
+  return r;
+}
+
 relax_request_t allreduce_request(const at::Tensor& input, const at::Tensor& output, const std::string& name,
                                   int64_t op, double prescale, double postscale, int64_t process_set) {
   relax_request_t r = checked(RELAX_REQ_ALLREDUCE, {name}, process_set, [&] {
-    check_tensor(input, "allreduce input");
-    check_tensor(output, "allreduce output");
-    TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
-                "relaxlib: allreduce output must match the input's shape and dtype");
-    return base_request(RELAX_REQ_ALLREDUCE, input, name, process_set);
+    return same_shape_request(RELAX_REQ_ALLREDUCE, "allreduce", input, output, name, process_set);
   });
-  r.output = output.data_ptr();
   r.reduce_op = static_cast<int32_t>(op);
   r.prescale = prescale;
   r.postscale = postscale;
@@ -315,13 +323,8 @@ int64_t allgather_async(const at::Tensor& input, const std::string& name, int64_
 int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64_t root_rank, const std::string& name,
                         int64_t process_set) {
   relax_request_t r = checked(RELAX_REQ_BROADCAST, {name}, process_set, [&] {
-    check_tensor(input, "broadcast input");
-    check_tensor(output, "broadcast output");
-    TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
-                "relaxlib: broadcast output must match the input's shape and dtype");
-    return base_request(RELAX_REQ_BROADCAST, input, name, process_set);
+    return same_shape_request(RELAX_REQ_BROADCAST, "broadcast", input, output, name, process_set);
   });
-  r.output = output.data_ptr();
   r.root_rank = static_cast<int32_t>(root_rank);
   return submit(r, std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()}), false);
 }
@@ -366,11 +369,7 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
     // Without an output, one comes from the output cache (fresh large buffers cost page faults).
     const at::Tensor output =
         out && out->defined() ? *out : OutputCache::instance().empty(input.sizes(), input.scalar_type());
-    check_tensor(output, "compressed_allreduce output");
-    TORCH_CHECK(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(),
-                "relaxlib: compressed_allreduce output must match the input's shape and dtype");
-    r = base_request(RELAX_REQ_COMPRESSED_ALLREDUCE, input, name, process_set);
-    r.output = output.data_ptr();
+    r = same_shape_request(RELAX_REQ_COMPRESSED_ALLREDUCE, "compressed_allreduce", input, output, name, process_set);
     r.reduce_op = static_cast<int32_t>(op);
     r.codec = static_cast<int32_t>(codec);
     flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});

@@ -376,3 +376,15 @@ def test_indexed_slices_refuse_scale_factors_as_horovod():
         hvd.allreduce(slices, op=hvd.Sum, prescale_factor=2.0)
     summed = hvd.allreduce(slices, op=hvd.Sum)
     assert sorted(summed.indices.numpy().tolist()) == list(range(SIZE))
+
+
+def test_a_rank_dependent_local_error_fails_every_rank():
+    """One rank's kernel rejects its request (2-D alltoall splits) before submitting it; the
+    others must fail naming that rank instead of waiting for it."""
+    bad = RANK == SIZE - 1
+    splits = tf.ones([SIZE, 1], tf.int64) if bad else tf.ones([SIZE], tf.int64)
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        hvd.alltoall(tf.ones([SIZE, 2]), splits=splits, name="rejected.splits")
+    if not bad:
+        assert f"rank {SIZE - 1} rejected it locally" in str(info.value), str(info.value)
+    assert int(hvd.allreduce(tf.constant(1), op=hvd.Sum)) == SIZE
