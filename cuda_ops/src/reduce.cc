@@ -58,12 +58,29 @@ void reduce_16bit(void* dst, const void* a, const void* b, int64_t n, int32_t op
   }
 }
 
+// n when `factor` is exactly 1/n (an Average over n ranks), else 0. Such a factor is applied as a
+// division: x / n is the correctly rounded quotient that the frameworks' own x / n gives, where
+// x * (1/n) may be an ulp off (Horovod multiplies, and its 3-rank zero-tolerance tests fail on it).
+int64_t exact_divisor(double factor) {
+  if (!(factor > 0.0 && factor < 1.0)) return 0;
+  const double n = std::nearbyint(1.0 / factor);
+  return n >= 2.0 && n <= 16777216.0 && 1.0 / n == factor ? static_cast<int64_t>(n) : 0;
+}
+
 template <typename T>
 void scale_typed(void* buf, int64_t n, double factor) {
   T* p = static_cast<T*>(buf);
+  const int64_t divisor = exact_divisor(factor);
   if (std::is_floating_point<T>::value) {
-    const T f = static_cast<T>(factor);
-    for (int64_t i = 0; i < n; ++i) p[i] *= f;
+    if (divisor) {
+      const T d = static_cast<T>(divisor);
+      for (int64_t i = 0; i < n; ++i) p[i] /= d;
+    } else {
+      const T f = static_cast<T>(factor);
+      for (int64_t i = 0; i < n; ++i) p[i] *= f;
+    }
+  } else if (divisor) {  // integer division truncates toward zero, as Horovod's scaling does
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<int64_t>(p[i]) / divisor);
   } else {
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(factor * static_cast<double>(p[i]));
   }
@@ -72,8 +89,13 @@ void scale_typed(void* buf, int64_t n, double factor) {
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
 void scale_16bit(void* buf, int64_t n, double factor) {
   uint16_t* p = static_cast<uint16_t*>(buf);
-  const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < n; ++i) p[i] = FromFloat(ToFloat(p[i]) * f);
+  const int64_t divisor = exact_divisor(factor);
+  const float f = static_cast<float>(divisor ? static_cast<double>(divisor) : factor);
+  if (divisor) {
+    for (int64_t i = 0; i < n; ++i) p[i] = FromFloat(ToFloat(p[i]) / f);
+  } else {
+    for (int64_t i = 0; i < n; ++i) p[i] = FromFloat(ToFloat(p[i]) * f);
+  }
 }
 
 template <typename T>

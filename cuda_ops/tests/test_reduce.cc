@@ -99,6 +99,27 @@ TEST(integer_scaling_truncates_toward_zero_like_horovod) {
   CHECK_EQ(f[1], -3.0f);
 }
 
+TEST(an_average_divides_where_multiplying_by_the_rounded_reciprocal_is_an_ulp_off) {
+  // fl(3x) * fl(1/3) != x for these float32 values; fl(3x) / 3 == x, as x * 3 / 3 in any framework.
+  float x[3] = {-15.334710121154785f, -18.160173416137695f, 7.628662586212158f};
+  float summed[3], by_product[3];
+  for (int i = 0; i < 3; ++i) summed[i] = by_product[i] = x[i] + x[i] + x[i];
+  scale_buffer(summed, 3, RELAX_FLOAT32, 1.0 / 3.0);
+  for (int i = 0; i < 3; ++i) {
+    CHECK_EQ(summed[i], x[i]);
+    by_product[i] *= static_cast<float>(1.0 / 3.0);
+    CHECK(by_product[i] != x[i]);  // the negative control: multiplying is an ulp off here
+  }
+  int64_t ints[3] = {9, -9, 8};
+  scale_buffer(ints, 3, RELAX_INT64, 1.0 / 3.0);
+  CHECK_EQ(ints[0], int64_t{3});
+  CHECK_EQ(ints[1], int64_t{-3});
+  CHECK_EQ(ints[2], int64_t{2});
+  float other[1] = {10.0f};
+  scale_buffer(other, 1, RELAX_FLOAT32, 0.3);  // not a reciprocal: multiplied
+  CHECK_EQ(other[0], 10.0f * 0.3f);
+}
+
 TEST(identity_fill_is_neutral_for_each_op) {
   float x[2];
   fill_identity(x, 2, RELAX_FLOAT32, RELAX_OP_SUM);
