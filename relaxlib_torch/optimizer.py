@@ -439,7 +439,8 @@ def _check_same_on_every_rank(optimizer: torch.optim.Optimizer, named_parameters
                   for g, group in enumerate(optimizer.param_groups) for i, p in enumerate(group["params"])]
     description = {"algorithm": algorithm.describe(), "optimizer": type(optimizer).__name__, **options,
                    "parameters": f"{len(parameters)} tensors"}
-    gathered = functions.allgather_object((description, parameters), name="relaxlib.optimizer_agreement",
-                                          process_set=process_set)
+    # Numbered by call order: a check abandoned by an interrupt keeps its name pending.
+    label = basics.auto_name("relaxlib.optimizer_agreement", None, process_set)
+    gathered = functions.allgather_object((description, parameters), name=label, process_set=process_set)
     ranks = list(process_set.ranks or range(basics.size()))  # the global set lists no ranks
     agreement.raise_if_different("DistributedOptimizer", gathered, ranks, items="parameter lists")
