@@ -6,7 +6,7 @@ import ctypes
 import threading
 from pathlib import Path
 
-from relaxlib.errors import error_for
+from relaxlib.errors import InvalidArgumentError, error_for
 
 ABI_VERSION = 7
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
@@ -158,6 +158,17 @@ def raise_last_error() -> None:
     """Raises the error of the last failing core call on this thread."""
     core = lib()
     raise error_for(core.relax_last_error_code(), core.relax_last_error().decode(errors="replace"))
+
+
+def reject(request_type: int, names: list[str], process_set: int, message: str) -> None:
+    """Announces that this rank rejected the requests ``names`` (one, or a group) before
+    submitting them, so the other members fail instead of waiting for it (relax_reject; best
+    effort: this rank raises its own error regardless)."""
+    encoded = [n.encode() for n in names]
+    requests = (Request * len(encoded))()
+    for request, name in zip(requests, encoded):
+        request.type, request.name, request.process_set = request_type, name, process_set
+    lib().relax_reject(requests, len(encoded), InvalidArgumentError.code, message.encode())
 
 
 def wait_interruptibly(handle: int, wait_for=None) -> int:

@@ -9,17 +9,60 @@ dtypes; unnamed operations are named by call order (in ``tf.function``: by traci
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
 
-from relaxlib import basics
+from relaxlib import _core, basics
 from relaxlib.basics import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - re-exported
 from relaxlib.errors import InvalidArgumentError
 from relaxlib.process_sets import ProcessSet, global_process_set, process_set_id
 from relaxlib_tf._loader import library
 from relaxlib_tf.compression import Compression
 
-_ops = library()
 _auto_name = basics.auto_name
+
+
+class _AnnouncingOps:
+    """The op library, except that a collective op this rank cannot even build (TensorFlow
+    refuses its dtype when the op is constructed, before any kernel runs) is announced to the
+    other ranks, which then fail instead of waiting for it. Errors raised by the kernels or the
+    core name a relaxlib class in brackets and were announced where they arose."""
+
+    # op -> (request type, position of its name argument)
+    _COLLECTIVES = {
+        "relaxlib_allreduce": (_core.REQ_ALLREDUCE, 1), "relaxlib_grouped_allreduce": (_core.REQ_ALLREDUCE, 1),
+        "relaxlib_allgather": (_core.REQ_ALLGATHER, 1), "relaxlib_grouped_allgather": (_core.REQ_ALLGATHER, 1),
+        "relaxlib_broadcast": (_core.REQ_BROADCAST, 1), "relaxlib_reducescatter": (_core.REQ_REDUCESCATTER, 1),
+        "relaxlib_grouped_reducescatter": (_core.REQ_REDUCESCATTER, 1), "relaxlib_alltoall": (_core.REQ_ALLTOALL, 2),
+    }
+    _ANNOUNCED = re.compile(r"\[\w+Error\]")
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def __getattr__(self, attr: str):
+        op = getattr(self._ops, attr)
+        if attr not in self._COLLECTIVES:
+            return op
+        request_type, name_position = self._COLLECTIVES[attr]
+
+        def build(*args, **kwargs):
+            try:
+                return op(*args, **kwargs)
+            except (TypeError, ValueError, tf.errors.InvalidArgumentError) as exc:
+                if not self._ANNOUNCED.search(str(exc)) and len(args) > name_position:
+                    labels = tf.get_static_value(args[name_position])
+                    if labels is not None:
+                        labels = [labels] if getattr(labels, "ndim", 0) == 0 else list(labels)
+                        _core.reject(request_type, [label.decode() for label in labels],
+                                     int(kwargs.get("process_set", 0)), str(exc).splitlines()[0])
+                raise
+
+        return build
+
+
+_ops = _AnnouncingOps(library())
 
 
 def _name(kind: str, name: str | None, process_set: object = 0) -> tf.Tensor:

@@ -387,4 +387,9 @@ def test_a_rank_dependent_local_error_fails_every_rank():
         hvd.alltoall(tf.ones([SIZE, 2]), splits=splits, name="rejected.splits")
     if not bad:
         assert f"rank {SIZE - 1} rejected it locally" in str(info.value), str(info.value)
+    # A dtype the op's type constraint refuses fails when TensorFlow builds the op, before any kernel.
+    with pytest.raises((TypeError, tf.errors.InvalidArgumentError)) as info:
+        hvd.allreduce(tf.ones([2], tf.complex64 if bad else tf.float32), name="rejected.dtype")
+    if not bad:
+        assert f"rank {SIZE - 1} rejected it locally" in str(info.value), str(info.value)
     assert int(hvd.allreduce(tf.constant(1), op=hvd.Sum)) == SIZE
