@@ -59,6 +59,7 @@ class _AnnouncingOps:
                                      int(kwargs.get("process_set", 0)), str(exc).splitlines()[0])
                 raise
 
+        setattr(self, attr, build)  # built once: later calls do not come through __getattr__
         return build
 
 

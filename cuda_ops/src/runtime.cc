@@ -1,4 +1,5 @@
-// The C ABI: process-wide runtime state (MPI context, handle table, engine) behind relax.h.
+// The C ABI behind relax.h: initialization and shutdown, request submission (with local
+// rejections announced to the other members), waits and handles. The rest: runtime_services.cc.
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -6,13 +7,9 @@
 #include <string>
 #include <thread>
 
-#include "codecs/codec.h"
-#include "direct_lane.h"
-#include "engine.h"
-#include "group_service.h"
 #include "logging.h"
-#include "mpi_context.h"
 #include "relax/relax.h"
+#include "runtime_state.h"
 #include "shm_transport.h"
 #include "validate.h"
 
@@ -21,16 +18,6 @@
 #endif
 
 namespace relax {
-namespace {
-
-struct Runtime {
-  std::mutex mutex;
-  MpiContext mpi;
-  HandleTable handles;
-  std::shared_ptr<Engine> engine;  // shared: a driving caller keeps it alive through a shutdown
-  std::unique_ptr<DirectLane> lane;  // null when MPI lacks MPI_THREAD_MULTIPLE
-  GroupService groups;
-};
 
 Runtime& runtime() {
   static Runtime instance;
@@ -51,9 +38,14 @@ int not_initialized() {
                             "relaxlib has not been initialized (or was shut down); call init() first."));
 }
 
-// The engine between init() and this rank's shutdown(). It may have stopped running because a
-// peer shut down; rank and size stay available then, and submissions fail with the reason.
 Engine* current_engine() { return runtime().engine.get(); }
+
+Status no_lane() {
+  return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                       "neighbour and group averages need MPI_THREAD_MULTIPLE, which this MPI does not provide");
+}
+
+namespace {
 
 void stop_engine() {
   Runtime& rt = runtime();
@@ -133,11 +125,6 @@ Status waiting_in_callback() {
 }
 
 bool is_direct(int32_t type) { return type == RELAX_REQ_NEIGHBOR_AVERAGE || type == RELAX_REQ_GROUP_AVERAGE; }
-
-Status no_lane() {
-  return Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                       "neighbour and group averages need MPI_THREAD_MULTIPLE, which this MPI does not provide");
-}
 
 // Validates and submits one direct (not negotiated) request; writes its handle.
 int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, void* user, relax_handle_t* out) {
@@ -449,185 +436,5 @@ int relax_handle_received_splits(relax_handle_t handle, int64_t* out, int32_t ca
 }
 
 void relax_release(relax_handle_t handle) { runtime().handles.release(handle); }
-
-int relax_process_set_size(int32_t process_set) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return -relax::not_initialized();
-  relax::ProcessSetInfo info;
-  if (!engine->process_set_info(process_set, info)) {
-    return -relax::fail(relax::Status::error(RELAX_ERR_PROCESS_SET,
-                                             "process set " + std::to_string(process_set) + " does not exist"));
-  }
-  return static_cast<int>(info.world_ranks.size());
-}
-
-int relax_process_set_rank(int32_t process_set) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return -relax::not_initialized();
-  relax::ProcessSetInfo info;
-  if (!engine->process_set_info(process_set, info)) {
-    return -relax::fail(relax::Status::error(RELAX_ERR_PROCESS_SET,
-                                             "process set " + std::to_string(process_set) + " does not exist"));
-  }
-  return info.rank;
-}
-
-int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return -relax::not_initialized();
-  relax::ProcessSetInfo info;
-  if (!engine->process_set_info(process_set, info)) {
-    return -relax::fail(relax::Status::error(RELAX_ERR_PROCESS_SET,
-                                             "process set " + std::to_string(process_set) + " does not exist"));
-  }
-  for (size_t i = 0; i < info.world_ranks.size() && static_cast<int32_t>(i) < capacity; ++i) {
-    out[i] = info.world_ranks[i];
-  }
-  return static_cast<int>(info.world_ranks.size());
-}
-
-int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n) {
-  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
-  return c && n >= 0 ? c->encoded_bytes(n) : -1;
-}
-
-int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) {
-  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
-  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
-  c->encode(in, n, out);
-  return RELAX_OK;
-}
-
-int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) {
-  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
-  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
-  c->decode(in, n, out);
-  return RELAX_OK;
-}
-
-int relax_direct_pending(void) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  if (!relax::current_engine()) return -relax::not_initialized();
-  if (!runtime().lane) return -relax::fail(relax::no_lane());
-  return runtime().lane->header_pending() ? 1 : 0;
-}
-
-int relax_direct_join_start(int64_t last_step) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  if (!relax::current_engine()) return relax::not_initialized();
-  if (!runtime().lane) return relax::fail(relax::no_lane());
-  relax::Status s = runtime().lane->start_join(last_step);
-  return s.is_ok() ? RELAX_OK : relax::fail(s);
-}
-
-int relax_direct_join_test(int64_t* max_step) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  if (!relax::current_engine()) return -relax::not_initialized();
-  if (!runtime().lane) return -relax::fail(relax::no_lane());
-  bool done = false;
-  int64_t max = 0;
-  relax::Status s = runtime().lane->test_join(done, max);
-  if (!s.is_ok()) return -relax::fail(s);
-  if (done && max_step) *max_step = max;
-  return done ? 1 : 0;
-}
-
-int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms, double grace_fraction) {
-  relax::Runtime& rt = runtime();
-  std::lock_guard<std::mutex> lock(rt.mutex);
-  if (!relax::current_engine()) return relax::not_initialized();
-  if (rt.mpi.thread_level() < MPI_THREAD_MULTIPLE) return relax::fail(relax::no_lane());
-  relax::Status s = rt.groups.start(rt.mpi.data(), group_size, max_lag, grace_ms, grace_fraction);
-  return s.is_ok() ? RELAX_OK : relax::fail(s);
-}
-
-int relax_group_retire(void) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  if (!relax::current_engine()) return relax::not_initialized();
-  relax::Status s = runtime().groups.retire();
-  return s.is_ok() ? RELAX_OK : relax::fail(s);
-}
-
-int relax_group_request(int64_t step, int32_t* members, double* weights, int32_t capacity, int64_t* new_step,
-                        int64_t* group_id) {
-  relax::GroupService* service = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(runtime().mutex);
-    if (!relax::current_engine()) return -relax::not_initialized();
-    service = &runtime().groups;
-  }
-  relax::GroupAssignment assignment;
-  relax::Status s = service->request(step, assignment);  // blocks: not under the runtime lock
-  if (!s.is_ok()) return -relax::fail(s);
-  const int32_t n = static_cast<int32_t>(assignment.members.size());
-  if (n > capacity) {
-    return -relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_group_request: capacity " +
-                                                                            std::to_string(capacity) + " < group size " +
-                                                                            std::to_string(n)));
-  }
-  for (int32_t i = 0; i < n; ++i) {
-    members[i] = assignment.members[static_cast<size_t>(i)];
-    weights[i] = assignment.weights[static_cast<size_t>(i)];
-  }
-  if (new_step) *new_step = assignment.new_step;
-  if (group_id) *group_id = assignment.group_id;
-  return n;
-}
-
-int relax_start_timeline(const char* path, int mark_cycles) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return relax::not_initialized();
-  if (!path || !*path) {
-    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "start_timeline needs a file path"));
-  }
-  if (runtime().mpi.topology().rank != 0) return RELAX_OK;  // rank 0 writes the timeline
-  relax::Status s = engine->timeline().start(path, mark_cycles != 0);
-  return s.is_ok() ? RELAX_OK : relax::fail(s);
-}
-
-int relax_stop_timeline(void) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return relax::not_initialized();
-  engine->timeline().stop();
-  return RELAX_OK;
-}
-
-int relax_set_fusion_threshold(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return relax::not_initialized();
-  if (bytes < 0) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "fusion threshold must be >= 0"));
-  engine->set_fusion_threshold(bytes);
-  return RELAX_OK;
-}
-
-int relax_set_cycle_time_ms(double ms) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return relax::not_initialized();
-  if (!(ms >= 0)) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "cycle time must be >= 0"));
-  engine->set_cycle_time_ms(ms);
-  return RELAX_OK;
-}
-
-int relax_get_stats(relax_stats_t* out) {
-  std::lock_guard<std::mutex> lock(runtime().mutex);
-  relax::Engine* engine = relax::current_engine();
-  if (!engine) return relax::not_initialized();
-  if (!out) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_get_stats: NULL output"));
-  relax::EngineStats s = engine->stats();
-  if (runtime().lane) {  // neighbour and group averages run beside the engine
-    s.bytes_sent += runtime().lane->traffic().bytes_sent;
-    s.bytes_received += runtime().lane->traffic().bytes_received;
-    s.execution_ns += runtime().lane->busy_ns();
-  }
-  *out = relax_stats_t{s.rounds, s.completed, s.bytes_sent, s.bytes_received, s.negotiation_ns, s.execution_ns};
-  return RELAX_OK;
-}
 
 }  // extern "C"

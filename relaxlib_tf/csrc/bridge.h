@@ -57,7 +57,7 @@ void AnnounceRejection(int32_t type, const std::vector<std::string>& names, int3
   do {                                                                  \
     Status _relax_status = (STATUS);                                    \
     if (!_relax_status.ok()) {                                          \
-      AnnounceRejection((TYPE), (NAMES), (SET), _relax_status);         \
+      AnnounceRejection((TYPE), NAMES, (SET), _relax_status);           \
       (CTX)->SetStatus(_relax_status);                                  \
       (DONE)();                                                         \
       return;                                                           \

@@ -124,15 +124,14 @@ class AlltoallOp : public CollectiveKernel {
     RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(2), "alltoall: tensor_name", &name), done);
     const Tensor& input = ctx->input(0);
     const Tensor& splits = ctx->input(1);
-    const std::vector<std::string> names{name};
     if (input.dims() == 0) {
       RELAX_REJECT_IF_ERROR_ASYNC(ctx, Invalid("alltoall needs at least one dimension ('" + name + "' is a scalar)"),
-                                  done, RELAX_REQ_ALLTOALL, names, process_set_);
+                                  done, RELAX_REQ_ALLTOALL, {name}, process_set_);
     }
     if (splits.dims() != 1) {
       RELAX_REJECT_IF_ERROR_ASYNC(
           ctx, Invalid("alltoall '" + name + "': splits must be 1-D, got shape " + splits.shape().DebugString()), done,
-          RELAX_REQ_ALLTOALL, names, process_set_);
+          RELAX_REQ_ALLTOALL, {name}, process_set_);
     }
     auto call = NewCall(ctx, std::move(done), 1);
     Part& p = call->parts[0];
@@ -147,7 +146,7 @@ class AlltoallOp : public CollectiveKernel {
     };
     std::vector<relax_request_t> requests(1);
     RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(RELAX_REQ_ALLTOALL, p, name, process_set_, &requests[0]), call->done,
-                                RELAX_REQ_ALLTOALL, names, process_set_);
+                                RELAX_REQ_ALLTOALL, {name}, process_set_);
     requests[0].nsplits = static_cast<int32_t>(splits.NumElements());
     requests[0].splits = splits.NumElements() > 0 ? splits.flat<int64_t>().data() : nullptr;
     Submit(std::move(call), requests, true);

@@ -172,10 +172,10 @@ int64_t submit(const relax_request_t& request, std::unique_ptr<InFlight> flight,
 // sees it. This announces such a rejection to the other members (relax_reject), so that a
 // rank-dependent mistake fails them in the round they submit instead of leaving them waiting; the
 // core announces the rejections it makes itself.
-void announce_rejection(int32_t type, const std::vector<std::string>& names, int64_t process_set,
+void announce_rejection(int32_t type, const std::string* names, size_t count, int64_t process_set,
                         const std::string& why) {
-  std::vector<relax_request_t> skeletons(names.size());
-  for (size_t i = 0; i < names.size(); ++i) {
+  std::vector<relax_request_t> skeletons(count);
+  for (size_t i = 0; i < count; ++i) {
     skeletons[i].type = type;
     skeletons[i].name = names[i].c_str();
     skeletons[i].process_set = static_cast<int32_t>(process_set);
@@ -184,18 +184,19 @@ void announce_rejection(int32_t type, const std::vector<std::string>& names, int
                      why.c_str());  // best effort: the caller raises the binding's own error regardless
 }
 
-// Runs `build` (the binding's checks and conversions of one request or group); if it throws,
-// announces the rejection of `names` first.
+// Runs `build` (the binding's checks and conversions of one request, or of a group of `count`
+// named names[0..count)); if it throws, announces the rejection first. Nothing is copied unless
+// it throws: this wraps every collective.
 template <typename Build>
-auto checked(int32_t type, const std::vector<std::string>& names, int64_t process_set, Build&& build)
+auto checked(int32_t type, const std::string* names, size_t count, int64_t process_set, Build&& build)
     -> decltype(build()) {
   try {
     return build();
   } catch (const c10::Error& e) {
-    announce_rejection(type, names, process_set, e.what_without_backtrace());
+    announce_rejection(type, names, count, process_set, e.what_without_backtrace());
     throw;
   } catch (const std::exception& e) {
-    announce_rejection(type, names, process_set, e.what());
+    announce_rejection(type, names, count, process_set, e.what());
     throw;
   }
 }
@@ -215,7 +216,7 @@ relax_request_t same_shape_request(int32_t type, const char* what, const at::Ten
 
 relax_request_t allreduce_request(const at::Tensor& input, const at::Tensor& output, const std::string& name,
                                   int64_t op, double prescale, double postscale, int64_t process_set) {
-  relax_request_t r = checked(RELAX_REQ_ALLREDUCE, {name}, process_set, [&] {
+  relax_request_t r = checked(RELAX_REQ_ALLREDUCE, &name, 1, process_set, [&] {
     return same_shape_request(RELAX_REQ_ALLREDUCE, "allreduce", input, output, name, process_set);
   });
   r.reduce_op = static_cast<int32_t>(op);
@@ -259,7 +260,7 @@ std::vector<int64_t> grouped_allreduce_async(const std::vector<at::Tensor>& inpu
   const std::vector<std::string> names = member_names(name, inputs.size());
   std::vector<relax_request_t> requests;
   std::vector<std::unique_ptr<InFlight>> flights;
-  checked(RELAX_REQ_ALLREDUCE, names, process_set, [&] {
+  checked(RELAX_REQ_ALLREDUCE, names.data(), names.size(), process_set, [&] {
     for (size_t i = 0; i < inputs.size(); ++i) {
       check_tensor(inputs[i], "grouped_allreduce input");
       check_tensor(outputs[i], "grouped_allreduce output");
@@ -284,7 +285,7 @@ std::vector<int64_t> grouped_allocating_async(int32_t type, const std::vector<at
   const std::vector<std::string> names = member_names(name, inputs.size());
   std::vector<relax_request_t> requests;
   std::vector<std::unique_ptr<InFlight>> flights;
-  checked(type, names, process_set, [&] {
+  checked(type, names.data(), names.size(), process_set, [&] {
     for (size_t i = 0; i < inputs.size(); ++i) {
       check_tensor(inputs[i], "grouped input");
       relax_request_t r = base_request(type, inputs[i], names[i], process_set);
@@ -309,7 +310,7 @@ std::vector<int64_t> grouped_reducescatter_async(const std::vector<at::Tensor>& 
 }
 
 relax_request_t allgather_request(const at::Tensor& input, const std::string& name, int64_t process_set) {
-  return checked(RELAX_REQ_ALLGATHER, {name}, process_set, [&] {
+  return checked(RELAX_REQ_ALLGATHER, &name, 1, process_set, [&] {
     check_tensor(input, "allgather input");
     return base_request(RELAX_REQ_ALLGATHER, input, name, process_set);
   });
@@ -322,7 +323,7 @@ int64_t allgather_async(const at::Tensor& input, const std::string& name, int64_
 
 int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64_t root_rank, const std::string& name,
                         int64_t process_set) {
-  relax_request_t r = checked(RELAX_REQ_BROADCAST, {name}, process_set, [&] {
+  relax_request_t r = checked(RELAX_REQ_BROADCAST, &name, 1, process_set, [&] {
     return same_shape_request(RELAX_REQ_BROADCAST, "broadcast", input, output, name, process_set);
   });
   r.root_rank = static_cast<int32_t>(root_rank);
@@ -331,7 +332,7 @@ int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64
 
 relax_request_t reducescatter_request(const at::Tensor& input, const std::string& name, int64_t op, double prescale,
                                       double postscale, int64_t process_set) {
-  relax_request_t r = checked(RELAX_REQ_REDUCESCATTER, {name}, process_set, [&] {
+  relax_request_t r = checked(RELAX_REQ_REDUCESCATTER, &name, 1, process_set, [&] {
     check_tensor(input, "reducescatter input");
     return base_request(RELAX_REQ_REDUCESCATTER, input, name, process_set);
   });
@@ -349,7 +350,7 @@ int64_t reducescatter_async(const at::Tensor& input, const std::string& name, in
 
 int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& splits, const std::string& name,
                        int64_t process_set) {
-  relax_request_t r = checked(RELAX_REQ_ALLTOALL, {name}, process_set, [&] {
+  relax_request_t r = checked(RELAX_REQ_ALLTOALL, &name, 1, process_set, [&] {
     check_tensor(input, "alltoall input");
     return base_request(RELAX_REQ_ALLTOALL, input, name, process_set);
   });
@@ -364,7 +365,7 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
                                    int64_t op, int64_t process_set) {
   relax_request_t r{};
   std::unique_ptr<InFlight> flight;
-  checked(RELAX_REQ_COMPRESSED_ALLREDUCE, {name}, process_set, [&] {
+  checked(RELAX_REQ_COMPRESSED_ALLREDUCE, &name, 1, process_set, [&] {
     check_tensor(input, "compressed_allreduce input");
     // Without an output, one comes from the output cache (fresh large buffers cost page faults).
     const at::Tensor output =
