@@ -54,14 +54,15 @@ cpp-test: $(CPP_TEST)
 # No GPU here: the CUDA kernels are compiled (with the host math they share) but not run.
 cuda-check:
 	@if command -v nvcc >/dev/null; then \
-		mkdir -p build/cuda && for f in cuda_ops/cuda/*.cu; do \
-			nvcc -std=c++17 -O2 -Xcompiler -Wall,-Wextra -Werror all-warnings -Icuda_ops/src -Icuda_ops/cuda \
+		mkdir -p build/cuda && for f in cuda_ops/src/codecs/*.cu; do \
+			nvcc -std=c++17 -O2 -Xcompiler -Wall,-Wextra -Werror all-warnings -Icuda_ops/src \
 				-c $$f -o build/cuda/$$(basename $$f .cu).o || exit 1; \
-		done && echo "nvcc compiled cuda_ops/cuda/*.cu"; \
+		done && echo "nvcc compiled cuda_ops/src/codecs/*.cu"; \
 	else echo "cuda-check skipped: nvcc not found"; fi
 
 lint: $(DEPS_STAMP)
-	$(PY) -m ruff check relaxlib relaxlib_torch relaxlib_tf launch tests benchmarks examples setup.py
+	$(PY) -m ruff check relaxlib relaxlib_torch relaxlib_tf launch tests benchmarks examples cuda_ops setup.py
+	$(PY) cuda_ops/check_layers.py
 
 pytest: build
 	$(PY) -m pytest tests

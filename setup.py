@@ -83,6 +83,9 @@ def build_core(out_dir: Path, obj_dir: Path) -> Path:
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         objects = list(pool.map(compile_one, CORE_SOURCES))
+    # Objects of sources that were moved or deleted would otherwise be linked into the C++ tests.
+    for stale in set(obj_dir.glob("*.o")) - set(objects):
+        stale.unlink()
     target = out_dir / "librelax_core.so"
     if not target.exists() or target.stat().st_mtime < max(o.stat().st_mtime for o in objects):
         subprocess.check_call([cxx, "-shared", "-o", str(target), *map(str, objects),

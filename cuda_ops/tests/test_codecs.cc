@@ -6,7 +6,7 @@
 
 #include "check.h"
 #include "codecs/codec.h"
-#include "hd/half.h"
+#include "util/half.h"
 
 using relax::Codec;
 using relax::make_codec;

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "check.h"
-#include "config.h"
-#include "shm_transport.h"
+#include "engine/config.h"
+#include "transport/shm_transport.h"
 
 using relax::EngineConfig;
 

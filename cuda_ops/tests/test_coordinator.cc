@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "check.h"
-#include "collectives.h"
-#include "coordinator.h"
+#include "collectives/collectives.h"
+#include "engine/coordinator.h"
 
 using relax::Coordinator;
 using relax::Descriptor;

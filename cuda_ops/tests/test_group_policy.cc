@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "check.h"
-#include "group_service.h"
+#include "relaxed/group_service.h"
 
 using relax::GroupAssignment;
 using relax::GroupPolicy;

@@ -4,7 +4,7 @@
 #include <random>
 
 #include "check.h"
-#include "hd/half.h"
+#include "util/half.h"
 
 using relax::bf16_to_float;
 using relax::float_to_bf16;

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "check.h"
-#include "hd/half.h"
-#include "reduce.h"
+#include "collectives/reduce.h"
 #include "relax/relax.h"
+#include "util/half.h"
 
 using relax::fill_identity;
 using relax::reduce_into;

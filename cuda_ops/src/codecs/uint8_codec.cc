@@ -9,8 +9,8 @@
 #endif
 
 #include "codecs/codec.h"
+#include "codecs/codec_math.h"
 #include "codecs/registry_entries.h"
-#include "hd/codec_math.h"
 
 namespace relax {
 namespace {

@@ -1,0 +1,194 @@
+// The C ABI behind relax.h beside requests: process sets, codecs, neighbour and group averages,
+// the timeline, engine settings and statistics (runtime.cc has lifecycle, requests and waits).
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "api/runtime_state.h"
+#include "codecs/codec.h"
+#include "relax/relax.h"
+
+using relax::runtime;
+
+namespace {
+
+// Fills `info` with a process set's membership; a negative error code if there is none.
+int lookup_set(int32_t process_set, relax::ProcessSetInfo& info) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return -relax::not_initialized();
+  if (!engine->process_set_info(process_set, info)) {
+    return -relax::fail(relax::Status::error(RELAX_ERR_PROCESS_SET,
+                                             "process set " + std::to_string(process_set) + " does not exist"));
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int relax_process_set_size(int32_t process_set) {
+  relax::ProcessSetInfo info;
+  const int rc = lookup_set(process_set, info);
+  return rc < 0 ? rc : static_cast<int>(info.world_ranks.size());
+}
+
+int relax_process_set_rank(int32_t process_set) {
+  relax::ProcessSetInfo info;
+  const int rc = lookup_set(process_set, info);
+  return rc < 0 ? rc : info.rank;
+}
+
+int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity) {
+  relax::ProcessSetInfo info;
+  const int rc = lookup_set(process_set, info);
+  if (rc < 0) return rc;
+  for (size_t i = 0; i < info.world_ranks.size() && static_cast<int32_t>(i) < capacity; ++i) {
+    out[i] = info.world_ranks[i];
+  }
+  return static_cast<int>(info.world_ranks.size());
+}
+
+int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n) {
+  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
+  return c && n >= 0 ? c->encoded_bytes(n) : -1;
+}
+
+int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) {
+  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
+  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  c->encode(in, n, out);
+  return RELAX_OK;
+}
+
+int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) {
+  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
+  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  c->decode(in, n, out);
+  return RELAX_OK;
+}
+
+int relax_direct_pending(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return -relax::not_initialized();
+  if (!runtime().lane) return -relax::fail(relax::no_lane());
+  return runtime().lane->header_pending() ? 1 : 0;
+}
+
+int relax_direct_join_start(int64_t last_step) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return relax::not_initialized();
+  if (!runtime().lane) return relax::fail(relax::no_lane());
+  relax::Status s = runtime().lane->start_join(last_step);
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_direct_join_test(int64_t* max_step) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return -relax::not_initialized();
+  if (!runtime().lane) return -relax::fail(relax::no_lane());
+  bool done = false;
+  int64_t max = 0;
+  relax::Status s = runtime().lane->test_join(done, max);
+  if (!s.is_ok()) return -relax::fail(s);
+  if (done && max_step) *max_step = max;
+  return done ? 1 : 0;
+}
+
+int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_ms, double grace_fraction) {
+  relax::Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  if (!relax::current_engine()) return relax::not_initialized();
+  if (rt.mpi.thread_level() < MPI_THREAD_MULTIPLE) return relax::fail(relax::no_lane());
+  relax::Status s = rt.groups.start(rt.mpi.data(), group_size, max_lag, grace_ms, grace_fraction);
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_group_retire(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (!relax::current_engine()) return relax::not_initialized();
+  relax::Status s = runtime().groups.retire();
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_group_request(int64_t step, int32_t* members, double* weights, int32_t capacity, int64_t* new_step,
+                        int64_t* group_id) {
+  relax::GroupService* service = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(runtime().mutex);
+    if (!relax::current_engine()) return -relax::not_initialized();
+    service = &runtime().groups;
+  }
+  relax::GroupAssignment assignment;
+  relax::Status s = service->request(step, assignment);  // blocks: not under the runtime lock
+  if (!s.is_ok()) return -relax::fail(s);
+  const int32_t n = static_cast<int32_t>(assignment.members.size());
+  if (n > capacity) {
+    return -relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_group_request: capacity " +
+                                                                            std::to_string(capacity) + " < group size " +
+                                                                            std::to_string(n)));
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    members[i] = assignment.members[static_cast<size_t>(i)];
+    weights[i] = assignment.weights[static_cast<size_t>(i)];
+  }
+  if (new_step) *new_step = assignment.new_step;
+  if (group_id) *group_id = assignment.group_id;
+  return n;
+}
+
+int relax_start_timeline(const char* path, int mark_cycles) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  if (!path || !*path) {
+    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "start_timeline needs a file path"));
+  }
+  if (runtime().mpi.topology().rank != 0) return RELAX_OK;  // rank 0 writes the timeline
+  relax::Status s = engine->timeline().start(path, mark_cycles != 0);
+  return s.is_ok() ? RELAX_OK : relax::fail(s);
+}
+
+int relax_stop_timeline(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  engine->timeline().stop();
+  return RELAX_OK;
+}
+
+int relax_set_fusion_threshold(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  if (bytes < 0) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "fusion threshold must be >= 0"));
+  engine->set_fusion_threshold(bytes);
+  return RELAX_OK;
+}
+
+int relax_set_cycle_time_ms(double ms) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  if (!(ms >= 0)) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "cycle time must be >= 0"));
+  engine->set_cycle_time_ms(ms);
+  return RELAX_OK;
+}
+
+int relax_get_stats(relax_stats_t* out) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  relax::Engine* engine = relax::current_engine();
+  if (!engine) return relax::not_initialized();
+  if (!out) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_get_stats: NULL output"));
+  relax::EngineStats s = engine->stats();
+  if (runtime().lane) {  // neighbour and group averages run beside the engine
+    s.bytes_sent += runtime().lane->traffic().bytes_sent;
+    s.bytes_received += runtime().lane->traffic().bytes_received;
+    s.execution_ns += runtime().lane->busy_ns();
+  }
+  *out = relax_stats_t{s.rounds, s.completed, s.bytes_sent, s.bytes_received, s.negotiation_ns, s.execution_ns};
+  return RELAX_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,339 @@
+#include "collectives/collectives.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "collectives/reduce.h"
+#include "transport/mpi_context.h"
+#include "util/logging.h"
+
+namespace relax {
+namespace {
+
+constexpr int kRingTag = 7101;
+constexpr int64_t kMaxMessageBytes = 1ll << 30;  // MPI counts are int: chunk larger transfers
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+Status mpi_status(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return Status::ok();
+  return Status::error(RELAX_ERR_MPI, std::string(what) + " failed: " + mpi_error_string(rc));
+}
+
+MPI_Datatype mpi_type(int32_t dtype) {
+  switch (dtype) {
+    case RELAX_FLOAT32: return MPI_FLOAT;
+    case RELAX_FLOAT64: return MPI_DOUBLE;
+    case RELAX_INT32: return MPI_INT32_T;
+    case RELAX_INT64: return MPI_INT64_T;
+    case RELAX_UINT8: return MPI_UINT8_T;
+    case RELAX_INT8: return MPI_INT8_T;
+    case RELAX_INT16: return MPI_INT16_T;
+    case RELAX_UINT16: return MPI_UINT16_T;
+    default: return MPI_DATATYPE_NULL;  // 16-bit floats have no MPI type: ring path
+  }
+}
+
+MPI_Op mpi_op(int32_t op) {
+  switch (op) {
+    case RELAX_OP_SUM:
+    case RELAX_OP_AVERAGE: return MPI_SUM;
+    case RELAX_OP_MIN: return MPI_MIN;
+    case RELAX_OP_MAX: return MPI_MAX;
+    case RELAX_OP_PRODUCT: return MPI_PROD;
+    default: return MPI_OP_NULL;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> even_counts(int64_t count, int parts) {
+  std::vector<int64_t> counts(static_cast<size_t>(parts), count / parts);
+  for (int64_t i = 0; i < count % parts; ++i) ++counts[static_cast<size_t>(i)];
+  return counts;
+}
+
+std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+  return offsets;
+}
+
+Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), config_(config) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  if (config_.shm_allowed && size_ > 1) set_up_shared_memory();
+}
+
+// Rank 0's settings decide: a rank configured otherwise would run other collectives and hang.
+void Collectives::set_up_shared_memory() {
+  int64_t settings[2] = {config_.shm_min_bytes, config_.shm_slot_bytes};
+  MPI_Bcast(settings, 2, MPI_INT64_T, 0, comm_);
+  if (settings[0] != config_.shm_min_bytes || settings[1] != config_.shm_slot_bytes) {
+    RELAX_LOG(Warning, "RELAX_SHM_COLLECTIVES, RELAX_SHM_MIN_BYTES or RELAX_SHM_SLOT_BYTES differ between rank 0 "
+                       "and this rank; using rank 0's settings.");
+  }
+  config_.shm_min_bytes = settings[0];
+  config_.shm_slot_bytes = settings[1];
+  if (config_.shm_min_bytes < 0) return;
+  std::string why;
+  bool expected = false;
+  shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, why, expected);
+  if (!shm_ && expected) {
+    RELAX_LOG(Debug, "Shared-memory collectives not used (" << why << ").");
+  } else if (!shm_) {
+    RELAX_LOG(Warning, "Shared-memory collectives unavailable (" << why << "); collectives use MPI instead, "
+                                                                           "which is slower within one node.");
+  }
+}
+
+ShmCollectives* Collectives::shared_memory(int64_t bytes) const {
+  return bytes >= config_.shm_min_bytes ? shm_.get() : nullptr;
+}
+
+void Collectives::count_traffic(int64_t sent, int64_t received) {
+  traffic_.bytes_sent += sent;
+  traffic_.bytes_received += received;
+}
+
+Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv,
+                             int64_t recv_bytes, int source) {
+  const int64_t chunk = kMaxMessageBytes;
+  std::vector<MPI_Request> requests;
+  for (int64_t off = 0; off < recv_bytes; off += chunk) {
+    requests.emplace_back();
+    const int n = static_cast<int>(std::min(chunk, recv_bytes - off));
+    int rc = MPI_Irecv(recv + off, n, MPI_BYTE, source, kRingTag, comm_, &requests.back());
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
+  }
+  for (int64_t off = 0; off < send_bytes; off += chunk) {
+    requests.emplace_back();
+    const int n = static_cast<int>(std::min(chunk, send_bytes - off));
+    int rc = MPI_Isend(send + off, n, MPI_BYTE, dest, kRingTag, comm_, &requests.back());
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
+  }
+  traffic_.bytes_sent += send_bytes;
+  traffic_.bytes_received += recv_bytes;
+  return mpi_status(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+                    "MPI_Waitall");
+}
+
+// Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from
+// the left one; each received segment is combined with this rank's `own` elements into `result`
+// while the next segment is in flight.
+Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own,
+                                        uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
+  const size_t esize = dtype_size(dtype);
+  const int right = mod(rank_ + 1, size_);
+  const int left = mod(rank_ - 1, size_);
+  const int64_t seg = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes) /
+                                               static_cast<int64_t>(esize));
+  const int64_t nsend = (send_count + seg - 1) / seg;
+  const int64_t nrecv = (recv_count + seg - 1) / seg;
+  const int64_t window = std::max<int64_t>(2, config_.receive_window);
+  if (scratch_.size() < static_cast<size_t>(window * seg) * esize) scratch_.resize(static_cast<size_t>(window * seg) * esize);
+
+  std::vector<MPI_Request> sends(static_cast<size_t>(nsend), MPI_REQUEST_NULL);
+  for (int64_t k = 0; k < nsend; ++k) {
+    const int64_t n = std::min(seg, send_count - k * seg);
+    int rc = MPI_Isend(send + k * seg * esize, static_cast<int>(n * esize), MPI_BYTE, right, kRingTag,
+                       comm_, &sends[static_cast<size_t>(k)]);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
+  }
+  // `window` receives stay posted, so the transfer continues while a segment is being reduced.
+  std::vector<MPI_Request> recvs(static_cast<size_t>(window), MPI_REQUEST_NULL);
+  auto slot = [&](int64_t k) { return scratch_.data() + (k % window) * seg * esize; };
+  auto post = [&](int64_t k) {
+    const int64_t n = std::min(seg, recv_count - k * seg);
+    return MPI_Irecv(slot(k), static_cast<int>(n * esize), MPI_BYTE, left, kRingTag, comm_,
+                     &recvs[static_cast<size_t>(k % window)]);
+  };
+  for (int64_t k = 0; k < std::min(window, nrecv); ++k) {
+    int rc = post(k);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
+  }
+  for (int64_t k = 0; k < nrecv; ++k) {
+    int rc = MPI_Wait(&recvs[static_cast<size_t>(k % window)], MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Wait");
+    const int64_t n = std::min(seg, recv_count - k * seg);
+    reduce_pair(result + k * seg * esize, own + k * seg * esize, slot(k), n, dtype, op);
+    if (k + window < nrecv) {
+      rc = post(k + window);
+      if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
+    }
+  }
+  traffic_.bytes_sent += send_count * static_cast<int64_t>(esize);
+  traffic_.bytes_received += recv_count * static_cast<int64_t>(esize);
+  return mpi_status(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
+                    "MPI_Waitall");
+}
+
+Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts,
+                                        int32_t dtype, int32_t op) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const size_t esize = dtype_size(dtype);
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  if (size_ == 1) {
+    if (in != out && counts[0] > 0) std::memcpy(out, in, static_cast<size_t>(counts[0]) * esize);
+    return Status::ok();
+  }
+  // Step s sends block (r-s-1) and reduces block (r-s-2); after n-1 steps block r is complete.
+  // The block sent at step 0 is still this rank's input; later ones were reduced a step before.
+  for (int s = 0; s < size_ - 1; ++s) {
+    const size_t send_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
+    const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 2, size_));
+    const uint8_t* send = (s == 0 ? in : out) + offsets[send_block] * esize;
+    Status st = exchange_and_reduce(send, counts[send_block], in + offsets[recv_block] * esize,
+                                    out + offsets[recv_block] * esize, counts[recv_block], dtype, op);
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
+}
+
+Status Collectives::ring_allgather(void* buf, const std::vector<int64_t>& counts, size_t esize) {
+  if (size_ == 1) return Status::ok();
+  auto* bytes = static_cast<uint8_t*>(buf);
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  const int right = mod(rank_ + 1, size_);
+  const int left = mod(rank_ - 1, size_);
+  // Step s forwards block (r-s) and receives block (r-s-1).
+  for (int s = 0; s < size_ - 1; ++s) {
+    const size_t send_block = static_cast<size_t>(mod(rank_ - s, size_));
+    const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
+    Status st = sendrecv(bytes + offsets[send_block] * esize, counts[send_block] * static_cast<int64_t>(esize),
+                         right, bytes + offsets[recv_block] * esize,
+                         counts[recv_block] * static_cast<int64_t>(esize), left);
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
+}
+
+Status Collectives::mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
+                                  double postscale) {
+  int rc = MPI_Allreduce(src == dst ? MPI_IN_PLACE : src, dst, static_cast<int>(count), mpi_type(dtype), mpi_op(op),
+                         comm_);
+  if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Allreduce");
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  traffic_.bytes_sent += 2 * bytes * (size_ - 1) / size_;
+  traffic_.bytes_received += 2 * bytes * (size_ - 1) / size_;
+  scale_buffer(dst, count, dtype, postscale);
+  return Status::ok();
+}
+
+Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
+                              double postscale) {
+  if (count == 0) return Status::ok();
+  const size_t esize = dtype_size(dtype);
+  const int64_t bytes = count * static_cast<int64_t>(esize);
+  if (size_ == 1) {
+    if (src != dst) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    scale_buffer(dst, count, dtype, postscale);
+    return Status::ok();
+  }
+  if (ShmCollectives* shm = shared_memory(bytes)) {
+    count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
+    return shm->allreduce(src, dst, count, dtype, op, postscale);
+  }
+  if (bytes <= config_.mpi_allreduce_max_bytes && count <= INT_MAX && mpi_type(dtype) != MPI_DATATYPE_NULL) {
+    return mpi_allreduce(src, dst, count, dtype, op, postscale);
+  }
+  const std::vector<int64_t> counts = even_counts(count, size_);
+  Status st = ring_reduce_scatter(src, dst, counts, dtype, op);
+  if (!st.is_ok()) return st;
+  const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
+  scale_buffer(static_cast<uint8_t*>(dst) + own_offset * static_cast<int64_t>(esize),
+               counts[static_cast<size_t>(rank_)], dtype, postscale);
+  return ring_allgather(dst, counts, esize);
+}
+
+Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
+                                   int32_t op, double postscale, void* out) {
+  const size_t esize = dtype_size(dtype);
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  const int64_t total = offsets.back() + counts.back();
+  if (ShmCollectives* shm = shared_memory(total * static_cast<int64_t>(esize))) {
+    const int64_t own_bytes = counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(esize);
+    count_traffic(total * static_cast<int64_t>(esize) - own_bytes, own_bytes * (size_ - 1));
+    return shm->reduce_scatter(src, counts, dtype, op, postscale, out);
+  }
+  Status st = ring_reduce_scatter(src, work, counts, dtype, op);
+  if (!st.is_ok()) return st;
+  const int64_t own_offset = offsets[static_cast<size_t>(rank_)];
+  const int64_t own_count = counts[static_cast<size_t>(rank_)];
+  if (own_count > 0) {
+    std::memmove(out, static_cast<uint8_t*>(work) + own_offset * static_cast<int64_t>(esize),
+                 static_cast<size_t>(own_count) * esize);
+    scale_buffer(out, own_count, dtype, postscale);
+  }
+  return Status::ok();
+}
+
+Status Collectives::broadcast(void* buf, int64_t bytes, int root) {
+  auto* p = static_cast<uint8_t*>(buf);
+  for (int64_t off = 0; off < bytes; off += kMaxMessageBytes) {
+    const int n = static_cast<int>(std::min(kMaxMessageBytes, bytes - off));
+    int rc = MPI_Bcast(p + off, n, MPI_BYTE, root, comm_);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Bcast");
+  }
+  if (rank_ == root) {
+    traffic_.bytes_sent += bytes;
+  } else {
+    traffic_.bytes_received += bytes;
+  }
+  return Status::ok();
+}
+
+Status Collectives::allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t esize) {
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  const int64_t own = counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(esize);
+  if (own > 0 && in != static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize) {
+    std::memcpy(static_cast<uint8_t*>(out) + offsets[static_cast<size_t>(rank_)] * esize, in,
+                static_cast<size_t>(own));
+  }
+  const int64_t total = (offsets.back() + counts.back()) * static_cast<int64_t>(esize);
+  if (ShmCollectives* shm = shared_memory(total)) {
+    count_traffic(own * (size_ - 1), total - own);
+    return shm->allgatherv(out, counts, esize);  // the own block is in place already
+  }
+  if (size_ > 1 && total <= config_.mpi_allgather_max_bytes && total <= INT_MAX) {
+    std::vector<int> byte_counts, byte_displs;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      byte_counts.push_back(static_cast<int>(counts[r] * static_cast<int64_t>(esize)));
+      byte_displs.push_back(static_cast<int>(offsets[r] * static_cast<int64_t>(esize)));
+    }
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, byte_counts.data(), byte_displs.data(), MPI_BYTE, comm_);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Allgatherv");
+    traffic_.bytes_sent += own * (size_ - 1);
+    traffic_.bytes_received += total - own;
+    return Status::ok();
+  }
+  return ring_allgather(out, counts, esize);
+}
+
+Status Collectives::alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                              const std::vector<int64_t>& recv_counts, size_t esize) {
+  const std::vector<int64_t> send_offsets = block_offsets(send_counts);
+  const std::vector<int64_t> recv_offsets = block_offsets(recv_counts);
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  // Pairwise exchange: at step s send to (r+s), receive from (r-s); the own block is a copy.
+  const size_t me = static_cast<size_t>(rank_);
+  if (recv_counts[me] > 0) {
+    std::memcpy(dst + recv_offsets[me] * esize, src + send_offsets[me] * esize,
+                static_cast<size_t>(recv_counts[me]) * esize);
+  }
+  for (int s = 1; s < size_; ++s) {
+    const int to = mod(rank_ + s, size_);
+    const int from = mod(rank_ - s, size_);
+    Status st = sendrecv(src + send_offsets[static_cast<size_t>(to)] * esize,
+                         send_counts[static_cast<size_t>(to)] * static_cast<int64_t>(esize), to,
+                         dst + recv_offsets[static_cast<size_t>(from)] * esize,
+                         recv_counts[static_cast<size_t>(from)] * static_cast<int64_t>(esize), from);
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
+}
+
+}  // namespace relax

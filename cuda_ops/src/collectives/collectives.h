@@ -1,0 +1,96 @@
+// Collectives over one MPI communicator: through shared memory when every rank is on this node
+// (shm_collectives.h), else our ring reduce-scatter / all-gather on point-to-point (pipelined in
+// segments so reduction overlaps the transfer), all-reduce as the two in sequence, and MPI's own
+// collectives where they measure faster (small all-reduce) or are simplest.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "collectives/shm_collectives.h"
+#include "util/types.h"
+
+namespace relax {
+
+// Splits `count` elements into `parts` contiguous blocks whose sizes differ by at most one; the
+// first `count % parts` blocks take the extra element.
+std::vector<int64_t> even_counts(int64_t count, int parts);
+// Exclusive prefix sums of `counts` (block offsets).
+std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts);
+
+// Bytes moved by this rank's collectives (read from other threads for statistics).
+struct Traffic {
+  std::atomic<int64_t> bytes_sent{0};
+  std::atomic<int64_t> bytes_received{0};
+};
+
+struct CollectiveConfig {
+  int64_t segment_bytes = 1 << 20;            // ring pipelining granularity
+  int64_t receive_window = 2;                 // ring segments received ahead of the reduction
+  int64_t mpi_allreduce_max_bytes = 16 << 20;  // use MPI_Allreduce at or below this size
+  int64_t mpi_allgather_max_bytes = 16 << 20;  // use MPI_Allgatherv at or below this total size
+  bool shm_allowed = true;                    // false: never shared memory, no agreement at construction
+  int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
+  int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
+  double shm_spin_us = 0;                     // barrier polling before yielding the core
+};
+
+class Collectives {
+ public:
+  // Collective over `comm` unless config.shm_allowed is false: the ranks adopt rank 0's
+  // shared-memory settings and, if those enable it and every rank is on this node, map the
+  // shared-memory segment now (at a point every rank reaches together).
+  Collectives(MPI_Comm comm, CollectiveConfig config);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  CollectiveConfig& config() { return config_; }
+  const Traffic& traffic() const { return traffic_; }
+
+  // Afterwards block r of `dst` (at block_offsets(counts)[r]) holds the reduction over all ranks
+  // of block r of their `src`; other blocks of `dst` hold partial results. `src` is only read
+  // (each block of it passes through this rank's reduction exactly once), so src == dst
+  // (in place) and src != dst (no copy of the input) both work. op: Sum (also for Average),
+  // Min, Max, Product.
+  Status ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts, int32_t dtype,
+                             int32_t op);
+  // In place: on entry each rank's own block r is valid; afterwards every block is.
+  Status ring_allgather(void* buf, const std::vector<int64_t>& counts, size_t element_size);
+  // All-reduce of `src` into `dst` (may be equal); `postscale` multiplies the result (applied once
+  // per element, by the element's owner, so every rank gets identical bits).
+  Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // Reduce-scatter of `src` with per-rank element counts; `work` (the size of `src`) receives
+  // partial results; the own reduced block, scaled by `postscale`, is written to `out`.
+  Status reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
+                        int32_t op, double postscale, void* out);
+  Status broadcast(void* buf, int64_t bytes, int root);
+  // Concatenates each rank's `counts[r]` elements in rank order into `out`.
+  Status allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t element_size);
+  Status alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                   const std::vector<int64_t>& recv_counts, size_t element_size);
+
+ private:
+  Status exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
+                             int64_t recv_count, int32_t dtype, int32_t op);
+  Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
+                  int source);
+  Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  void set_up_shared_memory();
+  // The shared-memory collectives for an operation of `bytes` (all ranks decide alike), or null.
+  ShmCollectives* shared_memory(int64_t bytes) const;
+  void count_traffic(int64_t sent, int64_t received);
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  CollectiveConfig config_;
+  Traffic traffic_;
+  std::vector<uint8_t> scratch_;
+  std::unique_ptr<ShmCollectives> shm_;
+};
+
+}  // namespace relax

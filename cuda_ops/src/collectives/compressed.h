@@ -1,0 +1,30 @@
+// Compressed scatter-reduce (BAGUA's C_LP_S), exact semantics in DESIGN.md: each rank adds its
+// worker error e to its input, encodes it chunk-wise and sends chunk j to rank j; rank i decodes
+// what it received for chunk i, reduces (sum or average), adds its owner error f, re-encodes and
+// the encoded chunks are all-gathered; every rank decodes the same bytes, so all results agree.
+// e' = v - Q(v) and f' = s - Q(s) are updated only when the whole operation succeeds.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "codecs/codec.h"
+#include "collectives/collectives.h"
+
+namespace relax {
+
+struct CompressedAllreduce {
+  const float* input = nullptr;
+  float* output = nullptr;          // may equal input
+  int64_t count = 0;
+  bool average = true;
+  float* worker_error = nullptr;    // count floats, or nullptr: no error feedback
+  float* owner_error = nullptr;     // this rank's chunk (even_counts(count, size)[rank]), or nullptr
+};
+
+// Runs one compressed all-reduce over `collectives`. Non-finite inputs on any rank fail the
+// operation on every rank (with the first such rank named) instead of spreading garbage.
+Status compressed_allreduce(Collectives& collectives, const Codec& codec, const CompressedAllreduce& op,
+                            const std::vector<int>& world_ranks, std::vector<uint8_t>& scratch);
+
+}  // namespace relax

@@ -1,0 +1,215 @@
+#include "collectives/shm_collectives.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "collectives/collectives.h"
+#include "collectives/reduce.h"
+
+namespace relax {
+namespace {
+
+constexpr size_t kFlagStride = 64;       // one cache line per rank's barrier flag
+constexpr int64_t kPage = 4096;
+constexpr int64_t kReduceTile = 64 << 10;  // reduce and publish in tiles that stay in cache
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+// Elements of a block of `count` that fall in round `round` of `window` elements each.
+int64_t in_round(int64_t count, int64_t round, int64_t window) {
+  return std::clamp<int64_t>(count - round * window, 0, window);
+}
+
+// Barrier flags, rounded up to whole pages so the slots start page-aligned.
+size_t header_bytes(int size) {
+  const size_t page = static_cast<size_t>(kPage);
+  return (static_cast<size_t>(size) * kFlagStride + page - 1) / page * page;
+}
+
+int64_t rounds_for(const std::vector<int64_t>& counts, int64_t window) {
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  return (largest + window - 1) / window;
+}
+
+}  // namespace
+
+std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t slot_bytes, double spin_us,
+                                                       std::string& why, bool& expected) {
+  expected = false;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  if (node_size != size) {  // the same answer on every rank: some rank is elsewhere for all of them
+    why = "the ranks span several nodes";
+    expected = true;
+    return nullptr;
+  }
+  // Whole pages, and room for every rank's area of at least one 8-byte element.
+  slot_bytes = std::max<int64_t>({kPage, slot_bytes, int64_t{8} * size});
+  slot_bytes = (slot_bytes + kPage - 1) / kPage * kPage;
+  const size_t header = header_bytes(size);
+  const size_t bytes = header + 2 * static_cast<size_t>(size) * static_cast<size_t>(slot_bytes);
+  std::unique_ptr<SharedSegment> segment = SharedSegment::create(comm, bytes, why);
+  if (!segment) return nullptr;
+  return std::make_unique<ShmCollectives>(Key(), std::move(segment), rank, size, slot_bytes, spin_us);
+}
+
+ShmCollectives::ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes,
+                               double spin_us)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      spin_us_(spin_us),
+      data_offset_(header_bytes(size)) {}
+
+uint8_t* ShmCollectives::slot(int rank, int64_t round) const {
+  const size_t set = static_cast<size_t>(round & 1);
+  return segment_->data() + data_offset_ +
+         (set * static_cast<size_t>(size_) + static_cast<size_t>(rank)) * static_cast<size_t>(slot_bytes_);
+}
+
+uint64_t* ShmCollectives::flag(int rank) const {
+  return reinterpret_cast<uint64_t*>(segment_->data() + static_cast<size_t>(rank) * kFlagStride);
+}
+
+// Each rank publishes how many barriers it has reached and waits until every other rank has
+// reached as many. Waiting polls briefly (peers are usually microseconds apart), then yields the
+// core, then sleeps: a slow peer (a straggler, or a rank sharing this core) must get the CPU.
+void ShmCollectives::barrier() {
+  using clock = std::chrono::steady_clock;
+  const uint64_t epoch = ++epoch_;
+  __atomic_store_n(flag(rank_), epoch, __ATOMIC_RELEASE);
+  const auto start = clock::now();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const uint64_t* peer = flag(r);
+    for (int64_t polls = 0; __atomic_load_n(peer, __ATOMIC_ACQUIRE) < epoch; ++polls) {
+      if (polls % 64 != 63) {
+        cpu_relax();
+        continue;
+      }
+      const double waited_us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
+      if (waited_us < spin_us_) continue;
+      if (waited_us < 1000) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+}
+
+ShmCollectives::Reduction ShmCollectives::reduction(const void* src, std::vector<int64_t> counts, int32_t dtype,
+                                                    int32_t op, double postscale) const {
+  Reduction r;
+  r.in = static_cast<const uint8_t*>(src);
+  r.esize = static_cast<int64_t>(dtype_size(dtype));
+  r.window = std::max<int64_t>(1, slot_bytes_ / (size_ * r.esize));  // elements per block per round
+  r.offsets = block_offsets(counts);
+  r.counts = std::move(counts);
+  r.dtype = dtype;
+  r.op = op;
+  r.postscale = postscale;
+  return r;
+}
+
+// Area j of a slot holds block j's elements of the round. Stages the other ranks' blocks, waits
+// for every rank, then reduces this rank's block (in cache-sized tiles) into `result`.
+void ShmCollectives::reduce_round(const Reduction& r, int64_t k, uint8_t* result, bool publish) {
+  const int64_t area = r.window * r.esize;
+  uint8_t* mine = slot(rank_, rounds_);
+  for (int j = 0; j < size_; ++j) {
+    const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
+    if (j != rank_ && n > 0) {
+      std::memcpy(mine + j * area, r.in + (r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize,
+                  static_cast<size_t>(n * r.esize));
+    }
+  }
+  barrier();
+  const size_t me = static_cast<size_t>(rank_);
+  const int64_t own_bytes = in_round(r.counts[me], k, r.window) * r.esize;
+  const uint8_t* own = r.in + (r.offsets[me] + k * r.window) * r.esize;
+  for (int64_t t = 0; t < own_bytes; t += kReduceTile) {
+    const int64_t tile = std::min(kReduceTile, own_bytes - t) / r.esize;
+    const uint8_t* first = own + t;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      reduce_pair(result + t, first, slot(j, rounds_) + rank_ * area + t, tile, r.dtype, r.op);
+      first = result + t;
+    }
+    scale_buffer(result + t, tile, r.dtype, r.postscale);
+    if (publish) std::memcpy(mine + rank_ * area + t, result + t, static_cast<size_t>(tile * r.esize));
+  }
+}
+
+Status ShmCollectives::allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
+                                 double postscale) {
+  const Reduction r = reduction(src, even_counts(count, size_), dtype, op, postscale);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t rounds = rounds_for(r.counts, r.window);
+  for (int64_t k = 0; k < rounds; ++k, ++rounds_) {
+    reduce_round(r, k, out + (r.offsets[static_cast<size_t>(rank_)] + k * r.window) * r.esize, true);
+    barrier();
+    for (int j = 0; j < size_; ++j) {
+      const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
+      if (j != rank_ && n > 0) {
+        std::memcpy(out + (r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize,
+                    slot(j, rounds_) + j * r.window * r.esize, static_cast<size_t>(n * r.esize));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status ShmCollectives::reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
+                                      double postscale, void* out) {
+  const Reduction r = reduction(src, counts, dtype, op, postscale);
+  const int64_t rounds = rounds_for(r.counts, r.window);
+  const int64_t own = r.counts[static_cast<size_t>(rank_)];
+  for (int64_t k = 0; k < rounds; ++k, ++rounds_) {  // (rounds past the own block reduce nothing)
+    reduce_round(r, k, static_cast<uint8_t*>(out) + std::min(k * r.window, own) * r.esize, false);
+  }
+  return Status::ok();
+}
+
+Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size) {
+  const int64_t esize = static_cast<int64_t>(element_size);
+  const int64_t window = std::max<int64_t>(1, slot_bytes_ / esize);
+  const std::vector<int64_t> offsets = block_offsets(counts);
+  auto* dst = static_cast<uint8_t*>(out);
+  const size_t me = static_cast<size_t>(rank_);
+  const int64_t rounds = rounds_for(counts, window);
+  for (int64_t k = 0; k < rounds; ++k, ++rounds_) {
+    const int64_t n_own = in_round(counts[me], k, window);
+    if (n_own > 0) {
+      std::memcpy(slot(rank_, rounds_), dst + (offsets[me] + k * window) * esize, static_cast<size_t>(n_own * esize));
+    }
+    barrier();
+    for (int j = 0; j < size_; ++j) {
+      const int64_t n = in_round(counts[static_cast<size_t>(j)], k, window);
+      if (j != rank_ && n > 0) {
+        std::memcpy(dst + (offsets[static_cast<size_t>(j)] + k * window) * esize, slot(j, rounds_),
+                    static_cast<size_t>(n * esize));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace relax

@@ -1,0 +1,83 @@
+// Collectives through one shared-memory segment, for communicators whose ranks all run on this
+// node. Each rank copies what the others need into its own slot once and reads what it needs
+// straight from theirs; a message through Open MPI's shared-memory transport is copied twice
+// (into a shared fragment, then out of it), so this moves about half as many bytes.
+//
+// Round protocol (the same on every rank, so ranks only meet at barriers): a collective is cut
+// into rounds that fit a slot; in each round every rank writes its slot, meets the others at a
+// barrier, and reads theirs (all-reduce: writes its reduced block back, meets them again, reads
+// theirs). Slots alternate between two sets round by round, so a round's writes never race a
+// peer still reading the previous round: the barrier in between guarantees it has finished.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/shm_segment.h"
+#include "util/types.h"
+
+namespace relax {
+
+class ShmCollectives {
+ public:
+  // Collective over `comm`. Null on every rank unless all of its ranks share this node and the
+  // segment (2 x ranks x slot_bytes) could be made; `why` then says why not, and `expected` is
+  // set when that is the normal case (ranks on several nodes) rather than a failure. Barrier
+  // waits poll for `spin_us` microseconds before they yield the core.
+  static std::unique_ptr<ShmCollectives> create(MPI_Comm comm, int64_t slot_bytes, double spin_us, std::string& why,
+                                                bool& expected);
+
+  // Only create() can make this key (it sizes the segment for these arguments).
+  class Key {
+    friend class ShmCollectives;
+    Key() {}
+  };
+  ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us);
+
+  // The collectives below cannot fail once the segment exists; they return Status like the
+  // other paths of Collectives.
+
+  // dst = reduction of every rank's src (dst may be src); `postscale` multiplies the result, each
+  // block scaled once by the rank that reduced it, so every rank gets identical bits.
+  Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // `out` = this rank's block (counts[rank] elements at block_offsets(counts)[rank]) of the
+  // reduction of every rank's `src`, scaled by `postscale`. `src` is only read.
+  Status reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
+                        double postscale, void* out);
+  // Every rank's `counts[r]` elements, in rank order, into `out`, where this rank's block is
+  // already in place.
+  Status allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size);
+
+ private:
+  // A reduction over blocks of `counts` elements (block r reduced by rank r), cut into rounds of
+  // `window` elements per block.
+  struct Reduction {
+    const uint8_t* in = nullptr;
+    std::vector<int64_t> counts, offsets;
+    int64_t esize = 0, window = 0;
+    int32_t dtype = 0, op = 0;
+    double postscale = 1.0;
+  };
+  Reduction reduction(const void* src, std::vector<int64_t> counts, int32_t dtype, int32_t op, double postscale) const;
+  // Round `k`: this rank's reduced block part into `result`; with `publish` also into its slot.
+  void reduce_round(const Reduction& r, int64_t k, uint8_t* result, bool publish);
+
+  uint8_t* slot(int rank, int64_t round) const;
+  uint64_t* flag(int rank) const;
+  void barrier();
+
+  std::unique_ptr<SharedSegment> segment_;
+  int rank_;
+  int size_;
+  int64_t slot_bytes_;
+  double spin_us_;
+  const size_t data_offset_;  // flags first, then the two slot sets
+  uint64_t epoch_ = 0;        // barriers passed
+  int64_t rounds_ = 0;        // rounds run: selects the slot set
+};
+
+}  // namespace relax

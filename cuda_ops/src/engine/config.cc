@@ -1,0 +1,96 @@
+#include "engine/config.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "util/text.h"
+
+namespace relax {
+namespace {
+
+const char* lookup(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  if ((!v || !*v) && fallback) v = std::getenv(fallback);
+  return (v && *v) ? v : nullptr;
+}
+
+void add_error(std::string& error, const std::string& text) { error += (error.empty() ? "" : "; ") + text; }
+
+// Settings that take auto, on or off (is_auto_on_off).
+void read_auto_on_off(const char* name, std::string& value, std::string& error) {
+  const char* text = lookup(name, nullptr);
+  if (!text) return;
+  if (is_auto_on_off(text)) {
+    value = text;
+  } else {
+    add_error(error, std::string(name) + "=" + text + " is not one of auto, on, off");
+  }
+}
+
+template <typename T>
+void read(const char* name, const char* fallback, T& value, T minimum, std::string& error) {
+  const char* text = lookup(name, fallback);
+  if (!text) return;
+  char* end = nullptr;
+  const double parsed = std::strtod(text, &end);
+  if (end == text || *end != '\0' || parsed < static_cast<double>(minimum)) {
+    add_error(error, std::string(name) + "=" + text + " is not a number >= " + std::to_string(minimum));
+    return;
+  }
+  value = static_cast<T>(parsed);
+}
+
+}  // namespace
+
+EngineConfig EngineConfig::from_environment(std::string& error) {
+  EngineConfig c;
+  read("RELAX_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", c.fusion_threshold_bytes, int64_t{0}, error);
+  read("RELAX_CYCLE_TIME", "HOROVOD_CYCLE_TIME", c.cycle_time_ms, 0.0, error);
+  read("RELAX_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", c.cache_capacity, int64_t{0}, error);
+  read("RELAX_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds, 0.0, error);
+  read("RELAX_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds, 0.0, error);
+  // RELAX_OP_TIMEOUT (like torch.distributed's timeout=): a collective some ranks have not
+  // submitted after this many seconds fails on every rank; the stricter of it and the above wins.
+  double op_timeout = 0.0;
+  read("RELAX_OP_TIMEOUT", nullptr, op_timeout, 0.0, error);
+  if (op_timeout > 0 && (c.stall_shutdown_seconds <= 0 || op_timeout < c.stall_shutdown_seconds)) {
+    c.stall_shutdown_seconds = op_timeout;
+  }
+  read("RELAX_RING_WINDOW", nullptr, c.ring_receive_window, int64_t{2}, error);
+  read("RELAX_GROUP_CACHE_SIZE", nullptr, c.group_cache_capacity, int64_t{0}, error);
+  read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);
+  read("RELAX_MPI_ALLGATHER_MAX_BYTES", nullptr, c.mpi_allgather_max_bytes, int64_t{0}, error);
+  read("RELAX_IDLE_SPIN_US", nullptr, c.idle_spin_us, 0.0, error);
+  read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
+  read_auto_on_off("RELAX_SHM_SINGLE_COPY", c.shm_single_copy, error);
+  std::string shm_collectives = c.shm_collectives ? "auto" : "off";
+  read_auto_on_off("RELAX_SHM_COLLECTIVES", shm_collectives, error);
+  c.shm_collectives = shm_collectives != "off";
+  read("RELAX_SHM_MIN_BYTES", nullptr, c.shm_min_bytes, int64_t{0}, error);
+  read("RELAX_SHM_SLOT_BYTES", nullptr, c.shm_slot_bytes, int64_t{4096}, error);
+  if (c.shm_slot_bytes > kMaxShmSlotBytes) {
+    add_error(error, "RELAX_SHM_SLOT_BYTES=" + std::to_string(c.shm_slot_bytes) + " is above the limit of 1 GiB");
+    c.shm_slot_bytes = EngineConfig().shm_slot_bytes;
+  }
+  if (const char* joined = lookup("RELAX_JOINED_RANKS", nullptr)) {
+    const std::string value = joined;
+    if (value == "contribute-nothing" || value == "error") {
+      c.joined_ranks_gather_nothing = value == "contribute-nothing";
+    } else {
+      add_error(error, "RELAX_JOINED_RANKS=" + value + " is not one of error, contribute-nothing");
+    }
+  }
+  const char* disable = lookup("HOROVOD_STALL_CHECK_DISABLE", nullptr);
+  if (disable && std::string(disable) == "1") c.stall_check_seconds = 0;
+  return c;
+}
+
+void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int cores) {
+  if (idle_spin_us < 0) idle_spin_us = (cores > 0 && host_ranks <= cores) ? 100.0 : 0.0;
+  if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : (16ll << 20);
+  if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
+  if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
+  if (!single_node) shm_collectives = false;  // (also when RELAX_LOCAL_SIZE pretends several nodes)
+}
+
+}  // namespace relax

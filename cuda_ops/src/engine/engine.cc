@@ -1,0 +1,586 @@
+#include "engine/engine.h"
+
+#include <sched.h>
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <sstream>
+
+#include "engine/round_exchange.h"
+#include "util/logging.h"
+#include "util/text.h"
+
+namespace relax {
+namespace {
+
+
+bool is_membership(const Response& r) {
+  return r.type == RELAX_REQ_ADD_PROCESS_SET || r.type == RELAX_REQ_REMOVE_PROCESS_SET;
+}
+
+// Whether a round changed anything: new announcements, flags, or responses.
+bool made_progress(const std::vector<RankMessage>& messages, const std::vector<Response>& responses) {
+  if (!responses.empty()) return true;
+  for (const RankMessage& m : messages) {
+    if (m.flags || !m.cached.empty() || !m.descriptors.empty() || !m.stall_aborts.empty()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+CollectiveConfig collective_config(const EngineConfig& c) {
+  CollectiveConfig cc;
+  cc.segment_bytes = c.ring_segment_bytes;
+  cc.receive_window = c.ring_receive_window;
+  cc.mpi_allreduce_max_bytes = c.mpi_allreduce_max_bytes;
+  cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
+  cc.shm_min_bytes = c.shm_collectives ? c.shm_min_bytes : -1;
+  cc.shm_slot_bytes = c.shm_slot_bytes;
+  // Barrier waits poll this long before yielding the core; not when ranks share cores.
+  constexpr double kShmBarrierSpinUs = 50.0;
+  cc.shm_spin_us = c.idle_spin_us > 0 ? kShmBarrierSpinUs : 0.0;
+  return cc;
+}
+
+
+Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
+    : mpi_(mpi),
+      handles_(handles),
+      config_(config),
+      collective_config_(collective_config(config)),
+      start_time_(steady_seconds()) {
+  const Topology& t = mpi.topology();
+  std::vector<int> all(static_cast<size_t>(t.size));
+  for (int r = 0; r < t.size; ++r) all[static_cast<size_t>(r)] = r;
+  set_info_[0] = ProcessSetInfo{all, t.rank};
+  // Rank 0's choice binds every rank: coordinators that disagree would answer differently.
+  int gather_nothing = config_.joined_ranks_gather_nothing ? 1 : 0;
+  MPI_Bcast(&gather_nothing, 1, MPI_INT, 0, mpi.control());
+  config_.joined_ranks_gather_nothing = gather_nothing != 0;
+  sets_[0] = make_set(0, all, t.rank, mpi.control(), mpi.data(), false);
+}
+
+Engine::~Engine() {
+  stop();
+  timeline_.stop();
+}
+
+std::unique_ptr<ProcessSetState> Engine::make_set(int32_t id, std::vector<int> ranks, int rank, MPI_Comm control,
+                                                  MPI_Comm data, bool owns) {
+  return std::make_unique<ProcessSetState>(
+      id, std::move(ranks), rank, control, data, owns, handles_, config_, collective_config_, timeline_,
+      [this, id](const std::string& name) { retire(request_key(id, name)); });
+}
+
+double Engine::seconds_since_start() const { return steady_seconds() - start_time_; }
+
+void Engine::start() {
+  running_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_requested_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::retire(const std::string& key) {
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  active_keys_.erase(key);
+}
+
+Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, bool wake) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_ || stop_requested_) {
+      return Status::error(RELAX_ERR_SHUTDOWN, stop_reason_.empty()
+                                                   ? std::string("relaxlib is shutting down on this rank.")
+                                                   : stop_reason_);
+    }
+    auto info = set_info_.find(process_set);
+    if (info == set_info_.end()) {
+      return Status::error(RELAX_ERR_PROCESS_SET, "process set " + std::to_string(process_set) +
+                                                      " does not exist (never added, or removed)");
+    }
+    if (info->second.rank < 0) {
+      return Status::error(RELAX_ERR_PROCESS_SET, "rank " + std::to_string(mpi_.topology().rank) +
+                                                      " is not a member of process set " +
+                                                      std::to_string(process_set) + " (ranks " +
+                                                      rank_list(info->second.world_ranks) + ")");
+    }
+    std::unordered_set<std::string> in_group;
+    for (const LocalRequest& r : requests) {
+      const std::string key = request_key(process_set, r.desc.name);
+      if (active_keys_.count(key) || !in_group.insert(key).second) {
+        return Status::error(RELAX_ERR_DUPLICATE_NAME,
+                             r.desc.name == kJoinRequestName
+                                 ? std::string("join() is already pending on this rank.")
+                                 : "A request named '" + r.desc.name +
+                                       "' is already pending on this rank; names must be unique among "
+                                       "outstanding operations.");
+      }
+    }
+    const double now = steady_seconds();
+    for (LocalRequest& r : requests) {
+      active_keys_.insert(request_key(process_set, r.desc.name));
+      r.enqueued_at = now;
+      incoming_.emplace_back(process_set, std::move(r));
+    }
+  }
+  if (wake) {
+    submissions_.fetch_add(1, std::memory_order_release);
+    cv_.notify_one();
+  }
+  return Status::ok();
+}
+
+void Engine::wake_engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    woken_ = true;
+  }
+  submissions_.fetch_add(1, std::memory_order_release);
+  cv_.notify_one();
+}
+
+namespace {
+thread_local bool t_running_rounds = false;  // this thread is inside step() (callbacks run there)
+}  // namespace
+
+bool Engine::in_round_on_this_thread() { return t_running_rounds; }
+
+void Engine::drive(relax_handle_t handle) {
+  std::unique_lock<std::mutex> running(cycle_mutex_, std::try_to_lock);
+  if (running.owns_lock()) {
+    bool progress = true;
+    while (progress && !finished_.load() && handles_.poll(handle) == 0) {
+      progress = false;
+      if (!step(driver_messages_, progress)) break;
+    }
+    running.unlock();
+    if (handles_.poll(handle) != 0 && !busy_.load() && !finished_.load()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (incoming_.empty() && !stop_requested_) return;  // nothing left for the engine thread
+    }
+  }
+  wake_engine();
+}
+
+bool Engine::process_set_info(int32_t process_set, ProcessSetInfo& out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = set_info_.find(process_set);
+  if (it == set_info_.end()) return false;
+  out = it->second;
+  return true;
+}
+
+void Engine::set_stop_listener(std::function<void(const std::string&)> listener) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_listener_ = std::move(listener);
+}
+
+// A round decided that the engine stops: fails what is pending here and tells the stop listener.
+void Engine::finish(int32_t status, const std::string& message) {
+  fail_everything(status, message);
+  finished_.store(true);
+  std::function<void(const std::string&)> listener;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener = stop_listener_;
+  }
+  if (listener) listener(message);
+}
+
+void Engine::set_fusion_threshold(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_fusion_threshold_ = bytes;
+}
+
+void Engine::set_cycle_time_ms(double ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_cycle_time_ms_ = ms;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.rounds = rounds_.load();
+  s.completed = completed_.load();
+  s.negotiation_ns = negotiation_ns_.load();
+  s.execution_ns = execution_ns_.load();
+  std::lock_guard<std::mutex> lock(mutex_);  // the engine thread changes sets_ under this lock
+  for (const auto& entry : sets_) {
+    s.bytes_sent += entry.second->collectives.traffic().bytes_sent;
+    s.bytes_received += entry.second->collectives.traffic().bytes_received;
+  }
+  return s;
+}
+
+RankMessage Engine::announce(ProcessSetState& set, bool stopping, double now) {
+  RankMessage mine;
+  if (stopping) mine.flags |= kFlagShutdown;
+  for (LocalRequest& r : set.fresh) {
+    if (r.desc.type == RELAX_REQ_JOIN) {
+      mine.flags |= kFlagJoin;
+    } else {
+      const int id = set.coordinator.cache_lookup(r.desc);
+      if (id >= 0) {
+        mine.cached.push_back(static_cast<uint32_t>(id));
+      } else {
+        mine.descriptors.push_back(r.desc);
+      }
+    }
+    std::string name = r.desc.name;
+    set.pending.emplace(std::move(name), std::move(r));
+  }
+  set.fresh.clear();
+  if (set.rank == 0) inspect_stalls(set, mine, now);
+  return mine;
+}
+
+// The set's rank 0 warns about requests that only some members submitted, and (with a shutdown
+// time) fails them on every member through its round message, so all fail them in one round.
+void Engine::inspect_stalls(ProcessSetState& set, RankMessage& mine, double now) {
+  const double check = config_.stall_check_seconds;
+  const double abort_after = config_.stall_shutdown_seconds;
+  if (check <= 0 && abort_after <= 0) return;
+  if (now - set.last_stall_check < 1.0) return;
+  set.last_stall_check = now;
+  const double threshold = check > 0 ? (abort_after > 0 ? std::min(check, abort_after) : check) : abort_after;
+  const std::string where = set.id == 0 ? std::string() : " in process set " + std::to_string(set.id);
+  for (const StallInfo& info : set.coordinator.stalled(now, threshold)) {
+    if (abort_after > 0 && info.waited_seconds >= abort_after) {
+      RELAX_LOG(Error, "Request '" << info.name << "'" << where << " stalled for "
+                                   << static_cast<int>(info.waited_seconds) << " s (RELAX_STALL_SHUTDOWN_TIME="
+                                   << abort_after << "): submitted by ranks " << rank_list(info.submitted)
+                                   << ", missing ranks " << rank_list(info.missing) << ". Failing it on every rank.");
+      mine.stall_aborts.push_back(info.name);
+      continue;
+    }
+    if (check <= 0 || info.waited_seconds < check) continue;
+    double& last = set.last_stall_warning[info.name];
+    if (last > 0 && now - last < check) continue;
+    last = now;
+    RELAX_LOG(Warning, "Stall: request '" << info.name << "'" << where << " was submitted by ranks "
+                                          << rank_list(info.submitted) << " " << static_cast<int>(info.waited_seconds)
+                                          << " s ago but ranks " << rank_list(info.missing)
+                                          << " have not submitted it. One or more ranks may have skipped this "
+                                             "operation, run operations in a different order, or be stuck. "
+                                             "(RELAX_STALL_CHECK_TIME="
+                                          << check << " s; set RELAX_STALL_SHUTDOWN_TIME to fail instead.)");
+  }
+  if (set.last_stall_warning.size() > 4096) set.last_stall_warning.clear();
+}
+
+Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,
+                         bool& progress) {
+  RankMessage mine = announce(set, stopping, now);
+  if (set.id == 0) {
+    for (const auto& entry : sets_) {
+      if (entry.first != 0 && entry.second->busy()) mine.active_sets.push_back(static_cast<uint32_t>(entry.first));
+    }
+  }
+  const double round_start = steady_seconds();
+  Status status = exchange_round(set.control(), mine, set.coordinator.cache_size(),
+                                 set.id == 0 ? static_cast<size_t>(next_set_id_) : 0, messages);
+  if (!status.is_ok()) return status;
+  const double round_end = steady_seconds();
+  std::vector<Response> responses = set.coordinator.process(messages, now);
+  progress = progress || made_progress(messages, responses);
+  if (timeline_.active()) {
+    for (const Response& r : responses) {
+      std::string phase = "NEGOTIATE_" + request_type_name(r.type);
+      for (char& c : phase) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      for (const ResponseTensor& t : r.tensors) {
+        auto local = set.pending.find(t.name);
+        if (local != set.pending.end()) {
+          timeline_.record(t.name, request_type_name(r.type), phase.c_str(), local->second.enqueued_at, round_end);
+        }
+      }
+    }
+  }
+  std::vector<Response> membership;
+  if (set.id == 0) {
+    auto split = std::stable_partition(responses.begin(), responses.end(),
+                                       [](const Response& r) { return !is_membership(r); });
+    membership.assign(std::make_move_iterator(split), std::make_move_iterator(responses.end()));
+    responses.erase(split, responses.end());
+  }
+  set.executor.run(responses, set.pending);
+  execution_ns_.fetch_add(static_cast<int64_t>((steady_seconds() - round_end) * 1e9), std::memory_order_relaxed);
+  negotiation_ns_.fetch_add(static_cast<int64_t>((round_end - round_start) * 1e9), std::memory_order_relaxed);
+  rounds_.fetch_add(1, std::memory_order_relaxed);
+  apply_membership(membership);
+  return Status::ok();
+}
+
+void Engine::finish_membership(const Response& response, ProcessSetState& global, const Status& status,
+                               int64_t result) {
+  for (const ResponseTensor& t : response.tensors) {
+    auto local = global.pending.find(t.name);
+    if (local == global.pending.end()) continue;
+    LocalRequest request = std::move(local->second);
+    global.pending.erase(local);
+    retire(request_key(0, t.name));
+    finish_request(handles_, request, status.code, status.message, result);
+  }
+}
+
+// Membership changes run on every rank in the same round, so the collective communicator
+// creation below lines up across all ranks.
+void Engine::apply_membership(std::vector<Response>& responses) {
+  for (const Response& r : responses) {
+    if (r.kind == Response::Kind::Error) {
+      finish_membership(r, *sets_[0], Status::error(r.status, r.message), -1);
+    } else if (r.type == RELAX_REQ_ADD_PROCESS_SET) {
+      add_process_set(r);
+    } else {
+      remove_process_set(r);
+    }
+  }
+}
+
+void Engine::add_process_set(const Response& response) {
+  ProcessSetState& global = *sets_[0];
+  const std::vector<int64_t>& ranks64 = response.tensors.front().first().splits;
+  std::vector<int> ranks(ranks64.begin(), ranks64.end());
+  for (const auto& entry : set_info_) {
+    if (entry.second.world_ranks == ranks) {
+      finish_membership(response, global,
+                        Status::error(RELAX_ERR_PROCESS_SET, "a process set with ranks " + rank_list(ranks) +
+                                                                 " already exists (id " +
+                                                                 std::to_string(entry.first) + ")"),
+                        -1);
+      return;
+    }
+  }
+  MPI_Group world_group, group;
+  MPI_Comm_group(mpi_.control(), &world_group);
+  MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+  MPI_Comm control = MPI_COMM_NULL, data = MPI_COMM_NULL;
+  const int rc = MPI_Comm_create(mpi_.control(), group, &control);  // collective over all ranks
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  const int32_t id = next_set_id_++;
+  if (rc != MPI_SUCCESS) {
+    finish_membership(response, global,
+                      Status::error(RELAX_ERR_MPI, "creating process set " + rank_list(ranks) + " failed: " +
+                                                       mpi_error_string(rc)),
+                      -1);
+    return;
+  }
+  const auto me = std::find(ranks.begin(), ranks.end(), mpi_.topology().rank);
+  const int rank = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());
+  if (rank >= 0) {
+    MPI_Comm_dup(control, &data);
+    MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (rank >= 0) sets_[id] = make_set(id, ranks, rank, control, data, true);
+    set_info_[id] = ProcessSetInfo{ranks, rank};
+  }
+  RELAX_LOG(Debug, "added process set " << id << " with ranks " << rank_list(ranks));
+  finish_membership(response, global, Status::ok(), id);
+}
+
+void Engine::remove_process_set(const Response& response) {
+  ProcessSetState& global = *sets_[0];
+  const int32_t id = response.tensors.front().first().root_rank;
+  bool known;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    known = set_info_.erase(id) > 0;
+  }
+  if (!known) {
+    finish_membership(response, global,
+                      Status::error(RELAX_ERR_PROCESS_SET, "process set " + std::to_string(id) + " does not exist"), -1);
+    return;
+  }
+  auto it = sets_.find(id);
+  if (it != sets_.end()) {
+    fail_set(*it->second, RELAX_ERR_PROCESS_SET,
+             "process set " + std::to_string(id) + " was removed before this request completed");
+    std::lock_guard<std::mutex> lock(mutex_);
+    sets_.erase(it);
+  }
+  RELAX_LOG(Debug, "removed process set " << id);
+  finish_membership(response, global, Status::ok(), id);
+}
+
+void Engine::fail_set(ProcessSetState& set, int32_t status, const std::string& message) {
+  for (LocalRequest& r : set.fresh) set.pending.emplace(r.desc.name, std::move(r));
+  set.fresh.clear();
+  for (auto& [name, request] : set.pending) {
+    retire(request_key(set.id, name));
+    finish_request(handles_, request, status, message);
+  }
+  set.pending.clear();
+}
+
+void Engine::fail_everything(int32_t status, const std::string& message) {
+  std::vector<std::pair<int32_t, LocalRequest>> late;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+    stop_reason_ = message;
+    late.swap(incoming_);
+  }
+  for (auto& [id, request] : late) {
+    auto it = sets_.find(id);
+    if (it != sets_.end()) it->second->fresh.push_back(std::move(request));
+  }
+  for (auto& entry : sets_) fail_set(*entry.second, status, message);
+}
+
+bool Engine::any_set_busy() const {
+  for (const auto& entry : sets_) {
+    if (entry.second->busy()) return true;
+  }
+  return false;
+}
+
+// Polls (yielding the core) for a new submission before the engine sleeps on the condition variable.
+void Engine::spin_while_idle() {
+  if (config_.idle_spin_us <= 0) return;
+  const double until = steady_seconds() + config_.idle_spin_us * 1e-6;
+  while (submissions_.load(std::memory_order_acquire) == seen_submissions_.load() && steady_seconds() < until) {
+    sched_yield();
+  }
+}
+
+// Sleeps until there is work: a submission, a wake from a driving caller, a shutdown, or the
+// cycle tick (so peers waiting in a round are answered). With requests pending it returns at once
+// (or after the throttle pause).
+void Engine::wait_for_work() {
+  const bool busy = busy_.load();
+  const double throttle = throttle_ms_.load();
+  if (!busy) spin_while_idle();
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto work = [&] { return !incoming_.empty() || stop_requested_ || woken_; };
+  if (busy && throttle > 0) {
+    cv_.wait_for(lock, std::chrono::duration<double, std::milli>(throttle), work);
+  } else if (!busy) {
+    // The tick counts from the last round anyone ran: while a caller drives rounds, the engine
+    // thread stays asleep.
+    while (!work()) {
+      const double due = last_round_end_.load() + config_.cycle_time_ms * 1e-3 - steady_seconds();
+      if (due <= 0) break;
+      cv_.wait_for(lock, std::chrono::duration<double>(due), work);
+    }
+  }
+  woken_ = false;
+}
+
+// Under cycle_mutex_: whether the engine thread should run a round now (a driving caller may
+// have done the work while this thread waited for the lock).
+bool Engine::round_due() {
+  if (busy_.load()) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !incoming_.empty() || stop_requested_ ||
+         steady_seconds() - last_round_end_.load() >= config_.cycle_time_ms * 1e-3;
+}
+
+// One engine-thread cycle. Returns false when the engine must stop.
+bool Engine::cycle(std::vector<RankMessage>& messages) {
+  wait_for_work();
+  std::lock_guard<std::mutex> running(cycle_mutex_);
+  if (finished_.load()) return false;
+  if (!round_due()) return true;
+  bool progress = false;
+  return step(messages, progress);
+}
+
+// A round of the global set, then rounds of the process sets that have work; sets `progress` if
+// anything changed. Returns false (and marks the engine finished) when the engine must stop.
+bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
+  t_running_rounds = true;
+  struct Leave {
+    ~Leave() { t_running_rounds = false; }
+  } leave;
+  std::vector<std::pair<int32_t, LocalRequest>> fresh;
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seen_submissions_.store(submissions_.load(std::memory_order_acquire));
+    fresh.swap(incoming_);
+    stopping = stop_requested_;
+    if (pending_fusion_threshold_ >= 0) config_.fusion_threshold_bytes = pending_fusion_threshold_;
+    if (pending_cycle_time_ms_ >= 0) config_.cycle_time_ms = pending_cycle_time_ms_;
+    pending_fusion_threshold_ = -1;
+    pending_cycle_time_ms_ = -1;
+  }
+  for (auto& [id, request] : fresh) {
+    auto it = sets_.find(id);
+    if (it != sets_.end()) {
+      it->second->fresh.push_back(std::move(request));
+    } else {  // the set was removed between submission and now
+      retire(request_key(id, request.desc.name));
+      finish_request(handles_, request, RELAX_ERR_PROCESS_SET,
+                     "process set " + std::to_string(id) + " was removed before this request ran");
+    }
+  }
+  const double now = seconds_since_start();
+  if (timeline_.marks_cycles()) timeline_.instant("CYCLE_START", steady_seconds());
+  const double round_start = steady_seconds();
+  Status status = run_round(*sets_[0], stopping, now, messages, progress);
+  const bool instant = steady_seconds() - round_start < 50e-6;
+  std::vector<uint32_t> active;
+  for (const RankMessage& m : messages) active.insert(active.end(), m.active_sets.begin(), m.active_sets.end());
+  std::sort(active.begin(), active.end());
+  active.erase(std::unique(active.begin(), active.end()), active.end());
+  std::vector<RankMessage> set_messages;
+  for (uint32_t id : active) {
+    if (!status.is_ok()) break;
+    auto it = sets_.find(static_cast<int32_t>(id));
+    if (it != sets_.end()) status = run_round(*it->second, false, now, set_messages, progress);
+  }
+  last_round_end_.store(steady_seconds());
+  if (!status.is_ok()) {
+    RELAX_LOG(Error, status.message);
+    finish(status.code, status.message);
+    return false;
+  }
+  busy_.store(any_set_busy());
+  throttle_ms_.store((!progress && busy_.load() && instant)
+                         ? std::min(config_.cycle_time_ms, std::max(0.02, throttle_ms_.load() * 2))
+                         : 0);
+  const Coordinator& global = sets_[0]->coordinator;
+  if (global.shutdown_requested()) {
+    const int who = global.shutdown_rank();
+    const std::string reason =
+        who == mpi_.topology().rank
+            ? std::string("relaxlib was shut down on this rank.")
+            : "relaxlib's engine stopped because rank " + std::to_string(who) +
+                  " shut down (it finished, called shutdown(), or failed); collectives are no longer possible in "
+                  "this job.";
+    finish(RELAX_ERR_SHUTDOWN, reason);
+    return false;
+  }
+  return true;
+}
+
+// Scheduling: with nothing pending, the engine sleeps until a submission (or a cycle tick, so
+// peers waiting in a round are answered). With requests pending it enters the next round at
+// once and waits inside it for the peers, so a peer's submission is matched without a cycle of
+// delay. Only rounds that changed nothing and completed instantly (every rank spinning on
+// requests the others have not submitted) are throttled, with a growing pause.
+void Engine::loop() {
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // short throttle waits must stay short
+  std::vector<RankMessage> messages;
+  while (cycle(messages)) {
+  }
+  std::lock_guard<std::mutex> running(cycle_mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  sets_.clear();  // frees the sets' communicators on this thread, before MPI can be finalized
+}
+
+}  // namespace relax

@@ -1,0 +1,121 @@
+#include "engine/round_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <sys/prctl.h>
+
+#include "transport/mpi_context.h"
+
+namespace relax {
+namespace {
+
+constexpr size_t kHeaderBytes = 8;  // uint32 flags, uint32 payload bytes
+
+size_t bit_words(size_t cache_size) { return (cache_size + 63) / 64; }
+
+}  // namespace
+
+int wait_with_backoff(MPI_Request* request) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  int done = 0;
+  while (true) {
+    int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - start).count();
+    if (waited < 50) continue;  // peers usually arrive within microseconds: spin
+    const auto pause = std::min<long long>(100, std::max<long long>(5, waited / 4));
+    // Short back-off sleeps must stay short: the default 50 us timer slack would stretch them.
+    // Set once per thread that sleeps here (the engine's, or a caller's running a round).
+    thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
+    (void)slack_set;
+    std::this_thread::sleep_for(std::chrono::microseconds(pause));
+  }
+}
+
+namespace {
+
+void set_bits(uint8_t* words, const std::vector<uint32_t>& ids) {
+  for (uint32_t id : ids) {
+    uint64_t word;
+    std::memcpy(&word, words + 8 * (id / 64), 8);
+    word |= 1ull << (id % 64);
+    std::memcpy(words + 8 * (id / 64), &word, 8);
+  }
+}
+
+std::vector<uint32_t> read_bits(const uint8_t* words, size_t count) {
+  std::vector<uint32_t> ids;
+  for (size_t w = 0; w < count; ++w) {
+    uint64_t word;
+    std::memcpy(&word, words + 8 * w, 8);
+    while (word) {
+      ids.push_back(static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word))));
+      word &= word - 1;
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size, size_t set_count,
+                      std::vector<RankMessage>& all) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const size_t words = bit_words(cache_size);
+  const size_t set_words = bit_words(set_count);
+  const size_t record = kHeaderBytes + 8 * (words + set_words);
+
+  const std::string payload =
+      (mine.descriptors.empty() && mine.stall_aborts.empty()) ? std::string() : encode_payload(mine);
+  std::vector<uint8_t> send(record, 0);
+  const uint32_t payload_bytes = static_cast<uint32_t>(payload.size());
+  std::memcpy(send.data(), &mine.flags, 4);
+  std::memcpy(send.data() + 4, &payload_bytes, 4);
+  set_bits(send.data() + kHeaderBytes, mine.cached);
+  set_bits(send.data() + kHeaderBytes + 8 * words, mine.active_sets);
+
+  std::vector<uint8_t> recv(record * static_cast<size_t>(size));
+  MPI_Request request;
+  int rc = MPI_Iallgather(send.data(), static_cast<int>(record), MPI_BYTE, recv.data(), static_cast<int>(record),
+                          MPI_BYTE, comm, &request);
+  if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request);
+  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "negotiation all-gather failed: " + mpi_error_string(rc));
+
+  all.assign(static_cast<size_t>(size), RankMessage{});
+  std::vector<int> lengths(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  int64_t total_payload = 0;
+  for (int r = 0; r < size; ++r) {
+    const uint8_t* rec = recv.data() + record * static_cast<size_t>(r);
+    RankMessage& m = all[static_cast<size_t>(r)];
+    uint32_t len = 0;
+    std::memcpy(&m.flags, rec, 4);
+    std::memcpy(&len, rec + 4, 4);
+    lengths[static_cast<size_t>(r)] = static_cast<int>(len);
+    displs[static_cast<size_t>(r)] = static_cast<int>(total_payload);
+    total_payload += len;
+    m.cached = read_bits(rec + kHeaderBytes, words);
+    m.active_sets = read_bits(rec + kHeaderBytes + 8 * words, set_words);
+  }
+  if (total_payload == 0) return Status::ok();
+
+  std::string gathered(static_cast<size_t>(total_payload), '\0');
+  rc = MPI_Iallgatherv(payload.data(), static_cast<int>(payload.size()), MPI_BYTE, gathered.data(), lengths.data(),
+                       displs.data(), MPI_BYTE, comm, &request);
+  if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request);
+  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "negotiation all-gather failed: " + mpi_error_string(rc));
+  for (int r = 0; r < size; ++r) {
+    const std::string bytes = gathered.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                                              static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+    if (!decode_payload(bytes, all[static_cast<size_t>(r)])) {
+      return Status::error(RELAX_ERR_INTERNAL, "malformed negotiation message from rank " + std::to_string(r));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace relax

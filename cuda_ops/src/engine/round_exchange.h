@@ -1,0 +1,25 @@
+// One negotiation round on the wire: every rank contributes a fixed-size header (flags, payload
+// length, bit vector of cached announcements, bit vector of process sets with work) through one
+// all-gather; only rounds in which some rank announces an uncached request pay a second,
+// variable-size all-gather for the descriptors.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "engine/coordinator.h"
+
+namespace relax {
+
+// Exchanges `mine` with every rank of `comm`; fills `all` (indexed by rank). `cache_size` and
+// `set_count` (ids of process sets that may be flagged active) must be the same on every rank
+// (they are: both are replicated state). Waits by polling with back-off so an idle rank does not
+// burn a core while its peers are busy.
+Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size, size_t set_count,
+                      std::vector<RankMessage>& all);
+
+// Waits for a non-blocking MPI request: spins briefly, then sleeps with growing intervals.
+int wait_with_backoff(MPI_Request* request);
+
+}  // namespace relax

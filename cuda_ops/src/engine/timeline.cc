@@ -1,0 +1,87 @@
+#include "engine/timeline.h"
+
+#include <cstdint>
+
+namespace relax {
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+long long micros(double seconds) { return static_cast<long long>(seconds * 1e6); }
+
+}  // namespace
+
+Status Timeline::start(const std::string& path, bool mark_cycles) {
+  stop();
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "cannot open timeline file '" + path + "' for writing");
+  file_.reset(f);
+  std::fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", f);
+  first_event_ = true;
+  rows_.clear();
+  mark_cycles_ = mark_cycles;
+  active_ = true;
+  write_event("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, "
+              "\"args\": {\"name\": \"relaxlib engine (rank 0)\"}}");
+  write_event("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": \"engine\"}}");
+  return Status::ok();
+}
+
+void Timeline::stop() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!active_) return;
+  std::fputs("\n]}\n", file_.get());
+  file_.reset();
+  active_ = false;
+}
+
+void Timeline::write_event(const std::string& json) {
+  std::fputs(first_event_ ? "" : ",\n", file_.get());
+  std::fputs(json.c_str(), file_.get());
+  first_event_ = false;
+}
+
+int Timeline::row_of(const std::string& tensor) {
+  auto it = rows_.find(tensor);
+  if (it != rows_.end()) return it->second;
+  const int row = static_cast<int>(rows_.size()) + 1;
+  rows_.emplace(tensor, row);
+  write_event("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " + std::to_string(row) +
+              ", \"args\": {\"name\": " + json_string(tensor) + "}}");
+  return row;
+}
+
+void Timeline::record(const std::string& tensor, const std::string& category, const char* phase, double start,
+                      double end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!active_) return;
+  const int row = row_of(tensor);
+  write_event("{\"name\": \"" + std::string(phase) + "\", \"cat\": " + json_string(category) +
+              ", \"ph\": \"X\", \"pid\": 0, \"tid\": " + std::to_string(row) + ", \"ts\": " +
+              std::to_string(micros(start)) + ", \"dur\": " + std::to_string(micros(end) - micros(start)) + "}");
+}
+
+void Timeline::instant(const char* name, double when) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!active_) return;
+  write_event("{\"name\": \"" + std::string(name) + "\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 0, \"tid\": 0, "
+              "\"ts\": " + std::to_string(micros(when)) + "}");
+}
+
+}  // namespace relax

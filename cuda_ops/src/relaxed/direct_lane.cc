@@ -1,0 +1,484 @@
+#include "relaxed/direct_lane.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "codecs/codec.h"
+#include "collectives/reduce.h"
+#include "transport/mpi_context.h"
+#include "util/logging.h"
+#include "util/text.h"
+
+namespace relax {
+namespace {
+
+constexpr int kHeaderTag = 7201;
+constexpr int kDataTag = 7202;
+
+// What travels ahead of a neighbour's data, so a mismatch is an error, not silent garbage.
+struct Header {
+  uint64_t name_hash;
+  uint64_t variant;  // group average: hash of the member list; neighbour average: the codec
+  int64_t count;
+  int32_t dtype;
+  int32_t poisoned_by;  // CHOCO: the rank whose input was not finite, or -1
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+
+Status mpi_failure(int rc, const char* what) {
+  return Status::error(RELAX_ERR_MPI, std::string(what) + " failed: " + mpi_error_string(rc));
+}
+
+Status check_headers(const DirectRequest& r, const Header& mine, const std::vector<Header>& theirs) {
+  for (size_t k = 0; k < theirs.size(); ++k) {
+    const Header& h = theirs[k];
+    if (h.variant != mine.variant) {
+      const bool group = r.local.desc.type == RELAX_REQ_GROUP_AVERAGE;
+      return Status::error(RELAX_ERR_MISMATCH,
+                           request_type_name(r.local.desc.type) + " '" + r.local.desc.name + "': rank " +
+                               std::to_string(r.peers[k]) +
+                               (group ? " averages over a different group than " + rank_list(r.peers) +
+                                            "; every member must use the same group generator and seed"
+                                      : " uses a different codec (" + std::to_string(h.variant) + " vs " +
+                                            std::to_string(mine.variant) + ")"));
+    }
+    if (h.name_hash != mine.name_hash || h.count != mine.count || h.dtype != mine.dtype) {
+      return Status::error(RELAX_ERR_MISMATCH,
+                           request_type_name(r.local.desc.type) + " '" + r.local.desc.name + "': rank " +
+                               std::to_string(r.peers[k]) + " sent a different operation (" +
+                               std::to_string(h.count) + " elements of " + dtype_name(h.dtype) + ", other name: " +
+                               (h.name_hash == mine.name_hash ? "no" : "yes") +
+                               "); neighbours must run the same schedule");
+    }
+  }
+  return Status::ok();
+}
+
+// out = self_weight * x + sum_k weights[k] * peers[k], block by block so each input is read
+// once from memory and out written once (out may alias x).
+template <typename T>
+void mix(const T* x, const std::vector<const void*>& peers, double self_weight, const std::vector<double>& weights,
+         int64_t count, T* out) {
+  constexpr int64_t kBlock = 2048;
+  const T ws = static_cast<T>(self_weight);
+  for (int64_t start = 0; start < count; start += kBlock) {
+    const int64_t end = std::min(count, start + kBlock);
+    for (int64_t i = start; i < end; ++i) out[i] = ws * x[i];
+    for (size_t k = 0; k < peers.size(); ++k) {
+      const T* p = static_cast<const T*>(peers[k]);
+      const T w = static_cast<T>(weights[k]);
+      for (int64_t i = start; i < end; ++i) out[i] += w * p[i];
+    }
+  }
+}
+
+}  // namespace
+
+// ---- GroupCommunicators ----
+
+GroupCommunicators::GroupCommunicators(MPI_Comm parent, size_t capacity, CollectiveConfig config)
+    : parent_(parent), capacity_(capacity), config_(config) {
+  // Groups change from step to step: a shared-memory segment per group would cost its creation
+  // each time and up to capacity x segment of memory. Groups use MPI.
+  config_.shm_allowed = false;
+}
+
+GroupCommunicators::~GroupCommunicators() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (auto& [members, entry] : cache_) {
+    entry.collectives.reset();
+    MPI_Comm_free(&entry.comm);
+  }
+  release_transient();
+}
+
+Status GroupCommunicators::acquire(const std::vector<int>& members, Collectives*& out, bool& transient) {
+  transient = false;
+  auto it = cache_.find(members);
+  if (it != cache_.end()) {
+    out = it->second.collectives.get();
+    return Status::ok();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  MPI_Group parent_group, group;
+  MPI_Comm_group(parent_, &parent_group);
+  MPI_Group_incl(parent_group, static_cast<int>(members.size()), members.data(), &group);
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int tag = static_cast<int>(fnv1a(rank_list(members)) & 0x3fff);
+  int rc = MPI_Comm_create_group(parent_, group, tag, &comm);
+  MPI_Group_free(&group);
+  MPI_Group_free(&parent_group);
+  if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Comm_create_group");
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  // Cache only if every member can (decided together: caches never disagree).
+  int room = cache_.size() < capacity_ ? 1 : 0, all_have_room = 0;
+  rc = MPI_Allreduce(&room, &all_have_room, 1, MPI_INT, MPI_MIN, comm);
+  if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Allreduce");
+  creation_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Entry entry{comm, std::make_unique<Collectives>(comm, config_)};
+  out = entry.collectives.get();
+  if (all_have_room) {
+    cache_.emplace(members, std::move(entry));
+  } else {
+    transient_ = std::move(entry);
+    transient = true;
+  }
+  return Status::ok();
+}
+
+void GroupCommunicators::release_transient() {
+  if (transient_.comm == MPI_COMM_NULL) return;
+  transient_.collectives.reset();
+  MPI_Comm_free(&transient_.comm);
+  transient_.comm = MPI_COMM_NULL;
+}
+
+// ---- DirectLane ----
+
+namespace {
+
+MPI_Comm duplicate(MPI_Comm world) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(world, &comm);
+  return comm;
+}
+
+}  // namespace
+
+DirectLane::DirectLane(MPI_Comm world, HandleTable& handles, const EngineConfig& config,
+                       CollectiveConfig collective_config)
+    : comm_(duplicate(world)),
+      join_comm_(duplicate(world)),
+      handles_(handles),
+      config_(config),
+      groups_(comm_, static_cast<size_t>(config.group_cache_capacity), collective_config) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  thread_ = std::thread([this] { loop(); });
+}
+
+DirectLane::~DirectLane() {
+  stop("relaxlib was shut down");
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (join_request_ != MPI_REQUEST_NULL) {  // abandoned join: peers are gone or never joined
+    MPI_Cancel(&join_request_);
+    MPI_Request_free(&join_request_);
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (join_comm_ != MPI_COMM_NULL) MPI_Comm_free(&join_comm_);
+}
+
+Status DirectLane::submit(DirectRequest request) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return Status::error(RELAX_ERR_SHUTDOWN, stop_reason_);
+    queue_.push_back(std::move(request));
+  }
+  cv_.notify_one();
+  return Status::ok();
+}
+
+void DirectLane::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stopping_) {
+      stopping_ = true;
+      stop_reason_ = reason;
+    }
+  }
+  cv_.notify_all();
+}
+
+void DirectLane::stop(const std::string& reason) {
+  abort(reason);
+  if (thread_.joinable()) thread_.join();
+}
+
+void DirectLane::loop() {
+  while (true) {
+    DirectRequest request;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) {
+        for (DirectRequest& r : queue_) finish_request(handles_, r.local, RELAX_ERR_SHUTDOWN, stop_reason_);
+        queue_.clear();
+        return;
+      }
+      request = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Status status;
+    try {
+      status = execute(request);
+    } catch (const std::exception& e) {
+      status = Status::error(RELAX_ERR_INTERNAL, e.what());
+    }
+    finish_request(handles_, request.local, status.code, status.message);
+  }
+}
+
+Status DirectLane::execute(DirectRequest& r) {
+  const double start = steady_seconds();
+  Status st = r.local.desc.type == RELAX_REQ_GROUP_AVERAGE ? group_average(r)
+              : r.codec                                   ? choco_average(r)
+                                                          : neighbor_average(r);
+  busy_ns_ += static_cast<int64_t>((steady_seconds() - start) * 1e9);
+  return st;
+}
+
+Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const DirectRequest& r) {
+  const double start = steady_seconds();
+  double idle_since = start;
+  // ~1 ms plus the transfer at 500 MB/s: beyond that, a missing completion means a late peer
+  const double bytes = static_cast<double>(r.local.desc.num_elements()) * static_cast<double>(dtype_size(r.local.desc.dtype));
+  const double spin_seconds = 1e-3 + bytes * static_cast<double>(std::max<size_t>(1, r.peers.size())) / 500e6;
+  double warned = 0;
+  Status failure;  // the first failed request; the others are still completed (no stale messages)
+  std::vector<int> indices(requests.size());
+  std::vector<MPI_Status> statuses(requests.size());
+  while (true) {
+    int completed = 0;
+    int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed, indices.data(),
+                          statuses.data());
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return mpi_failure(rc, "MPI_Testsome");
+    if (rc == MPI_ERR_IN_STATUS && failure.is_ok()) {
+      for (int i = 0; i < completed; ++i) {
+        if (statuses[static_cast<size_t>(i)].MPI_ERROR != MPI_SUCCESS) {
+          failure = mpi_failure(statuses[static_cast<size_t>(i)].MPI_ERROR, "receiving from a peer");
+          break;
+        }
+      }
+    }
+    if (completed == MPI_UNDEFINED) return failure;  // every request is complete
+    const double waited = steady_seconds() - start;
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping = stopping_;
+    }
+    if (stopping) {  // shutdown: peers may be gone
+      for (MPI_Request& q : requests) {
+        if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
+      }
+      return Status::error(RELAX_ERR_SHUTDOWN, "relaxlib was shut down during " + request_type_name(r.local.desc.type) +
+                                                   " '" + r.local.desc.name + "'");
+    }
+    if (config_.stall_check_seconds > 0 && waited > config_.stall_check_seconds &&
+        waited - warned > config_.stall_check_seconds) {
+      warned = waited;
+      RELAX_LOG(Warning, "Stall: " << request_type_name(r.local.desc.type) << " '" << r.local.desc.name
+                                   << "' has waited " << static_cast<int>(waited) << " s for ranks "
+                                   << rank_list(r.peers) << "; they may run a different schedule or be stuck.");
+    }
+    if (config_.stall_shutdown_seconds > 0 && waited > config_.stall_shutdown_seconds) {
+      for (MPI_Request& q : requests) {
+        if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
+      }
+      return Status::error(RELAX_ERR_STALLED, request_type_name(r.local.desc.type) + " '" + r.local.desc.name +
+                                                  "': ranks " + rank_list(r.peers) + " did not take part within " +
+                                                  "RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME");
+    }
+    // MPI moves large messages only inside MPI calls: keep calling (yielding the core) for as
+    // long as the transfer itself could take, then back off to sleeps (a peer is late).
+    if (completed > 0) {
+      idle_since = steady_seconds();
+    } else if (steady_seconds() - idle_since < spin_seconds) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+Status DirectLane::neighbor_average(DirectRequest& r) {
+  const Descriptor& d = r.local.desc;
+  const int64_t count = d.num_elements();
+  const size_t esize = dtype_size(d.dtype);
+  const size_t bytes = static_cast<size_t>(count) * esize;
+  const size_t npeers = r.peers.size();
+  if (scratch_.size() < bytes * npeers) scratch_.resize(bytes * npeers);
+  const Header mine{fnv1a(d.name), 0, count, d.dtype, -1};
+  std::vector<Header> theirs(npeers);
+  std::vector<MPI_Request> requests;
+  for (size_t k = 0; k < npeers; ++k) {
+    requests.emplace_back();
+    MPI_Irecv(&theirs[k], sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    requests.emplace_back();
+    MPI_Irecv(scratch_.data() + k * bytes, static_cast<int>(bytes), MPI_BYTE, r.peers[k], kDataTag, comm_,
+              &requests.back());
+  }
+  for (size_t k = 0; k < npeers; ++k) {
+    requests.emplace_back();
+    MPI_Isend(&mine, sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    requests.emplace_back();
+    MPI_Isend(r.local.input, static_cast<int>(bytes), MPI_BYTE, r.peers[k], kDataTag, comm_, &requests.back());
+  }
+  const Status waited = wait_all(requests, r);
+  traffic_.bytes_sent += static_cast<int64_t>(bytes * npeers);
+  traffic_.bytes_received += static_cast<int64_t>(bytes * npeers);
+  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
+  Status st = check_headers(r, mine, theirs);  // a size mismatch also truncates: name it first
+  if (!st.is_ok()) return st;
+  if (!waited.is_ok()) return waited;
+  // x' = w_self x + sum_k w_k x_k in one cache-blocked pass, in the tensor's own precision.
+  std::vector<const void*> received(npeers);
+  for (size_t k = 0; k < npeers; ++k) received[k] = scratch_.data() + k * bytes;
+  if (d.dtype == RELAX_FLOAT32) {
+    mix(static_cast<const float*>(r.local.input), received, r.self_weight, r.weights, count,
+        static_cast<float*>(r.local.output));
+  } else {
+    mix(static_cast<const double*>(r.local.input), received, r.self_weight, r.weights, count,
+        static_cast<double*>(r.local.output));
+  }
+  return Status::ok();
+}
+
+// CHOCO-gossip: send Q(x - x^) so every neighbour can track x^; errors do not accumulate because
+// the estimate, not x, is what neighbours average with.
+Status DirectLane::choco_average(DirectRequest& r) {
+  const Descriptor& d = r.local.desc;
+  std::unique_ptr<Codec> codec = make_codec(r.codec);
+  const int64_t count = d.num_elements();
+  const size_t npeers = r.peers.size();
+  const size_t encoded = static_cast<size_t>(codec->encoded_bytes(count));
+  const auto* x = static_cast<const float*>(r.local.input);
+  std::vector<float> delta(static_cast<size_t>(count));
+  bool finite = true;
+  for (int64_t i = 0; i < count; ++i) {
+    delta[static_cast<size_t>(i)] = x[i] - r.estimate_self[i];
+    finite &= std::isfinite(delta[static_cast<size_t>(i)]);
+  }
+  std::vector<uint8_t> mine(encoded), theirs(encoded * npeers);
+  if (finite) codec->encode(delta.data(), count, mine.data());
+  const Header header{fnv1a(d.name), static_cast<uint64_t>(r.codec), count, d.dtype, finite ? -1 : rank_};
+  std::vector<Header> headers(npeers);
+  std::vector<MPI_Request> requests;
+  for (size_t k = 0; k < npeers; ++k) {
+    requests.emplace_back();
+    MPI_Irecv(&headers[k], sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    requests.emplace_back();
+    MPI_Irecv(theirs.data() + k * encoded, static_cast<int>(encoded), MPI_BYTE, r.peers[k], kDataTag, comm_,
+              &requests.back());
+  }
+  for (size_t k = 0; k < npeers; ++k) {
+    requests.emplace_back();
+    MPI_Isend(&header, sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    requests.emplace_back();
+    MPI_Isend(mine.data(), static_cast<int>(encoded), MPI_BYTE, r.peers[k], kDataTag, comm_, &requests.back());
+  }
+  const Status waited = wait_all(requests, r);
+  traffic_.bytes_sent += static_cast<int64_t>(encoded * npeers);
+  traffic_.bytes_received += static_cast<int64_t>(encoded * npeers);
+  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
+  Status st = check_headers(r, header, headers);
+  if (!st.is_ok()) return st;
+  if (!waited.is_ok()) return waited;
+  for (const Header& h : headers) {
+    if (h.poisoned_by >= 0 || !finite) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                           "neighbour average '" + d.name + "': non-finite values (NaN or Inf) in the input of rank " +
+                               std::to_string(finite ? h.poisoned_by : rank_) + " (estimates unchanged)");
+    }
+  }
+  codec->decode_add(mine.data(), count, r.estimate_self);
+  for (size_t k = 0; k < npeers; ++k) {
+    codec->decode_add(theirs.data() + k * encoded, count, r.estimate_peers + k * static_cast<size_t>(count));
+  }
+  // x' = x + gamma (w_self x^_self + sum_k w_k x^_k - x^_self)
+  auto* out = static_cast<float*>(r.local.output);
+  const float gamma = static_cast<float>(r.consensus_step);
+  const float self_weight = static_cast<float>(r.self_weight);
+  for (int64_t i = 0; i < count; ++i) {
+    float mixed = self_weight * r.estimate_self[i];
+    for (size_t k = 0; k < npeers; ++k) {
+      mixed += static_cast<float>(r.weights[k]) * r.estimate_peers[k * static_cast<size_t>(count) + static_cast<size_t>(i)];
+    }
+    out[i] = x[i] + gamma * (mixed - r.estimate_self[i]);
+  }
+  return Status::ok();
+}
+
+Status DirectLane::group_average(DirectRequest& r) {
+  const Descriptor& d = r.local.desc;
+  const int64_t count = d.num_elements();
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(d.dtype);
+  const auto me = std::find(r.peers.begin(), r.peers.end(), rank_);
+  const double my_weight = r.weights[static_cast<size_t>(me - r.peers.begin())];
+  // Headers between all members first: a member running a different schedule is reported by name
+  // (instead of a collective over mismatched groups), and a joined rank sees that a step is due.
+  std::vector<int> others;
+  for (int member : r.peers) {
+    if (member != rank_) others.push_back(member);
+  }
+  const Header mine{fnv1a(d.name), fnv1a(rank_list(r.peers)), count, d.dtype, -1};
+  std::vector<Header> theirs(others.size());
+  std::vector<MPI_Request> requests;
+  for (size_t k = 0; k < others.size(); ++k) {
+    requests.emplace_back();
+    MPI_Irecv(&theirs[k], sizeof(Header), MPI_BYTE, others[k], kHeaderTag, comm_, &requests.back());
+  }
+  for (int other : others) {
+    requests.emplace_back();
+    MPI_Isend(&mine, sizeof(Header), MPI_BYTE, other, kHeaderTag, comm_, &requests.back());
+  }
+  Status st = wait_all(requests, r);
+  if (!st.is_ok()) return st;
+  DirectRequest named = r;  // check_headers names peers by position
+  named.peers = others;
+  st = check_headers(named, mine, theirs);
+  if (!st.is_ok()) return st;
+  if (r.local.output != r.local.input) std::memcpy(r.local.output, r.local.input, bytes);
+  scale_buffer(r.local.output, count, d.dtype, my_weight);
+  if (others.empty()) return Status::ok();
+  Collectives* collectives = nullptr;
+  bool transient = false;
+  st = groups_.acquire(r.peers, collectives, transient);
+  if (!st.is_ok()) return st;
+  const int64_t sent_before = collectives->traffic().bytes_sent;
+  const int64_t received_before = collectives->traffic().bytes_received;
+  st = collectives->allreduce(r.local.output, r.local.output, count, d.dtype, RELAX_OP_SUM, 1.0);
+  traffic_.bytes_sent += collectives->traffic().bytes_sent - sent_before;
+  traffic_.bytes_received += collectives->traffic().bytes_received - received_before;
+  if (transient) groups_.release_transient();
+  return st;
+}
+
+bool DirectLane::header_pending() {
+  int flag = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, kHeaderTag, comm_, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
+
+Status DirectLane::start_join(int64_t last_step) {
+  if (join_request_ != MPI_REQUEST_NULL) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "a join is already pending");
+  join_step_ = last_step;
+  int rc = MPI_Iallreduce(&join_step_, &join_max_, 1, MPI_INT64_T, MPI_MAX, join_comm_, &join_request_);
+  return rc == MPI_SUCCESS ? Status::ok() : mpi_failure(rc, "MPI_Iallreduce");
+}
+
+Status DirectLane::test_join(bool& done, int64_t& max_step) {
+  if (join_request_ == MPI_REQUEST_NULL) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "no join is pending");
+  int flag = 0;
+  int rc = MPI_Test(&join_request_, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Test");
+  done = flag != 0;
+  if (done) max_step = join_max_;
+  return Status::ok();
+}
+
+}  // namespace relax

@@ -1,0 +1,246 @@
+#include "relaxed/group_service.h"
+
+#include <algorithm>
+#include <limits>
+#include <chrono>
+#include <cstring>
+
+#include "transport/mpi_context.h"
+
+namespace relax {
+namespace {
+
+constexpr int kRequestTag = 7301;
+constexpr int kReplyTag = 7302;
+
+// Reply layout: int64 group id, int64 new step, int64 count, then count int32 ranks (padded to
+// 8 bytes each) and count doubles.
+std::vector<uint8_t> encode(const GroupAssignment& a) {
+  const size_t n = a.members.size();
+  std::vector<uint8_t> bytes(24 + 16 * n);
+  const int64_t header[3] = {a.group_id, a.new_step, static_cast<int64_t>(n)};
+  std::memcpy(bytes.data(), header, 24);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t rank = a.members[i];
+    std::memcpy(bytes.data() + 24 + 8 * i, &rank, 8);
+    std::memcpy(bytes.data() + 24 + 8 * n + 8 * i, &a.weights[i], 8);
+  }
+  return bytes;
+}
+
+GroupAssignment decode(const std::vector<uint8_t>& bytes) {
+  GroupAssignment a;
+  int64_t header[3];
+  std::memcpy(header, bytes.data(), 24);
+  a.group_id = header[0];
+  a.new_step = header[1];
+  const size_t n = static_cast<size_t>(header[2]);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t rank;
+    double weight;
+    std::memcpy(&rank, bytes.data() + 24 + 8 * i, 8);
+    std::memcpy(&weight, bytes.data() + 24 + 8 * n + 8 * i, 8);
+    a.members.push_back(static_cast<int>(rank));
+    a.weights.push_back(weight);
+  }
+  return a;
+}
+
+}  // namespace
+
+// ---- policy ----
+
+GroupPolicy::GroupPolicy(int size, int group_size, int max_lag, double grace_seconds, double grace_fraction)
+    : size_(size), group_size_(group_size), max_lag_(max_lag), grace_(grace_seconds), grace_fraction_(grace_fraction),
+      progress_(static_cast<size_t>(size), -1), last_arrival_(static_cast<size_t>(size), -1.0),
+      interval_(static_cast<size_t>(size), 0.0), retired_(static_cast<size_t>(size), false) {}
+
+void GroupPolicy::retire(int rank) { retired_[static_cast<size_t>(rank)] = true; }
+
+void GroupPolicy::arrive(int rank, int64_t step, double now) {
+  const auto r = static_cast<size_t>(rank);
+  if (retired_[r]) {
+    last_arrival_[r] = -1.0;  // the pause after a retirement is not a step
+  }
+  retired_[r] = false;
+  progress_[r] = std::max(progress_[r], step);
+  if (last_arrival_[r] >= 0) {
+    const double gap = now - last_arrival_[r];
+    interval_[r] = interval_[r] > 0 ? 0.75 * interval_[r] + 0.25 * gap : gap;
+  }
+  last_arrival_[r] = now;
+  waiting_.push_back({rank, step, now, now + std::max(grace_, grace_fraction_ * interval_[r])});
+}
+
+double GroupPolicy::next_deadline(double now) const {
+  double earliest = std::numeric_limits<double>::infinity();
+  for (const Waiting& w : waiting_) {
+    if (w.deadline > now) earliest = std::min(earliest, w.deadline);
+  }
+  return earliest;
+}
+
+GroupAssignment GroupPolicy::make(const std::vector<Waiting>& contributors, const Waiting* adopter) {
+  GroupAssignment a;
+  a.group_id = next_id_++;
+  int64_t newest = 0;
+  for (const Waiting& w : contributors) newest = std::max(newest, w.step);
+  std::vector<std::pair<int, double>> members;
+  for (const Waiting& w : contributors) members.push_back({w.rank, 1.0 / static_cast<double>(contributors.size())});
+  if (adopter) members.push_back({adopter->rank, 0.0});
+  std::sort(members.begin(), members.end());
+  for (const auto& [rank, weight] : members) {
+    a.members.push_back(rank);
+    a.weights.push_back(weight);
+  }
+  a.new_step = newest;  // per member, the service replies max(own step, newest) for adopters
+  if (adopter) progress_[static_cast<size_t>(adopter->rank)] = newest;
+  return a;
+}
+
+std::vector<GroupAssignment> GroupPolicy::form(double now) {
+  std::vector<GroupAssignment> formed;
+  while (!waiting_.empty()) {
+    int64_t leader = -1;
+    size_t active = 0;
+    for (size_t r = 0; r < progress_.size(); ++r) {
+      if (retired_[r]) continue;
+      leader = std::max(leader, progress_[r]);
+      ++active;
+    }
+    std::vector<Waiting> fresh, stale;
+    for (const Waiting& w : waiting_) (w.step + max_lag_ >= leader ? fresh : stale).push_back(w);
+    std::vector<Waiting> chosen;
+    if (static_cast<int>(fresh.size()) >= group_size_) {
+      chosen.assign(fresh.begin(), fresh.begin() + group_size_);
+    } else if (!fresh.empty() && now >= fresh.front().deadline) {
+      chosen = fresh;  // nobody else is ready: a smaller group (or alone) rather than waiting
+    } else if (fresh.empty() && waiting_.size() >= active) {
+      // Nobody can come to adopt from (the most advanced rank is waiting or retired): lagging
+      // ranks average among themselves rather than wait forever.
+      chosen.assign(stale.begin(), stale.begin() + std::min<size_t>(stale.size(), static_cast<size_t>(group_size_)));
+      stale.clear();
+    }
+    // Otherwise a lagging rank waits for the next group of ranks that are ready: the most
+    // advanced rank is computing and will arrive, so the wait is at most about one of its steps.
+    if (chosen.empty()) break;
+    const Waiting* adopter = stale.empty() ? nullptr : &stale.front();  // catches up through this group
+    formed.push_back(make(chosen, adopter));
+    auto picked = [&](const Waiting& w) {
+      return std::find(formed.back().members.begin(), formed.back().members.end(), w.rank) !=
+             formed.back().members.end();
+    };
+    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), picked), waiting_.end());
+  }
+  return formed;
+}
+
+// ---- service ----
+
+GroupService::~GroupService() { stop(); }
+
+Status GroupService::start(MPI_Comm world, int group_size, int max_lag, double grace_ms, double grace_fraction) {
+  if (started()) return Status::ok();
+  if (group_size < 1 || max_lag < 0 || grace_ms < 0 || grace_fraction < 0 || grace_fraction >= 1) {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "group generator: group_size >= 1, max_lag >= 0, grace_ms >= 0, 0 <= grace_fraction < 1");
+  }
+  MPI_Comm_dup(world, &comm_);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  group_size_ = group_size;
+  max_lag_ = max_lag;
+  grace_seconds_ = grace_ms / 1000.0;
+  grace_fraction_ = grace_fraction;
+  stopping_ = false;
+  if (rank_ == 0) generator_ = std::thread([this] { generate(); });
+  return Status::ok();
+}
+
+void GroupService::generate() {
+  GroupPolicy policy(size_, group_size_, max_lag_, grace_seconds_, grace_fraction_);
+  int64_t incoming[2];
+  MPI_Request receive;
+  MPI_Irecv(incoming, 2, MPI_INT64_T, MPI_ANY_SOURCE, kRequestTag, comm_, &receive);
+  std::vector<std::vector<uint8_t>> replies;  // kept alive until their sends complete
+  std::vector<MPI_Request> sends;
+  while (!stopping_) {
+    int arrived = 0;
+    MPI_Test(&receive, &arrived, MPI_STATUS_IGNORE);
+    const double now = steady_seconds();
+    if (arrived) {
+      if (incoming[1] < 0) {
+        policy.retire(static_cast<int>(incoming[0]));
+      } else {
+        policy.arrive(static_cast<int>(incoming[0]), incoming[1], now);
+      }
+      MPI_Irecv(incoming, 2, MPI_INT64_T, MPI_ANY_SOURCE, kRequestTag, comm_, &receive);
+    }
+    for (GroupAssignment& group : policy.form(now)) {
+      for (int member : group.members) {
+        replies.push_back(encode(group));
+        sends.emplace_back();
+        MPI_Isend(replies.back().data(), static_cast<int>(replies.back().size()), MPI_BYTE, member, kReplyTag,
+                  comm_, &sends.back());
+      }
+    }
+    if (!sends.empty()) {
+      int done = 0;
+      MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE);
+      if (done) {
+        sends.clear();
+        replies.clear();
+      }
+    }
+    if (!arrived) std::this_thread::sleep_for(std::chrono::microseconds(policy.waiting() ? 20 : 200));
+  }
+  MPI_Cancel(&receive);
+  MPI_Request_free(&receive);
+  if (!sends.empty()) MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+}
+
+Status GroupService::request(int64_t step, GroupAssignment& out) {
+  if (!started()) return Status::error(RELAX_ERR_NOT_INITIALIZED, "the group generator was not started");
+  const int64_t message[2] = {rank_, step};
+  int rc = MPI_Send(message, 2, MPI_INT64_T, 0, kRequestTag, comm_);
+  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "group request failed: " + mpi_error_string(rc));
+  MPI_Status status;
+  MPI_Request reply;
+  std::vector<uint8_t> bytes(24 + 16 * static_cast<size_t>(size_ + 1));
+  MPI_Irecv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, 0, kReplyTag, comm_, &reply);
+  int done = 0;
+  const double start = steady_seconds();
+  while (!done) {  // poll with back-off: a blocking receive would spin a core
+    MPI_Test(&reply, &done, &status);
+    if (!done && stopping_) {
+      MPI_Cancel(&reply);
+      MPI_Request_free(&reply);
+      return Status::error(RELAX_ERR_SHUTDOWN, "relaxlib was shut down while waiting for a group");
+    }
+    if (!done && steady_seconds() - start > 50e-6) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  out = decode(bytes);
+  // Only a rank that adopts the average (weight 0) takes over the group's step.
+  const auto me = std::find(out.members.begin(), out.members.end(), rank_);
+  const bool adopts = me != out.members.end() && out.weights[static_cast<size_t>(me - out.members.begin())] == 0.0;
+  out.new_step = adopts ? std::max(out.new_step, step) : step;
+  return Status::ok();
+}
+
+Status GroupService::retire() {
+  if (!started()) return Status::ok();
+  const int64_t message[2] = {rank_, -1};
+  int rc = MPI_Send(message, 2, MPI_INT64_T, 0, kRequestTag, comm_);
+  return rc == MPI_SUCCESS ? Status::ok() : Status::error(RELAX_ERR_MPI, "group retire failed: " + mpi_error_string(rc));
+}
+
+void GroupService::stop() {
+  stopping_ = true;
+  if (generator_.joinable()) generator_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  comm_ = MPI_COMM_NULL;
+}
+
+}  // namespace relax

@@ -1,0 +1,151 @@
+#include "transport/mpi_context.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "util/logging.h"
+
+namespace relax {
+namespace {
+
+std::once_flag g_finalize_registered;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void free_comm(MPI_Comm& comm) {
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_free(&comm);
+    comm = MPI_COMM_NULL;
+  }
+}
+
+}  // namespace
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+MpiContext::~MpiContext() { close(); }
+
+Status MpiContext::open() {
+  if (open_) return Status::ok();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return Status::error(RELAX_ERR_MPI, "MPI has already been finalized in this process; relaxlib cannot start.");
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level_);
+    if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "MPI_Init_thread failed: " + mpi_error_string(rc));
+    // Finalize when the process exits, or mpirun reports a failed job.
+    std::call_once(g_finalize_registered, [] { std::atexit(finalize_at_exit); });
+  } else {
+    MPI_Query_thread(&thread_level_);
+  }
+  // The engine thread calls MPI while application threads may call MPI too (mpi4py).
+  if (thread_level_ < MPI_THREAD_SERIALIZED) {
+    return Status::error(RELAX_ERR_MPI,
+                         "MPI was initialized with thread level " + std::to_string(thread_level_) +
+                             "; relaxlib's background thread needs MPI_THREAD_MULTIPLE (or at least "
+                             "MPI_THREAD_SERIALIZED). Initialize MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE) "
+                             "or let relaxlib initialize it.");
+  }
+  if (thread_level_ < MPI_THREAD_MULTIPLE) {
+    RELAX_LOG(Warning, "MPI provides MPI_THREAD_SERIALIZED only; do not call MPI from other threads while "
+                       "relaxlib is running.");
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &control_);
+  MPI_Comm_dup(MPI_COMM_WORLD, &data_);
+  MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+  Status s = derive_topology();
+  if (!s.is_ok()) {
+    close();
+    return s;
+  }
+  open_ = true;
+  set_log_rank(topology_.rank);
+  return Status::ok();
+}
+
+Status MpiContext::derive_topology() {
+  MPI_Comm_rank(control_, &topology_.rank);
+  MPI_Comm_size(control_, &topology_.size);
+  // RELAX_LOCAL_SIZE=k pretends nodes hold k consecutive ranks each (to test hierarchical
+  // algorithms on one machine); otherwise nodes are the shared-memory domains MPI reports.
+  int node_key = 0;
+  if (const char* env = std::getenv("RELAX_LOCAL_SIZE")) {
+    const int k = std::atoi(env);
+    if (k <= 0 || topology_.size % k != 0) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                           "RELAX_LOCAL_SIZE=" + std::string(env) + " must be a positive divisor of the world size " +
+                               std::to_string(topology_.size));
+    }
+    node_key = topology_.rank / k;
+    MPI_Comm_split(control_, node_key, topology_.rank, &local_);
+  } else {
+    MPI_Comm_split_type(control_, MPI_COMM_TYPE_SHARED, topology_.rank, MPI_INFO_NULL, &local_);
+  }
+  MPI_Comm_rank(local_, &topology_.local_rank);
+  MPI_Comm_size(local_, &topology_.local_size);
+  MPI_Group local_group, world_group;
+  MPI_Comm_group(local_, &local_group);
+  MPI_Comm_group(control_, &world_group);
+  std::vector<int> local_ranks(static_cast<size_t>(topology_.local_size));
+  for (int i = 0; i < topology_.local_size; ++i) local_ranks[static_cast<size_t>(i)] = i;
+  local_world_ranks_.assign(local_ranks.size(), 0);
+  MPI_Group_translate_ranks(local_group, topology_.local_size, local_ranks.data(), world_group,
+                            local_world_ranks_.data());
+  MPI_Group_free(&local_group);
+  MPI_Group_free(&world_group);
+  std::sort(local_world_ranks_.begin(), local_world_ranks_.end());
+  MPI_Comm_split(control_, topology_.local_rank, topology_.rank, &cross_);
+  MPI_Comm_rank(cross_, &topology_.cross_rank);
+  MPI_Comm_size(cross_, &topology_.cross_size);
+  return count_host_ranks();
+}
+
+// Ranks whose host name equals this one's: the processes that share this machine's cores, even
+// when MPI treats them as separate nodes (network namespaces, -H with several addresses).
+Status MpiContext::count_host_ranks() {
+  constexpr int kNameBytes = 256;
+  std::vector<char> names(static_cast<size_t>(kNameBytes) * static_cast<size_t>(topology_.size), '\0');
+  char mine[kNameBytes] = {};
+  gethostname(mine, kNameBytes - 1);
+  const int rc = MPI_Allgather(mine, kNameBytes, MPI_CHAR, names.data(), kNameBytes, MPI_CHAR, control_);
+  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "host-name all-gather failed");
+  topology_.host_size = 0;
+  for (int r = 0; r < topology_.size; ++r) {
+    topology_.host_size += std::strncmp(mine, names.data() + static_cast<size_t>(r) * kNameBytes, kNameBytes) == 0;
+  }
+  return Status::ok();
+}
+
+void MpiContext::close() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    free_comm(cross_);
+    free_comm(local_);
+    free_comm(data_);
+    free_comm(control_);
+  }
+  open_ = false;
+}
+
+}  // namespace relax

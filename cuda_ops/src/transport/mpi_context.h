@@ -1,0 +1,57 @@
+// MPI lifetime and communicators: initializes MPI unless the application already did, duplicates
+// the world communicator for negotiation and data, and derives the node topology.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "util/types.h"
+
+namespace relax {
+
+struct Topology {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int cross_rank = 0, cross_size = 1;
+  int host_size = 1;  // ranks on this host (same host name), whatever MPI calls a node
+};
+
+class MpiContext {
+ public:
+  MpiContext() = default;
+  MpiContext(const MpiContext&) = delete;
+  MpiContext& operator=(const MpiContext&) = delete;
+  ~MpiContext();
+
+  // Initializes MPI if needed (MPI_THREAD_MULTIPLE requested) and creates the communicators.
+  Status open();
+  // Frees the communicators (MPI itself is finalized at process exit if we initialized it).
+  void close();
+  bool is_open() const { return open_; }
+
+  const Topology& topology() const { return topology_; }
+  // World ranks sharing this node, ascending.
+  const std::vector<int>& local_world_ranks() const { return local_world_ranks_; }
+  MPI_Comm control() const { return control_; }  // negotiation rounds
+  MPI_Comm data() const { return data_; }        // collectives
+  int thread_level() const { return thread_level_; }
+
+ private:
+  Status derive_topology();
+  Status count_host_ranks();
+
+  bool open_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+  Topology topology_;
+  std::vector<int> local_world_ranks_;
+  MPI_Comm control_ = MPI_COMM_NULL;
+  MPI_Comm data_ = MPI_COMM_NULL;
+  MPI_Comm local_ = MPI_COMM_NULL;
+  MPI_Comm cross_ = MPI_COMM_NULL;
+};
+
+// Error text of an MPI return code.
+std::string mpi_error_string(int code);
+
+}  // namespace relax

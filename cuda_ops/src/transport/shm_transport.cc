@@ -1,0 +1,188 @@
+#include "transport/shm_transport.h"
+
+#include <dlfcn.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "util/text.h"
+
+namespace relax {
+
+ShmCopy decide_shm_copy(const std::string& setting, bool user_chose, bool virtual_machine) {
+  if (setting == "on") return ShmCopy::kMpiDefault;
+  if (setting == "off") return user_chose ? ShmCopy::kMpiDefault : ShmCopy::kCopyInOut;
+  if (setting == "auto") return (!user_chose && virtual_machine) ? ShmCopy::kCopyInOut : ShmCopy::kMpiDefault;
+  throw std::invalid_argument("RELAX_SHM_SINGLE_COPY=" + setting + " is not one of auto, on, off");
+}
+
+#ifdef OPEN_MPI
+namespace {
+
+// The vader BTL's parameter (Open MPI 1.8 to 4.1). Open MPI 5 renamed the BTL to sm and moved
+// single copy into its own framework; we have not measured it there and leave it alone.
+constexpr const char* kVariable = "OMPI_MCA_btl_vader_single_copy_mechanism";
+
+bool is_mechanism_parameter(const std::string& name) {
+  return name == "btl_sm_single_copy_mechanism" || name == "btl_vader_single_copy_mechanism";
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+// Open MPI's major version from the library actually loaded (callable before MPI_Init).
+int open_mpi_major_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  const std::string version(text, static_cast<size_t>(std::max(0, length)));
+  const size_t v = version.find("Open MPI v");
+  return v == std::string::npos ? 0 : std::atoi(version.c_str() + v + 10);
+}
+
+// <prefix>/etc of the loaded libmpi, where a source or Spack build keeps its system parameter file.
+std::string library_sysconfdir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&MPI_Init), &info) == 0 || !info.dli_fname) return "";
+  std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash) + "/../etc";
+}
+
+// Whether one of Open MPI's parameter files (the user's, the system's, or those listed in
+// OMPI_MCA_mca_base_param_files) sets the mechanism: the environment would override it.
+bool set_in_parameter_files() {
+  std::vector<std::string> files;
+  const std::string listed = env_or("OMPI_MCA_mca_base_param_files", "");
+  if (!listed.empty()) {
+    size_t start = 0;
+    while (start <= listed.size()) {
+      const size_t end = std::min(listed.find(':', start), listed.size());
+      files.push_back(listed.substr(start, end - start));
+      start = end + 1;
+    }
+  } else {
+    files.push_back(env_or("HOME", "") + "/.openmpi/mca-params.conf");
+    files.push_back("/etc/openmpi/openmpi-mca-params.conf");  // Debian and Ubuntu packages
+    const std::string prefix = env_or("OPAL_PREFIX", "");
+    if (!prefix.empty()) files.push_back(prefix + "/etc/openmpi-mca-params.conf");
+    const std::string sysconf = library_sysconfdir();
+    if (!sysconf.empty()) files.push_back(sysconf + "/openmpi-mca-params.conf");
+  }
+  for (const std::string& path : files) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      const size_t equals = line.find('=', first);
+      if (equals == std::string::npos) continue;
+      std::string name = line.substr(first, equals - first);
+      name.erase(name.find_last_not_of(" \t") + 1);
+      if (is_mechanism_parameter(name)) return true;
+    }
+  }
+  return false;
+}
+
+// x86 guests only: other architectures have no such flag, and `auto` keeps Open MPI's default.
+bool running_under_hypervisor() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) return line.find(" hypervisor") != std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
+#endif
+
+namespace {
+
+// Single-copy transfers (CMA, process_vm_readv) pin each 4 KiB page of the peer's buffer on every
+// message. Inside this project's virtual machine that page walk cost more than a second memcpy:
+// on 2 ranks MPI_Allreduce of 1 MiB took 125 us with CMA and 73 us copying through shared memory
+// (more figures in docs/performance.md).
+// setenv runs before MPI_Init, on the thread initializing relaxlib; like MPI_Init's own setenv
+// calls it would race with another thread reading the environment at that moment.
+// `setting` has been validated by the caller.
+std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
+  set_variable = false;
+#ifdef OPEN_MPI
+  if (open_mpi_major_version() >= 5) {
+    return "shared memory: Open MPI 5's default (relaxlib's transport choice covers Open MPI 4 only)";
+  }
+  const std::string user = env_or(kVariable, "");
+  const bool in_files = user.empty() && set_in_parameter_files();
+  const bool user_chose = !user.empty() || in_files;
+  if (decide_shm_copy(setting, user_chose, running_under_hypervisor()) == ShmCopy::kCopyInOut) {
+    setenv(kVariable, "none", 1);  // unset or empty: the user did not choose
+    set_variable = true;
+    return std::string("shared memory: copy-in/copy-out (") + kVariable + "=none; " +
+           (setting == "off" ? "RELAX_SHM_SINGLE_COPY=off" : "virtual machine") + ")";
+  }
+  if (in_files) return "shared memory: the single-copy mechanism set in an Open MPI parameter file";
+  if (user_chose) return "shared memory: single-copy mechanism " + user + " (set by the user)";
+  return "shared memory: Open MPI's default single-copy mechanism";
+#else
+  (void)setting;
+  return "shared memory: MPI's default (not Open MPI)";
+#endif
+}
+
+struct Prepared {
+  std::mutex mutex;
+  bool done = false;
+  std::string setting;
+  std::string description = "shared memory: as configured by whoever initialized MPI";
+  bool set_variable = false;
+};
+
+Prepared& prepared() {
+  static Prepared p;
+  return p;
+}
+
+}  // namespace
+
+std::string prepare_shm_transport(const std::string& setting) {
+  Prepared& p = prepared();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  int mpi_ready = 0;
+  MPI_Initialized(&mpi_ready);
+  if (mpi_ready || (p.done && p.setting == setting)) return p.description;
+#ifdef OPEN_MPI
+  if (p.set_variable) unsetenv(kVariable);  // the setting changed since the load: decide again
+#endif
+  p.description = apply_shm_copy(setting, p.set_variable);
+  p.setting = setting;
+  p.done = true;
+  return p.description;
+}
+
+namespace {
+
+// At library load; a bad RELAX_SHM_SINGLE_COPY is left for init to report.
+const bool g_prepared_at_load = [] {
+  const char* env = std::getenv("RELAX_SHM_SINGLE_COPY");
+  const std::string setting = (env && *env) ? env : "auto";
+  if (!is_auto_on_off(setting)) return false;
+  try {
+    prepare_shm_transport(setting);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace relax
