@@ -8,7 +8,7 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 PENDING = 11  # relax_wait_for: not complete yet
@@ -19,6 +19,19 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8, BOOL = range(9)
 (REQ_ALLREDUCE, REQ_ALLGATHER, REQ_BROADCAST, REQ_REDUCESCATTER, REQ_ALLTOALL, REQ_BARRIER, REQ_JOIN,
  REQ_ADD_PROCESS_SET, REQ_REMOVE_PROCESS_SET, REQ_COMPRESSED_ALLREDUCE, REQ_NEIGHBOR_AVERAGE,
  REQ_GROUP_AVERAGE) = range(12)
+
+
+class CodecInfo(ctypes.Structure):
+    """relax_codec_info_t."""
+
+    _fields_ = [
+        ("id", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("wire_format", ctypes.c_char_p),
+        ("kind", ctypes.c_char_p),
+        ("caveat", ctypes.c_char_p),
+        ("consensus_step", ctypes.c_double),
+    ]
 
 
 class Request(ctypes.Structure):
@@ -95,6 +108,8 @@ _SIGNATURES = {
     "relax_process_set_rank": ([ctypes.c_int32], ctypes.c_int),
     "relax_process_set_ranks": ([ctypes.c_int32, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32], ctypes.c_int),
     "relax_start_timeline": ([ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
+    "relax_codec_count": ([], ctypes.c_int32),
+    "relax_codec_info": ([ctypes.c_int32, ctypes.POINTER(CodecInfo)], ctypes.c_int),
     "relax_codec_encoded_bytes": ([ctypes.c_int32, ctypes.c_int64], ctypes.c_int64),
     "relax_codec_encode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
     "relax_codec_decode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),

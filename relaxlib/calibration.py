@@ -165,9 +165,9 @@ def measure_codecs(nbytes: int = 16 << 20, reps: int = 3) -> dict[str, float]:
     return result
 
 
-def measure_compressed(network: Network, nbytes: int, codecs: tuple[str, ...] = tuple(compression.CODECS),
+def measure_compressed(network: Network, nbytes: int, codecs: tuple[str, ...] | None = None,
                        reps: int = 5) -> dict[str, float]:
-    """Collective: each codec's effective throughput as the engine's compressed all-reduce with
+    """Collective: each codec's (default: every registered codec's) effective throughput as the engine's compressed all-reduce with
     error feedback runs it on ``nbytes`` (the model), on every rank at once: 4·nbytes over the
     time the all-reduce takes beyond its wire time (the model's codec term, docs/perfmodel.md).
     It includes what the bare codec misses: error-feedback passes, chunking, cores shared by ranks.
@@ -180,13 +180,13 @@ def measure_compressed(network: Network, nbytes: int, codecs: tuple[str, ...] = 
     out, worker, owner = np.empty_like(values), np.zeros(count, np.float32), np.zeros(chunk, np.float32)
     bare = measure_codecs(nbytes=min(4 * count, 16 << 20), reps=2)
     result = {}
-    for codec in codecs:
+    for codec in codecs if codecs is not None else tuple(compression.CODECS):
         def run(_values, label, codec=codec):
             return direct.flat_compressed_allreduce_async(_buffer(values), _buffer(out), label, codec,
                                                           _buffer(worker), _buffer(owner),
                                                           keepalive=(values, out, worker, owner)).wait()
         elapsed = _timed(4 * count, reps, f"relax.calibrate.codec.{codec}", run)
-        wire = perfmodel.allreduce_time(n, perfmodel.CODEC_RATIO[codec] * 4 * count, network.alpha_s,
+        wire = perfmodel.allreduce_time(n, compression.CODECS[codec].ratio * 4 * count, network.alpha_s,
                                         network.bandwidth_bytes_per_s)
         result[codec] = 4 * 4 * count / max(elapsed - wire, 4 * 4 * count / bare[codec])
     return result

@@ -3,34 +3,85 @@ the core's encoders (for tests and benchmarks).
 
 A compressed all-reduce splits a flat float32 tensor of ``count`` elements into one contiguous
 chunk per rank (sizes differ by at most one, the first chunks taking the extra element); each
-chunk is encoded on its own:
-
-========  ======================================  ==========================================
-codec     wire format per chunk of n elements     error per element
-========  ======================================  ==========================================
-fp16      2n bytes                                IEEE half rounding (relative 2^-11)
-uint8     min, max (8 bytes) + n bytes            <= (max - min) / 255 / 2
-sign      rms(x) (4 bytes) + ceil(n / 8) bytes    | |x| - rms(x) |; the chunk's L2 norm is kept
-========  ======================================  ==========================================
+chunk is encoded on its own. The codecs are whatever the core registered (one C++ file each):
+``CODECS`` maps each name to its :class:`CodecSpec`, read from the core when first used, e.g.
+``CODECS["sign"].wire_format`` or ``CODECS["sign"].bits_per_element()``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from relaxlib import _core
 
-CODECS = {"fp16": 1, "uint8": 2, "sign": 3}
+# Chunk size at which a codec's ratio is quoted: large enough that headers are negligible but counted.
+RATIO_CHUNK_ELEMENTS = 1 << 20
+
+
+@dataclass(frozen=True)
+class CodecSpec:
+    """One codec as the core registered it."""
+
+    id: int
+    name: str
+    wire_format: str
+    kind: str  # "fp16" (near exact) or "compressed" (lossy: use error feedback)
+    caveat: str
+    consensus_step: float  # CHOCO step that stays stable with this codec's error
+
+    def bits_per_element(self, n: int = RATIO_CHUNK_ELEMENTS) -> float:
+        """Bits on the wire per float32 element for a chunk of ``n`` elements, headers included."""
+        return 8 * encoded_bytes(self.id, n) / n
+
+    @property
+    def ratio(self) -> float:
+        """Encoded bytes per float32 byte (headers included, at ``RATIO_CHUNK_ELEMENTS``)."""
+        return self.bits_per_element() / 32
+
+
+@functools.cache
+def _registered() -> dict[str, CodecSpec]:
+    lib = _core.lib()
+    specs = {}
+    for index in range(lib.relax_codec_count()):
+        info = _core.CodecInfo()
+        _core.check(lib.relax_codec_info(index, ctypes.byref(info)))
+        name = info.name.decode()
+        specs[name] = CodecSpec(info.id, name, info.wire_format.decode(), info.kind.decode(),
+                                info.caveat.decode(), info.consensus_step)
+    return specs
+
+
+class _CodecTable(Mapping[str, CodecSpec]):
+    """Name -> CodecSpec of every codec the core registered, read on first use."""
+
+    def __getitem__(self, name: str) -> CodecSpec:
+        return _registered()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_registered())
+
+    def __len__(self) -> int:
+        return len(_registered())
+
+    def __repr__(self) -> str:
+        return f"CODECS({', '.join(_registered())})"
+
+
+CODECS: Mapping[str, CodecSpec] = _CodecTable()
 
 
 def codec_id(codec: str | int) -> int:
     """The core id of a codec name (or id)."""
-    if isinstance(codec, int) and codec in CODECS.values():
+    if isinstance(codec, int) and any(spec.id == codec for spec in CODECS.values()):
         return codec
     try:
-        return CODECS[codec]
+        return CODECS[codec].id
     except (KeyError, TypeError):
         raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)}") from None
 

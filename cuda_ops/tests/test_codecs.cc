@@ -1,7 +1,9 @@
 // Codec round trips: exact where values are representable, within the documented bounds
 // otherwise, and sane for empty and one-element chunks.
 #include <cmath>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "check.h"
@@ -10,6 +12,13 @@
 
 using relax::Codec;
 using relax::make_codec;
+
+namespace {
+
+// A codec by name, as users name it (ids are the registry's business).
+std::unique_ptr<Codec> codec_named(const char* name) { return make_codec(relax::codec_id(name)); }
+
+}  // namespace
 
 namespace {
 
@@ -32,16 +41,30 @@ std::vector<float> random_values(size_t n, unsigned seed, float lo, float hi) {
 }  // namespace
 
 TEST(encoded_sizes_match_the_formats) {
-  CHECK_EQ(make_codec(relax::kCodecFp16)->encoded_bytes(10), int64_t{20});
-  CHECK_EQ(make_codec(relax::kCodecUint8)->encoded_bytes(10), int64_t{18});
-  CHECK_EQ(make_codec(relax::kCodecSign)->encoded_bytes(10), int64_t{6});
-  CHECK_EQ(make_codec(relax::kCodecSign)->encoded_bytes(16), int64_t{6});
-  CHECK_EQ(make_codec(relax::kCodecSign)->encoded_bytes(0), int64_t{4});
+  CHECK_EQ(codec_named("fp16")->encoded_bytes(10), int64_t{20});
+  CHECK_EQ(codec_named("uint8")->encoded_bytes(10), int64_t{18});
+  CHECK_EQ(codec_named("sign")->encoded_bytes(10), int64_t{6});
+  CHECK_EQ(codec_named("sign")->encoded_bytes(16), int64_t{6});
+  CHECK_EQ(codec_named("sign")->encoded_bytes(0), int64_t{4});
   CHECK(make_codec(99) == nullptr);
 }
 
+TEST(the_registry_lists_each_codec_once_by_id_and_finds_it_by_name) {
+  const std::vector<relax::CodecInfo> codecs = relax::registered_codecs();
+  CHECK(codecs.size() >= 3u);
+  for (size_t i = 0; i < codecs.size(); ++i) {
+    if (i > 0) CHECK(codecs[i - 1].id < codecs[i].id);
+    CHECK_EQ(relax::codec_id(codecs[i].name), codecs[i].id);
+    CHECK_EQ(relax::codec_name(codecs[i].id), std::string(codecs[i].name));
+    CHECK_EQ(std::string(make_codec(codecs[i].id)->name()), std::string(codecs[i].name));
+    CHECK(codecs[i].consensus_step > 0 && codecs[i].consensus_step <= 1);
+  }
+  CHECK_EQ(relax::codec_id("no-such-codec"), -1);
+  CHECK_EQ(relax::codec_name(99), std::string("codec(99)"));
+}
+
 TEST(fp16_is_exact_on_halves_and_within_half_an_ulp_elsewhere) {
-  auto codec = make_codec(relax::kCodecFp16);
+  auto codec = codec_named("fp16");
   std::vector<float> halves = {0.0f, -2.5f, 1024.0f, 0.0009765625f, 65504.0f};
   CHECK(round_trip(*codec, halves) == halves);
   const auto values = random_values(1000, 1, -100, 100);
@@ -52,7 +75,7 @@ TEST(fp16_is_exact_on_halves_and_within_half_an_ulp_elsewhere) {
 }
 
 TEST(uint8_error_is_at_most_half_a_step_and_grid_values_are_exact) {
-  auto codec = make_codec(relax::kCodecUint8);
+  auto codec = codec_named("uint8");
   const auto values = random_values(4099, 2, -3, 7);
   float lo = values[0], hi = values[0];
   for (float v : values) lo = std::fmin(lo, v), hi = std::fmax(hi, v);
@@ -69,7 +92,7 @@ TEST(uint8_error_is_at_most_half_a_step_and_grid_values_are_exact) {
 }
 
 TEST(sign_keeps_signs_and_the_l2_norm) {
-  auto codec = make_codec(relax::kCodecSign);
+  auto codec = codec_named("sign");
   const auto values = random_values(1001, 3, -1, 1);
   const auto out = round_trip(*codec, values);
   double l2_in = 0, l2_out = 0;
@@ -86,16 +109,16 @@ TEST(sign_keeps_signs_and_the_l2_norm) {
 }
 
 TEST(empty_and_single_element_chunks) {
-  for (int id : {relax::kCodecFp16, relax::kCodecUint8, relax::kCodecSign}) {
-    auto codec = make_codec(id);
+  for (const relax::CodecInfo& info : relax::registered_codecs()) {
+    auto codec = info.make();
     CHECK(round_trip(*codec, {}).empty());
     CHECK(round_trip(*codec, {-3.0f}) == std::vector<float>{-3.0f});
   }
 }
 
 TEST(decode_add_accumulates_the_decoded_values) {
-  for (int id : {relax::kCodecFp16, relax::kCodecUint8, relax::kCodecSign}) {
-    auto codec = make_codec(id);
+  for (const relax::CodecInfo& info : relax::registered_codecs()) {
+    auto codec = info.make();
     const auto values = random_values(77, 4, -2, 2);
     std::vector<uint8_t> bytes(static_cast<size_t>(codec->encoded_bytes(77)));
     codec->encode(values.data(), 77, bytes.data());
@@ -109,8 +132,8 @@ TEST(decode_add_accumulates_the_decoded_values) {
 }
 
 TEST(residual_is_input_minus_decoded) {
-  for (int id : {relax::kCodecFp16, relax::kCodecUint8, relax::kCodecSign}) {
-    auto codec = make_codec(id);
+  for (const relax::CodecInfo& info : relax::registered_codecs()) {
+    auto codec = info.make();
     const auto values = random_values(1003, 5, -2, 2);
     std::vector<uint8_t> bytes(static_cast<size_t>(codec->encoded_bytes(1003)));
     codec->encode(values.data(), 1003, bytes.data());

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 7
+#define RELAX_ABI_VERSION 8
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -87,12 +87,16 @@ typedef enum {
   RELAX_REQ_GROUP_AVERAGE = 11     /* over world ranks `peers` (sorted, incl. this rank): x' = sum_k weights[k] x_k */
 } relax_request_type_t;
 
-/* Codecs of compressed collectives. */
-typedef enum {
-  RELAX_CODEC_FP16 = 1,  /* IEEE half per element */
-  RELAX_CODEC_UINT8 = 2, /* per-chunk min/max + 1 byte per element */
-  RELAX_CODEC_SIGN = 3   /* per-chunk root mean square + 1 bit per element */
-} relax_codec_t;
+/* Codecs of compressed collectives are registered by the core (one file each); list them with
+ * relax_codec_count() / relax_codec_info(). A codec's id is stable across releases. */
+typedef struct {
+  int32_t id;            /* relax_request_t::codec */
+  const char* name;      /* e.g. "sign"; valid while the library is loaded */
+  const char* wire_format; /* layout of one encoded chunk of n float32 values */
+  const char* kind;      /* "fp16" (near exact) or "compressed" (lossy: use error feedback) */
+  const char* caveat;    /* advice for users, "" if none */
+  double consensus_step; /* CHOCO step that stays stable with this codec's error */
+} relax_codec_info_t;
 
 /*
  * One collective request. Pointers need only live for the duration of relax_enqueue(), except
@@ -125,7 +129,7 @@ typedef struct {
   int32_t ncounts;    /* reducescatter: number of entries in `recv_counts` (0: default) */
   const int64_t* recv_counts;
   int32_t process_set; /* 0 = all ranks; roots, splits and counts are relative to the set */
-  int32_t codec;       /* compressed all-reduce / neighbour average: relax_codec_t (0: none) */
+  int32_t codec;       /* compressed all-reduce / neighbour average: a codec id (0: none) */
   void* aux0;          /* compressed: worker error; neighbour average with codec: own estimate x^ */
   void* aux1;          /* compressed: owner error; neighbour average with codec: peers' estimates */
   int32_t npeers;      /* direct requests: world ranks of the neighbours / group members */
@@ -227,6 +231,10 @@ RELAX_API int relax_process_set_rank(int32_t process_set);
 RELAX_API int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity);
 
 /* ---- codecs (no init needed) ---- */
+/* Number of registered codecs; relax_codec_info(i) for i in [0, count) describes each, by id. */
+RELAX_API int32_t relax_codec_count(void);
+/* Fills `out` with codec number `index`; RELAX_ERR_INVALID_ARGUMENT if out of range. */
+RELAX_API int relax_codec_info(int32_t index, relax_codec_info_t* out);
 /* Bytes of `n` float32 values encoded with `codec` (one chunk), or -1 for an unknown codec. */
 RELAX_API int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n);
 RELAX_API int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out);

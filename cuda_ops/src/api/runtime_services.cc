@@ -50,6 +50,21 @@ int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity)
   return static_cast<int>(info.world_ranks.size());
 }
 
+int32_t relax_codec_count(void) { return static_cast<int32_t>(relax::registered_codecs().size()); }
+
+int relax_codec_info(int32_t index, relax_codec_info_t* out) {
+  // The registry's strings are literals in the codec files: valid while the library is loaded.
+  const std::vector<relax::CodecInfo> codecs = relax::registered_codecs();
+  if (!out || index < 0 || index >= static_cast<int32_t>(codecs.size())) {
+    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                                            "no codec number " + std::to_string(index) + " (there are " +
+                                                std::to_string(codecs.size()) + ")"));
+  }
+  const relax::CodecInfo& c = codecs[static_cast<size_t>(index)];
+  *out = relax_codec_info_t{c.id, c.name, c.wire_format, c.kind, c.caveat, c.consensus_step};
+  return RELAX_OK;
+}
+
 int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n) {
   std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
   return c && n >= 0 ? c->encoded_bytes(n) : -1;

@@ -1,5 +1,5 @@
 // Per-element math of the codecs, shared by the CPU implementations (cuda_ops/src/codecs) and
-// the CUDA kernels (cuda_ops/cuda): __host__ __device__, no state, no allocation.
+// the CUDA kernels (codecs.cu): __host__ __device__, no state, no allocation.
 #pragma once
 
 #include <cmath>

@@ -1,5 +1,6 @@
 // fp16: every element as an IEEE half (2 bytes), rounded to nearest even. No header.
 #include <cstring>
+#include <memory>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -7,7 +8,6 @@
 
 #include "codecs/codec.h"
 #include "codecs/codec_math.h"
-#include "codecs/registry_entries.h"
 
 namespace relax {
 namespace {
@@ -79,8 +79,11 @@ class Fp16Codec final : public Codec {
   }
 };
 
-}  // namespace
+const CodecRegistration kRegistration({
+    /*id=*/1, "fp16", "IEEE half per element: 2n bytes", /*kind=*/"fp16",
+    "near exact",
+    /*consensus_step=*/1.0, [] { return std::unique_ptr<Codec>(std::make_unique<Fp16Codec>()); }});
 
-std::unique_ptr<Codec> make_fp16_codec() { return std::make_unique<Fp16Codec>(); }
+}  // namespace
 
 }  // namespace relax

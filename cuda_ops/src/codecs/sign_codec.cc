@@ -4,6 +4,7 @@
 // sent track the sum of the inputs; why the scale is the RMS: hd/codec_math.h.
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -11,7 +12,6 @@
 
 #include "codecs/codec.h"
 #include "codecs/codec_math.h"
-#include "codecs/registry_entries.h"
 
 namespace relax {
 namespace {
@@ -129,8 +129,11 @@ class SignCodec final : public Codec {
   }
 };
 
-}  // namespace
+const CodecRegistration kRegistration({
+    /*id=*/3, "sign", "root mean square (4 bytes) + ceil(n / 8) bytes", /*kind=*/"compressed",
+    "use with error feedback; up to 6 points below all-reduce on 2 ranks with momentum",
+    /*consensus_step=*/0.3, [] { return std::unique_ptr<Codec>(std::make_unique<SignCodec>()); }});
 
-std::unique_ptr<Codec> make_sign_codec() { return std::make_unique<SignCodec>(); }
+}  // namespace
 
 }  // namespace relax

@@ -3,6 +3,7 @@
 // (and every value on the grid) are exact.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -10,7 +11,6 @@
 
 #include "codecs/codec.h"
 #include "codecs/codec_math.h"
-#include "codecs/registry_entries.h"
 
 namespace relax {
 namespace {
@@ -111,8 +111,11 @@ class Uint8Codec final : public Codec {
   }
 };
 
-}  // namespace
+const CodecRegistration kRegistration({
+    /*id=*/2, "uint8", "min, max (8 bytes) + n bytes", /*kind=*/"compressed",
+    "use with error feedback",
+    /*consensus_step=*/0.8, [] { return std::unique_ptr<Codec>(std::make_unique<Uint8Codec>()); }});
 
-std::unique_ptr<Codec> make_uint8_codec() { return std::make_unique<Uint8Codec>(); }
+}  // namespace
 
 }  // namespace relax
