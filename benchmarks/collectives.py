@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collectives_report import (  # noqa: E402
     DEFAULT_OPS,
@@ -271,15 +273,6 @@ def run_worker(args: argparse.Namespace) -> None:
 
 # ---- driver ---------------------------------------------------------------------------------
 
-def mpirun(np_: int, extra: list[str]) -> list[str]:
-    cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"]
-    if np_ > (os.cpu_count() or 1):
-        cmd.append("--oversubscribe")
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd + extra
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -293,8 +286,7 @@ def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: s
               "--sizes", ",".join(map(str, sizes)), "--seconds-per-size", str(args.seconds_per_size), "--out", out]
     if args.overhead:
         worker.append("--overhead")
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     if setting:
         key, _, value = setting.partition("=")
         env[key] = value
@@ -310,8 +302,8 @@ def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: s
             os.environ.clear()
             os.environ.update(saved)
     else:
-        code = subprocess.run(mpirun(args.np, args.mpi_args.split()) + worker, env=env, capture_output=True,
-                              text=True, timeout=args.timeout).returncode
+        code = subprocess.run(mpirun_argv(args.np, worker, extra_args=args.mpi_args.split()), env=env,
+                              capture_output=True, text=True, timeout=args.timeout).returncode
     if code != 0 or not os.path.exists(out):
         print(f"  {lib} run {rep} failed (exit {code})")
         return {"library": lib, "results": []}

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_environment
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 MODELS = ("mlp", "conv")
@@ -179,9 +181,8 @@ def run_ranks(np_: int, cells: list[dict], args: argparse.Namespace, workdir: Pa
     command = [sys.executable, "-m", "relaxlib_launch.relaxrun", "-np", str(np_), sys.executable, __file__,
                "--worker", "--cells", str(cells_file), "--out", str(out_file), "--epochs", str(args.epochs),
                "--batch", str(args.batch)]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     try:
-        subprocess.run(command, env=env, timeout=args.timeout, check=False)
+        subprocess.run(command, env=mpirun_environment(), timeout=args.timeout, check=False)
     except subprocess.TimeoutExpired:
         print(f"{np_} ranks: the job did not finish within {args.timeout} s; keeping the cells it finished")
     if not out_file.exists():

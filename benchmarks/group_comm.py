@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 VARIANTS = {"mpi_comm_create_group": {}, "relaxlib_cached": {}, "relaxlib_uncached": {"RELAX_GROUP_CACHE_SIZE": "0"}}
@@ -73,14 +75,13 @@ def main() -> None:
         return
     results = {}
     for variant, extra_env in VARIANTS.items():
-        env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra_env)
+        env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **extra_env)
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "r.json")
-            cmd = ["mpirun", "-np", str(args.np), "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
-                   "-x", "PYTHONPATH"] + [item for key in extra_env for item in ("-x", key)] + \
-                  (["--mca", "btl", "tcp,self"] if args.tcp else []) + \
-                  [sys.executable, __file__, "--worker", variant, "--out", out, "--reps", str(args.reps)]
+            cmd = mpirun_argv(args.np, [sys.executable, __file__, "--worker", variant, "--out", out,
+                                        "--reps", str(args.reps)],
+                              oversubscribe=True, mca={"btl": "tcp,self"} if args.tcp else None,
+                              export=["PYTHONPATH", *extra_env])
             subprocess.run(cmd, env=env, check=True, timeout=600)
             results[variant] = json.loads(Path(out).read_text())
         row = results[variant]

@@ -37,6 +37,8 @@ import time
 import traceback
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 MODES = ("relaxlib-fit", "relaxlib-step", "mwms-fit", "mwms-step", "keras-fit", "keras-step")
@@ -272,13 +274,9 @@ def launch(args, mode: str, np_: int, result_dir: str) -> tuple[int, str]:
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                TF_CPP_MIN_LOG_LEVEL="2")
     if mode.startswith("relaxlib"):
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        cmd = ["mpirun", "-np", str(np_), "--bind-to", "none", "--oversubscribe"]
-        if os.geteuid() == 0:
-            cmd.append("--allow-run-as-root")
         try:
-            proc = subprocess.run(cmd + worker_argv(args, mode, result_dir), env=env, capture_output=True, text=True,
-                                  timeout=args.timeout)
+            proc = subprocess.run(mpirun_argv(np_, worker_argv(args, mode, result_dir), oversubscribe=True),
+                                  env=mpirun_environment(env), capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
             return -1, f"timed out after {args.timeout:g} s"
         return proc.returncode, (proc.stdout + proc.stderr)[-3000:]

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 METHODS = ("p2p", "dist_graph", "dist_graph_per_step", "relaxlib")
@@ -87,16 +89,16 @@ def main() -> None:
     if args.worker:
         worker(args.worker, SIZES, args.reps, args.out)
         return
-    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     methods = args.methods.split(",")
     results = {}
     for method in methods:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "r.json")
-            cmd = ["mpirun", "-np", str(args.np), "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
-                   "-x", "PYTHONPATH"] + (["--mca", "btl", "tcp,self"] if args.tcp else []) + \
-                  [sys.executable, __file__, "--worker", method, "--out", out, "--reps", str(args.reps)]
+            cmd = mpirun_argv(args.np, [sys.executable, __file__, "--worker", method, "--out", out,
+                                        "--reps", str(args.reps)],
+                              oversubscribe=True, mca={"btl": "tcp,self"} if args.tcp else None,
+                              export=["PYTHONPATH"])
             subprocess.run(cmd, env=env, check=True, timeout=900)
             results[method] = json.loads(Path(out).read_text())
     print(f"{'bytes':>10s}" + "".join(f"{m:>22s}" for m in methods) + "   (median us per exchange)")

@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+from relaxlib_launch.mpirun_command import mpirun_argv
+
 PREFIX = "rlx"
 
 
@@ -230,18 +232,14 @@ exec ip netns exec "$ns" env TMPDIR="{self._tmp_root}/$ns" sh -c "$*"
         if np_ > self.nranks:
             raise ValueError(f"{np_} ranks need {np_} namespaces; this network has {self.nranks}")
         hosts = ",".join(f"{a}:1" for a in self.addresses[:np_])
-        cmd = ["mpirun", "-np", str(np_), "-H", hosts, "--mca", "plm_rsh_agent", self._agent,
-               "--bind-to", "none", "--mca", "rtc", "^hwloc", "--mca", "btl", "self,tcp",
-               "--mca", "btl_tcp_if_include", self.subnet, "--mca", "oob_tcp_if_include", self.subnet,
+        mca = {"plm_rsh_agent": self._agent, "rtc": "^hwloc", "btl": "self,tcp",
+               "btl_tcp_if_include": self.subnet, "oob_tcp_if_include": self.subnet,
                # 4 MB socket buffers: simultaneous traffic both ways over a 1 Gbit tbf link measured
                # 600 Mbit/s per direction with the defaults, 745 with these (raw TCP: 990).
-               "--mca", "btl_tcp_sndbuf", "4194304", "--mca", "btl_tcp_rcvbuf", "4194304",
-               "--allow-run-as-root"]
+               "btl_tcp_sndbuf": "4194304", "btl_tcp_rcvbuf": "4194304"}
         names = set(export or []) | {k for k in os.environ if k.startswith(("RELAX_", "PYTHON", "OMP_"))}
-        for name in sorted(names | {"PATH", "LD_LIBRARY_PATH"}):
-            if name in os.environ:
-                cmd += ["-x", name]
-        return cmd
+        exported = [name for name in sorted(names | {"PATH", "LD_LIBRARY_PATH"}) if name in os.environ]
+        return mpirun_argv(np_, hosts=hosts, mca=mca, export=exported)
 
 
 def main() -> int:

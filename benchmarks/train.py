@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -230,8 +232,8 @@ def worker_argv(args, result: str) -> list[str]:
 
 
 def launch(args, np_: int, result: str) -> int:
-    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               MASTER_PORT=str(free_port()), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                             MASTER_PORT=str(free_port()))
     if args.bandwidth and np_ > 1:
         from netem import ShapedNetwork
         with ShapedNetwork(np_, bandwidth_mbit=args.bandwidth) as net:
@@ -242,8 +244,8 @@ def launch(args, np_: int, result: str) -> int:
             cmd = net.mpirun_command(np_, export=exported) + worker_argv(args, result)
             return net.run(cmd, env=env, timeout=1800)
     env["MASTER_ADDR"] = "127.0.0.1"
-    cmd = ["mpirun", "-np", str(np_), "--bind-to", "none", "--oversubscribe", "--allow-run-as-root",
-           "-x", "PYTHONPATH", "-x", "MASTER_ADDR", "-x", "MASTER_PORT"] + worker_argv(args, result)
+    cmd = mpirun_argv(np_, worker_argv(args, result), oversubscribe=True,
+                      export=["PYTHONPATH", "MASTER_ADDR", "MASTER_PORT"])
     return subprocess.call(cmd, env=env, timeout=1800)
 
 

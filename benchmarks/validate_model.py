@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_environment
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train  # noqa: E402
 
@@ -52,8 +54,7 @@ def calibrate_worker(out: str) -> None:
 
 def calibrate_network(bandwidth: float) -> dict:
     from netem import ShapedNetwork
-    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     with tempfile.TemporaryDirectory() as tmp, ShapedNetwork(RANKS, bandwidth_mbit=bandwidth) as net:
         out = os.path.join(tmp, "network.json")
         os.environ["PYTHONPATH"] = env["PYTHONPATH"]

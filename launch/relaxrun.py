@@ -20,6 +20,7 @@ import sys
 import tempfile
 
 from relaxlib_launch import horovodrun_options
+from relaxlib_launch.mpirun_command import mpirun_argv
 
 EXPORTED_PREFIXES = ("RELAX_", "HOROVOD_", "PYTHON", "OMP_", "MKL_")
 EXPORTED_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
@@ -105,24 +106,13 @@ def relax_environment(args: argparse.Namespace) -> dict[str, str]:
 def mpirun_command(args: argparse.Namespace, environ: dict[str, str]) -> list[str]:
     """The full mpirun command line for ``args``, exporting the relevant variables of ``environ``."""
     binding = shlex.split(args.binding_args) if args.binding_args else ["--bind-to", "none", "--map-by", "slot"]
-    cmd = ["mpirun", "-np", str(args.num_proc)] + binding
-    if args.hosts:
-        cmd += ["-H", args.hosts]
-    elif args.hostfile:
-        cmd += ["--hostfile", args.hostfile]
-    elif args.num_proc > (os.cpu_count() or 1):
-        cmd.append("--oversubscribe")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
+    mca = {}
     if args.network_interface:
-        cmd += ["--mca", "btl_tcp_if_include", args.network_interface,
-                "--mca", "oob_tcp_if_include", args.network_interface]
-    for name in sorted(environ):
-        if name.startswith(EXPORTED_PREFIXES) or name in EXPORTED_NAMES:
-            cmd += ["-x", name]
-    cmd += horovodrun_options.mpirun_arguments(args)
-    cmd += shlex.split(args.mpi_args)
-    return cmd + list(args.command)
+        mca = {"btl_tcp_if_include": args.network_interface, "oob_tcp_if_include": args.network_interface}
+    return mpirun_argv(args.num_proc, args.command, binding=binding, hosts=args.hosts, hostfile=args.hostfile,
+                       mca=mca, export=[name for name in sorted(environ)
+                                        if name.startswith(EXPORTED_PREFIXES) or name in EXPORTED_NAMES],
+                       extra_args=horovodrun_options.mpirun_arguments(args) + shlex.split(args.mpi_args))
 
 
 def check_build() -> str:

@@ -10,6 +10,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -33,19 +35,15 @@ class RankRun:
 
 def mpirun_prefix(np: int, extra_args: list[str] | None = None) -> list[str]:
     """mpirun with the options every test launch needs on this kind of machine."""
-    cmd = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd + list(extra_args or [])
+    return mpirun_argv(np, oversubscribe=True, extra_args=extra_args or [])
 
 
 def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
               mpi_args: list[str] | None = None) -> RankRun:
     """Runs ``argv`` on ``np`` ranks; kills the whole job if it outlives ``timeout`` seconds."""
-    full_env = dict(os.environ)
-    full_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                     "PYTHONPATH": str(REPO) + os.pathsep + full_env.get("PYTHONPATH", ""),
-                     "PYTHONUNBUFFERED": "1", "RELAX_STALL_CHECK_TIME": full_env.get("RELAX_STALL_CHECK_TIME", "20")})
+    full_env = mpirun_environment(PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                                  PYTHONUNBUFFERED="1",
+                                  RELAX_STALL_CHECK_TIME=os.environ.get("RELAX_STALL_CHECK_TIME", "20"))
     full_env.update(env or {})
     with tempfile.TemporaryDirectory(prefix="relax-ranks-") as out_dir:
         cmd = mpirun_prefix(np, mpi_args) + ["--output-filename", out_dir] + argv

@@ -1,0 +1,70 @@
+"""The one place that spells out an ``mpirun`` command line (and the environment it runs in).
+
+relaxrun, the test launcher (tests/mpi_launch.py), the shaped-link harness (benchmarks/netem.py)
+and the benchmarks all build their launches here, so the options every relaxlib job needs on a
+small shared machine (``--bind-to none``, ``--oversubscribe`` beyond the cores,
+``--allow-run-as-root`` as root) are decided once. The order of the arguments is fixed::
+
+    mpirun -np N <binding> [-H hosts | --hostfile f] [--oversubscribe] [--allow-run-as-root]
+           [--mca name value]... [-x NAME]... <extra_args> <program>
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+
+BIND_NONE = ("--bind-to", "none")
+"""The default binding: ranks float over all cores (relaxlib's engine threads need that)."""
+
+ROOT_VARIABLES = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+"""What Open MPI's tools need in the environment to run as root."""
+
+
+def running_as_root() -> bool:
+    """Whether this process runs as root (False where the platform has no user ids)."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def mpirun_argv(ranks: int, program: Sequence[str] = (), *, oversubscribe: bool | None = None,
+                binding: Sequence[str] = BIND_NONE, hosts: str | None = None, hostfile: str | None = None,
+                mca: Mapping[str, str] | None = None, export: Iterable[str] = (),
+                extra_args: Sequence[str] = ()) -> list[str]:
+    """The ``mpirun`` argv that starts ``program`` on ``ranks`` ranks (only the launcher's part
+    when ``program`` is empty, for callers that append it).
+
+    ``oversubscribe``: pass ``--oversubscribe``; by default only on a local launch (no ``hosts`` /
+    ``hostfile``) of more ranks than this machine has cores. ``binding``: the binding arguments
+    (``--bind-to none`` by default). ``hosts`` (``-H``, e.g. ``node1:2,node2:2``) or ``hostfile``
+    (``--hostfile``). ``--allow-run-as-root`` is added when running as root. ``mca``: MCA
+    parameters, each as ``--mca name value`` in the mapping's order (e.g. ``{"btl": "tcp,self"}``).
+    ``export``: names of environment variables forwarded to every rank (``-x NAME``), in the given
+    order. ``extra_args``: further mpirun arguments, verbatim, just before ``program``.
+    """
+    if oversubscribe is None:
+        oversubscribe = not hosts and not hostfile and ranks > (os.cpu_count() or 1)
+    cmd = ["mpirun", "-np", str(ranks), *binding]
+    if hosts:
+        cmd += ["-H", hosts]
+    if hostfile:
+        cmd += ["--hostfile", hostfile]
+    if oversubscribe:
+        cmd.append("--oversubscribe")
+    if running_as_root():
+        cmd.append("--allow-run-as-root")
+    for name, value in (mca or {}).items():
+        cmd += ["--mca", name, value]
+    for name in export:
+        cmd += ["-x", name]
+    return cmd + list(extra_args) + list(program)
+
+
+def mpirun_environment(base: Mapping[str, str] | None = None, **overrides: str) -> dict[str, str]:
+    """A copy of ``base`` (``os.environ`` by default) for running mpirun: with
+    OMPI_ALLOW_RUN_AS_ROOT / OMPI_ALLOW_RUN_AS_ROOT_CONFIRM set when running as root, then
+    ``overrides`` on top."""
+    env = dict(os.environ if base is None else base)
+    if running_as_root():
+        env.update(ROOT_VARIABLES)
+    env.update(overrides)
+    return env

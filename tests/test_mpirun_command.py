@@ -1,0 +1,108 @@
+"""The one mpirun command builder: the argv it gives for each kind of launch in the repository, and
+that no other module spells out an mpirun command by hand."""
+
+import os
+import re
+
+import pytest
+
+from mpi_launch import REPO, mpirun_prefix
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+
+PROGRAM = ["python", "t.py", "--lr", "0.1"]
+
+
+@pytest.fixture
+def user(monkeypatch):
+    """A non-root user on a 2-core machine."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+@pytest.fixture
+def root(monkeypatch):
+    """Root on a 2-core machine."""
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+def test_defaults_bind_none_and_oversubscribe_only_beyond_the_cores(user):
+    assert mpirun_argv(2, PROGRAM) == ["mpirun", "-np", "2", "--bind-to", "none", *PROGRAM]
+    assert mpirun_argv(3, PROGRAM) == ["mpirun", "-np", "3", "--bind-to", "none", "--oversubscribe", *PROGRAM]
+
+
+def test_as_root_allows_running_as_root(root):
+    assert mpirun_argv(3, PROGRAM) == ["mpirun", "-np", "3", "--bind-to", "none", "--oversubscribe",
+                                       "--allow-run-as-root", *PROGRAM]
+
+
+def test_oversubscribe_can_be_forced_either_way(user):
+    assert "--oversubscribe" in mpirun_argv(1, oversubscribe=True)
+    assert "--oversubscribe" not in mpirun_argv(8, oversubscribe=False)
+
+
+def test_hosts_or_hostfile_never_oversubscribe_by_default(user):
+    assert mpirun_argv(16, hosts="a:8,b:8") == ["mpirun", "-np", "16", "--bind-to", "none", "-H", "a:8,b:8"]
+    assert mpirun_argv(16, hostfile="hf") == ["mpirun", "-np", "16", "--bind-to", "none", "--hostfile", "hf"]
+
+
+def test_prefix_without_a_program_for_callers_that_append_it(root):
+    """tests/mpi_launch.py: always oversubscribed, the caller's arguments verbatim at the end."""
+    assert mpirun_prefix(2) == ["mpirun", "-np", "2", "--bind-to", "none", "--oversubscribe", "--allow-run-as-root"]
+    assert mpirun_prefix(2, ["--mca", "btl", "tcp,self"])[-3:] == ["--mca", "btl", "tcp,self"]
+
+
+def test_benchmark_over_tcp_exporting_variables(root):
+    """benchmarks/group_comm.py and neighbor_exchange.py with --tcp."""
+    cmd = mpirun_argv(4, PROGRAM, oversubscribe=True, mca={"btl": "tcp,self"},
+                      export=["PYTHONPATH", "RELAX_GROUP_CACHE_SIZE"])
+    assert cmd == ["mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", "--allow-run-as-root",
+                   "--mca", "btl", "tcp,self", "-x", "PYTHONPATH", "-x", "RELAX_GROUP_CACHE_SIZE", *PROGRAM]
+
+
+def test_relaxrun_layout_binding_mca_exports_then_verbatim_arguments(user):
+    """launch/relaxrun.py: its own binding, interface MCA parameters, exports, then horovodrun's and
+    --mpi-args' arguments verbatim before the program."""
+    cmd = mpirun_argv(2, PROGRAM, binding=["--bind-to", "core", "--map-by", "socket"],
+                      mca={"btl_tcp_if_include": "eth1", "oob_tcp_if_include": "eth1"}, export=["PATH", "RELAX_X"],
+                      extra_args=["--timestamp-output", "--mca", "btl", "tcp,self"])
+    assert cmd == ["mpirun", "-np", "2", "--bind-to", "core", "--map-by", "socket",
+                   "--mca", "btl_tcp_if_include", "eth1", "--mca", "oob_tcp_if_include", "eth1",
+                   "-x", "PATH", "-x", "RELAX_X", "--timestamp-output", "--mca", "btl", "tcp,self", *PROGRAM]
+
+
+def test_shaped_link_harness_layout(root):
+    """benchmarks/netem.py: one rank per namespace host, MCA parameters in their order."""
+    mca = {"plm_rsh_agent": "/tmp/a.sh", "rtc": "^hwloc", "btl": "self,tcp", "btl_tcp_if_include": "10.9.0.0/24"}
+    cmd = mpirun_argv(2, hosts="10.9.0.1:1,10.9.0.2:1", mca=mca, export=["PATH"])
+    assert cmd == ["mpirun", "-np", "2", "--bind-to", "none", "-H", "10.9.0.1:1,10.9.0.2:1", "--allow-run-as-root",
+                   "--mca", "plm_rsh_agent", "/tmp/a.sh", "--mca", "rtc", "^hwloc", "--mca", "btl", "self,tcp",
+                   "--mca", "btl_tcp_if_include", "10.9.0.0/24", "-x", "PATH"]
+
+
+def test_environment_allows_root_only_as_root_and_applies_overrides_last(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    env = mpirun_environment({"A": "1", "PYTHONPATH": "old"}, PYTHONPATH="new")
+    assert env == {"A": "1", "PYTHONPATH": "new", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert mpirun_environment({"A": "1"}) == {"A": "1"}
+    monkeypatch.setenv("RELAX_SOMETHING", "x")
+    assert mpirun_environment()["RELAX_SOMETHING"] == "x"  # os.environ by default, copied
+    assert mpirun_environment() is not os.environ
+
+
+# A list literal that starts with "mpirun" followed by an option: a hand-built launch. ["mpirun", "--version"]
+# (a version query) is no launch.
+HAND_BUILT = re.compile(r"""\[\s*(['"])mpirun\1\s*,(?!\s*(['"])--version\2)""")
+
+
+def test_no_hand_built_mpirun_command_outside_the_builder():
+    builder = REPO / "launch" / "mpirun_command.py"
+    sources = [p for top in sorted(REPO.iterdir()) if top.is_dir() and not top.name.startswith(".")
+               and top.name not in ("build", "node_modules") for p in top.rglob("*.py")]
+    sources += list(REPO.glob("*.py"))
+    # test modules assert on argv literals; they launch through mpi_launch / relaxrun
+    offenders = [str(p.relative_to(REPO)) for p in sources if p != builder and not p.name.startswith("test_")
+                 and HAND_BUILT.search(p.read_text(errors="replace"))]
+    assert offenders == [], f"build mpirun commands with relaxlib_launch.mpirun_command.mpirun_argv: {offenders}"
+    assert HAND_BUILT.search('cmd = ["mpirun", "-np", str(n)]') and not HAND_BUILT.search('["mpirun", "--version"]')
