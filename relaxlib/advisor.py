@@ -3,37 +3,30 @@ codecs, compute per rank) and ranks every mode by predicted throughput. Collecti
 
 Framework bindings call :func:`advise` with their measured forward/backward times and gradient
 sizes (``relaxlib_torch.advise``, ``relaxlib_tf.advise``); ``relaxrun --advise`` makes the
-distributed optimizer call it after a few training steps, from the step telemetry.
+distributed optimizer call it after a few training steps, from the step telemetry. Each mode's
+kind and caveat are its own declaration (relaxlib.algorithms.modes).
 """
 
 from __future__ import annotations
 
 from relaxlib import basics, calibration, perfmodel
+from relaxlib.algorithms import modes
 
 BUCKET_BYTES = 25e6
-CAVEATS = {
-    "allreduce": "exact; the baseline",
-    "dear": "exact (same parameters as all-reduce)",
-    "compressed-fp16": "near exact",
-    "compressed-uint8": "use with error feedback",
-    "compressed-sign": "use with error feedback; up to 6 points below all-reduce on 2 ranks with momentum",
-    "decentralized-ring": "models differ until average_now(); more epochs may be needed",
-    "decentralized-random": "models differ until average_now(); more epochs may be needed",
-    "partial-static": "models differ until average_now()",
-    "partial-random": "models differ until average_now()",
-    "partial-smart": "fast ranks may average less often than every step",
-    "async": "averages every sync interval, not every step",
-}
-
-
-KIND = {"allreduce": "exact", "dear": "exact", "compressed-fp16": "fp16", "compressed-uint8": "compressed",
-        "compressed-sign": "compressed", "async": "async"}
 
 
 def kind_of(mode: str) -> str:
-    """How far a mode departs from all-reduce's mathematics: exact, fp16, compressed (gradients
-    with error feedback), averaging (models differ between ranks), async."""
-    return KIND.get(mode, "averaging")
+    """How far a mode departs from all-reduce's mathematics (``relaxlib.algorithms.modes.KINDS``):
+    exact, fp16, compressed (gradients with error feedback), averaging (models differ between
+    ranks), async. A name no algorithm registered counts as averaging."""
+    found = modes.find(mode)
+    return found.kind if found else "averaging"
+
+
+def caveat_of(mode: str) -> str:
+    """What to watch for with a mode (the advisor table's last column); empty if unregistered."""
+    found = modes.find(mode)
+    return found.caveat if found else ""
 
 
 def buckets_of(sizes_backward_order: list[int], bucket_bytes: float = BUCKET_BYTES) -> list[float]:
@@ -88,7 +81,7 @@ def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[
 def format_table(predictions: list[perfmodel.Prediction], network: calibration.Network,
                  workload: perfmodel.Workload) -> str:
     """The advisor's table: mode, predicted step time, speedup over all-reduce, bytes, caveat."""
-    baseline = next(p for p in predictions if p.mode == "allreduce")
+    baseline = next(p for p in predictions if p.mode == modes.BASELINE)
     lines = [
         f"relaxlib advisor: {workload.ranks} ranks, alpha {1e6 * network.alpha_s:.1f} us, bandwidth "
         f"{network.bandwidth_bytes_per_s / 1e9:.2f} GB/s, model {workload.model_bytes / 1e6:.1f} MB in "
@@ -98,7 +91,7 @@ def format_table(predictions: list[perfmodel.Prediction], network: calibration.N
     ]
     for p in predictions:
         lines.append(f"{p.mode:22s} {1e3 * p.step_s:9.1f} {p.samples_per_s / baseline.samples_per_s:7.2f}x "
-                     f"{p.bytes_sent / 1e6:8.2f}  {kind_of(p.mode):10s}  {CAVEATS.get(p.mode, '')}")
+                     f"{p.bytes_sent / 1e6:8.2f}  {kind_of(p.mode):10s}  {caveat_of(p.mode)}")
     best_exact = next(p for p in predictions if kind_of(p.mode) == "exact")
     lines.append(f"fastest with all-reduce's results: {best_exact.mode}; fastest overall: {predictions[0].mode} "
                  f"({kind_of(predictions[0].mode)}). Median prediction error 7 % on the reference grid "

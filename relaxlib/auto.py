@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 from relaxlib import algorithms, basics
 from relaxlib.advisor import kind_of
+from relaxlib.algorithms import modes
 
-LEVELS = ("exact", "fp16", "compressed", "averaging", "async")  # increasing departure from all-reduce
+LEVELS = modes.KINDS  # increasing departure from all-reduce
 
 
 def allowed_level() -> str | None:
@@ -38,11 +39,11 @@ def choose(predictions: list, level: str, supported: set[str]) -> tuple[str, flo
     """The fastest predicted mode in ``supported`` whose kind is within ``level``, and its
     predicted speedup over all-reduce. ``predictions`` come fastest first."""
     allowed = set(LEVELS[:LEVELS.index(level) + 1])
-    baseline = next(p for p in predictions if p.mode == "allreduce")
+    baseline = next(p for p in predictions if p.mode == modes.BASELINE)
     for p in predictions:
         if p.mode in supported and kind_of(p.mode) in allowed:
             return p.mode, p.samples_per_s / baseline.samples_per_s
-    return "allreduce", 1.0
+    return modes.BASELINE, 1.0
 
 
 def finish_phase(predictions: list, runs: Callable[[algorithms.Algorithm], bool], hard_exit: bool = False) -> None:
@@ -71,21 +72,8 @@ def finish_phase(predictions: list, runs: Callable[[algorithms.Algorithm], bool]
 
 def algorithm_for(mode: str) -> algorithms.Algorithm:
     """The algorithm object of an advisor mode name (``allreduce``, ``dear``, ``compressed-uint8``,
-    ``decentralized-ring``, ``partial-smart``, ``async``, ...)."""
-    family, _, variant = mode.partition("-")
-    if mode == "allreduce":
-        return algorithms.AllReduce()
-    if mode == "dear":
-        return algorithms.DeAR()
-    if family == "compressed" and variant:
-        return algorithms.CompressedScatterReduce(codec=variant)
-    if family == "decentralized" and variant:
-        return algorithms.Decentralized(topology=variant)
-    if family == "partial" and variant:
-        return algorithms.PartialAllReduce(generator=variant)
-    if mode == "async":
-        return algorithms.AsyncModelAverage()
-    raise ValueError(f"unknown mode {mode!r} in RELAX_ALGORITHM")
+    ``decentralized-ring``, ``partial-smart``, ``async``, ...: ``relaxlib.algorithms.modes.names()``)."""
+    return modes.get(mode).algorithm()
 
 
 def default_algorithm() -> algorithms.Algorithm | None:

@@ -167,9 +167,10 @@ def measure_codecs(nbytes: int = 16 << 20, reps: int = 3) -> dict[str, float]:
 
 def measure_compressed(network: Network, nbytes: int, codecs: tuple[str, ...] | None = None,
                        reps: int = 5) -> dict[str, float]:
-    """Collective: each codec's (default: every registered codec's) effective throughput as the engine's compressed all-reduce with
-    error feedback runs it on ``nbytes`` (the model), on every rank at once: 4·nbytes over the
-    time the all-reduce takes beyond its wire time (the model's codec term, docs/perfmodel.md).
+    """Collective: each codec's (default: every registered one's) effective throughput as the
+    engine's compressed all-reduce with error feedback runs it on ``nbytes`` (the model), on every
+    rank at once: 4·nbytes over the time the all-reduce takes beyond its wire time (the model's
+    codec term, docs/perfmodel.md).
     It includes what the bare codec misses: error-feedback passes, chunking, cores shared by ranks.
     It is never above the bare codec's throughput (:func:`measure_codecs`), which also stands in
     when the all-reduce is no slower than its predicted wire time."""

@@ -5,14 +5,22 @@ The network is described by α (seconds per message, latency plus software overh
 message of b bytes costs α + b/BW. The model is given the gradient buckets in the order the
 backward pass produces them, the forward and backward compute time, the codec throughput and
 each rank's compute slowdown, and predicts the per-iteration time of every mode. Every equation
-is written out in docs/perfmodel.md; this module is that page in code.
+is written out in docs/perfmodel.md; this module is that page in code. Which equation predicts
+which mode is the mode's own declaration (relaxlib.algorithms.modes); :func:`predict_all` asks
+every registered mode.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-CODEC_RATIO = {"fp16": 0.5, "uint8": 0.25, "sign": 1 / 32}  # encoded bytes per float32 byte (chunk headers ignored)
+from relaxlib import compression
+
+if TYPE_CHECKING:
+    from relaxlib.algorithms.modes import Mode
+
 
 
 @dataclass
@@ -146,18 +154,17 @@ def predict_compressed(w: Workload, codec: str) -> Prediction:
     decoding handle about 2b bytes each way (encode all, decode n-1 chunks, re-encode and
     decode the reduced chunks): 2(n-1)α + 2(n-1)/n · ratio·b/BW + 4b/codec_throughput."""
     n, a, bw = w.ranks, w.alpha_s, w.bandwidth_bytes_per_s
-    if codec not in CODEC_RATIO:
-        raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODEC_RATIO)}")
+    if codec not in compression.CODECS:
+        raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(compression.CODECS)}")
     throughput = w.codec_bytes_per_s.get(codec)
     if not throughput:
         raise ValueError(f"no codec throughput for {codec!r}: calibrate it first")
-    ratio = CODEC_RATIO[codec]
+    ratio = compression.CODECS[codec].ratio  # as the core encodes it, chunk headers included
     wire = allreduce_time(n, ratio * w.model_bytes, a, bw)
     codec_s = 4 * w.model_bytes / throughput
     comm = wire + codec_s
     return _lock_step(w, f"compressed-{codec}", comm, comm, 2 * (n - 1) / n * ratio * w.model_bytes,
-                      "use with error feedback" + ("; 1 bit per element can slow convergence" if codec == "sign"
-                                                   else ""))
+                      compression.CODECS[codec].caveat)
 
 
 def predict_decentralized(w: Workload, topology: str) -> Prediction:
@@ -201,10 +208,17 @@ def predict_async(w: Workload) -> Prediction:
                       f"models averaged every {1e3 * round_s:.0f} ms, not every step")
 
 
-def predict_all(w: Workload, codecs: tuple[str, ...] = ("fp16", "uint8", "sign")) -> list[Prediction]:
-    """Every mode the workload can be predicted for, fastest (most samples/s) first."""
-    predictions = [predict_allreduce(w), predict_dear(w), predict_decentralized(w, "ring"),
-                   predict_decentralized(w, "random"), predict_partial(w, "static"), predict_partial(w, "random"),
-                   predict_partial(w, "smart"), predict_async(w)]
-    predictions += [predict_compressed(w, c) for c in codecs if w.codec_bytes_per_s.get(c)]
+def predictable(mode: Mode, w: Workload, codecs: Collection[str] | None = None) -> bool:
+    """Whether ``w`` holds what ``mode``'s equation needs: a mode with a codec needs that codec's
+    calibrated throughput (and, when ``codecs`` is given, the codec among them)."""
+    codec = mode.params.get("codec")
+    return codec is None or ((codecs is None or codec in codecs) and bool(w.codec_bytes_per_s.get(codec)))
+
+
+def predict_all(w: Workload, codecs: Collection[str] | None = None) -> list[Prediction]:
+    """Every registered mode (relaxlib.algorithms.modes) the workload can be predicted for, fastest
+    (most samples/s) first; ``codecs`` limits the compressed modes to those codecs (None: all)."""
+    from relaxlib.algorithms import modes  # here: the algorithms registering into it import this module
+
+    predictions = [mode.prediction(w) for mode in modes.registered() if predictable(mode, w, codecs)]
     return sorted(predictions, key=lambda p: -p.samples_per_s)

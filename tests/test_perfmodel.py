@@ -3,6 +3,7 @@
 import pytest
 
 from relaxlib import perfmodel as pm
+from relaxlib.compression import CODECS
 
 ALPHA, BW = 1e-4, 1e8  # 100 us per message, 100 MB/s
 
@@ -53,7 +54,9 @@ def test_dear_hides_allgather_behind_forward():
 
 def test_compressed_costs_wire_and_codec():
     p = pm.predict_compressed(workload(), "uint8")
-    wire = pm.allreduce_time(4, 0.25 * 8e6, ALPHA, BW)
+    ratio = CODECS["uint8"].ratio  # the core's encoded size, chunk header included
+    assert ratio == pytest.approx(0.25, rel=1e-4)
+    wire = pm.allreduce_time(4, ratio * 8e6, ALPHA, BW)
     assert p.comm_s == pytest.approx(wire + 4 * 8e6 / 1e9)
     assert p.step_s == pytest.approx(0.12 + p.comm_s)
     with pytest.raises(ValueError, match="calibrate"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from relaxlib import direct
+from relaxlib import direct, perfmodel
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.averaging import ModelAveraging
 from relaxlib.algorithms.base import TrainingContext
 
@@ -116,3 +117,7 @@ class AsyncModelAverage(ModelAveraging):
         self._joined = True
         self.pause()
         return direct.serve_until_all_joined(self._last_step, lambda step: None)
+
+
+modes.register(modes.Mode("async", kind="async", caveat="averages every sync interval, not every step",
+                          build=AsyncModelAverage, predict=perfmodel.predict_async, position=40))

@@ -20,6 +20,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from relaxlib import perfmodel
+from relaxlib.algorithms import modes
+
 
 @dataclass(frozen=True)
 class ParamRef:
@@ -220,3 +223,7 @@ class AllReduce(Algorithm):
     (Horovod / DDP). The framework bindings implement it natively."""
 
     name = "allreduce"
+
+
+modes.register(modes.Mode(modes.BASELINE, kind="exact", caveat="exact; the baseline", build=AllReduce,
+                          predict=perfmodel.predict_allreduce, position=0))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from relaxlib import perfmodel
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.base import Algorithm, TrainingContext
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.compression import CODECS
@@ -79,7 +81,8 @@ class CompressedScatterReduce(Algorithm):
         if self.compress == "update" and not sgd:
             raise ValueError("CompressedScatterReduce(compress='update') needs an SGD optimizer (parameter groups "
                              "with lr, momentum, dampening and nesterov); use compress='gradient' for others")
-        self._updates = self.compress == "update" or (self.compress == "auto" and sgd and self.codec != "fp16")
+        lossy = CODECS[self.codec].kind == "compressed"
+        self._updates = self.compress == "update" or (self.compress == "auto" and sgd and lossy)
         self._momentum: list[object | None] = [None] * len(self._buckets)
         if self.hierarchical:
             self._local, self._leaders, self._leader = ctx.node_groups()
@@ -298,3 +301,14 @@ class OneBitAdam(Algorithm):
         self._frozen = {}
         for memory, saved in zip(self._memories, state["error_feedback"]):
             memory.load_state_dict(saved)
+
+
+def compressed_mode(codec: str) -> modes.Mode:
+    """The advisor mode ``compressed-<codec>``: CompressedScatterReduce's defaults with that codec,
+    whose kind and caveat are the codec's own (as the core registered it)."""
+    spec = CODECS[codec]
+    return modes.Mode(f"compressed-{codec}", kind=spec.kind, caveat=spec.caveat, build=CompressedScatterReduce,
+                      predict=perfmodel.predict_compressed, params={"codec": codec}, position=50)
+
+
+modes.register_lazily(lambda: [compressed_mode(codec) for codec in CODECS])  # CODECS comes from the core

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 import time
 
+from relaxlib import perfmodel
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.base import Algorithm, TrainingContext
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.tuning import BayesianSearch
@@ -190,3 +192,7 @@ class DeAR(Algorithm):
         else:
             self._trial_value = value
         return value
+
+
+modes.register(modes.Mode("dear", kind="exact", caveat="exact (same parameters as all-reduce)", build=DeAR,
+                          predict=perfmodel.predict_dear, position=10))

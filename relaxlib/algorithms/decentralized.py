@@ -7,13 +7,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from relaxlib import topology
+from relaxlib import perfmodel, topology
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.averaging import ModelAveraging, dtype_name
 from relaxlib.algorithms.base import TrainingContext
 from relaxlib.compression import CODECS
-
-# CHOCO's consensus step per codec: the coarser the codec, the smaller the step that stays stable.
-DEFAULT_CONSENSUS_STEP = {"fp16": 1.0, "uint8": 0.8, "sign": 0.3}
 
 
 class Decentralized(ModelAveraging):
@@ -50,7 +48,7 @@ class Decentralized(ModelAveraging):
         self.period = period
         self.seed = seed
         self.consensus_step = consensus_step if consensus_step is not None or codec is None \
-            else DEFAULT_CONSENSUS_STEP[codec]
+            else CODECS[codec].consensus_step  # the codec's own
 
     def setup(self, ctx: TrainingContext) -> None:
         super().setup(ctx)
@@ -84,3 +82,9 @@ class Decentralized(ModelAveraging):
             for mine, saved in zip(self._estimates, state["estimates"]):
                 mine[...] = saved
             self._last_step = state.get("last_step", self._last_step)
+
+
+modes.register(*(modes.Mode(f"decentralized-{name}", kind="averaging",
+                            caveat="models differ until average_now(); more epochs may be needed", build=Decentralized,
+                            predict=perfmodel.predict_decentralized, params={"topology": name}, position=20)
+                 for name in topology.TOPOLOGIES))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from relaxlib import direct, groups
+from relaxlib import direct, groups, perfmodel
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.averaging import ModelAveraging
 from relaxlib.algorithms.base import TrainingContext
 
@@ -78,3 +79,14 @@ class PartialAllReduce(ModelAveraging):
         if self.generator == "smart":
             direct.retire_from_groups()
         return super().join(ctx)
+
+
+def partial_mode(generator: str) -> modes.Mode:
+    """The advisor mode ``partial-<generator>``: PartialAllReduce's defaults with that group generator."""
+    caveat = ("fast ranks may average less often than every step" if generator == "smart"
+              else "models differ until average_now()")
+    return modes.Mode(f"partial-{generator}", kind="averaging", caveat=caveat, build=PartialAllReduce,
+                      predict=perfmodel.predict_partial, params={"generator": generator}, position=30)
+
+
+modes.register(*(partial_mode(generator) for generator in groups.GENERATORS))
