@@ -50,7 +50,7 @@ def aggregate(runs: dict[str, list[dict]], np_: int) -> list[dict]:
 
 
 def wire_formula(op: str, size: int, n: int) -> float:
-    """Bytes each rank sends for one operation on `size` bytes of float32, by DESIGN.md's formulas:
+    """Bytes each rank sends for one operation on `size` bytes of float32, by docs/architecture.md's formulas:
     all-reduce 2(n-1)/n * 4P; compressed: the same over the encoded chunks (+4-byte marker each)."""
     from relaxlib.compression import chunk_count, encoded_bytes
     count = size // 4

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 PENDING = 11  # relax_wait_for: not complete yet
@@ -34,35 +34,138 @@ class CodecInfo(ctypes.Structure):
     ]
 
 
+class ReduceArgs(ctypes.Structure):
+    """relax_reduce_args_t (allreduce; reducescatter's ``reduce``)."""
+
+    _fields_ = [
+        ("reduce_op", ctypes.c_int32),
+        ("prescale", ctypes.c_double),
+        ("postscale", ctypes.c_double),
+    ]
+
+
+class BroadcastArgs(ctypes.Structure):
+    """relax_broadcast_args_t."""
+
+    _fields_ = [("root_rank", ctypes.c_int32)]
+
+
+class ReducescatterArgs(ctypes.Structure):
+    """relax_reducescatter_args_t."""
+
+    _fields_ = [
+        ("reduce", ReduceArgs),
+        ("ncounts", ctypes.c_int32),
+        ("recv_counts", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
+class AlltoallArgs(ctypes.Structure):
+    """relax_alltoall_args_t."""
+
+    _fields_ = [
+        ("nsplits", ctypes.c_int32),
+        ("splits", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
+class AddProcessSetArgs(ctypes.Structure):
+    """relax_add_process_set_args_t."""
+
+    _fields_ = [
+        ("nranks", ctypes.c_int32),
+        ("ranks", ctypes.POINTER(ctypes.c_int32)),
+    ]
+
+
+class RemoveProcessSetArgs(ctypes.Structure):
+    """relax_remove_process_set_args_t."""
+
+    _fields_ = [("process_set_id", ctypes.c_int32)]
+
+
+class CompressedAllreduceArgs(ctypes.Structure):
+    """relax_compressed_allreduce_args_t."""
+
+    _fields_ = [
+        ("reduce_op", ctypes.c_int32),
+        ("codec", ctypes.c_int32),
+        ("worker_error", ctypes.POINTER(ctypes.c_float)),
+        ("owner_error", ctypes.POINTER(ctypes.c_float)),
+    ]
+
+
+class NeighborAverageArgs(ctypes.Structure):
+    """relax_neighbor_average_args_t."""
+
+    _fields_ = [
+        ("npeers", ctypes.c_int32),
+        ("peers", ctypes.POINTER(ctypes.c_int32)),
+        ("weights", ctypes.POINTER(ctypes.c_double)),
+        ("self_weight", ctypes.c_double),
+        ("codec", ctypes.c_int32),
+        ("consensus_step", ctypes.c_double),
+        ("estimate_self", ctypes.POINTER(ctypes.c_float)),
+        ("estimate_peers", ctypes.POINTER(ctypes.c_float)),
+    ]
+
+
+class GroupAverageArgs(ctypes.Structure):
+    """relax_group_average_args_t."""
+
+    _fields_ = [
+        ("nmembers", ctypes.c_int32),
+        ("members", ctypes.POINTER(ctypes.c_int32)),
+        ("weights", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
+class RequestArgs(ctypes.Union):
+    """The union relax_request_t::args: the member named by the request's type."""
+
+    _fields_ = [
+        ("allreduce", ReduceArgs),
+        ("broadcast", BroadcastArgs),
+        ("reducescatter", ReducescatterArgs),
+        ("alltoall", AlltoallArgs),
+        ("add_process_set", AddProcessSetArgs),
+        ("remove_process_set", RemoveProcessSetArgs),
+        ("compressed_allreduce", CompressedAllreduceArgs),
+        ("neighbor_average", NeighborAverageArgs),
+        ("group_average", GroupAverageArgs),
+    ]
+
+
 class Request(ctypes.Structure):
-    """relax_request_t."""
+    """relax_request_t: the base every kind has, and ``args``. A new Request is all zeros (ctypes
+    zero-fills it), so set the defaults that are not zero (e.g. prescale/postscale 1.0)."""
 
     _fields_ = [
         ("type", ctypes.c_int32),
         ("name", ctypes.c_char_p),
         ("dtype", ctypes.c_int32),
-        ("reduce_op", ctypes.c_int32),
         ("ndim", ctypes.c_int32),
         ("shape", ctypes.POINTER(ctypes.c_int64)),
         ("input", ctypes.c_void_p),
         ("output", ctypes.c_void_p),
-        ("prescale", ctypes.c_double),
-        ("postscale", ctypes.c_double),
-        ("root_rank", ctypes.c_int32),
-        ("nsplits", ctypes.c_int32),
-        ("splits", ctypes.POINTER(ctypes.c_int64)),
-        ("ncounts", ctypes.c_int32),
-        ("recv_counts", ctypes.POINTER(ctypes.c_int64)),
         ("process_set", ctypes.c_int32),
-        ("codec", ctypes.c_int32),
-        ("aux0", ctypes.c_void_p),
-        ("aux1", ctypes.c_void_p),
-        ("npeers", ctypes.c_int32),
-        ("peers", ctypes.POINTER(ctypes.c_int32)),
-        ("weights", ctypes.POINTER(ctypes.c_double)),
-        ("self_weight", ctypes.c_double),
-        ("consensus_step", ctypes.c_double),
+        ("args", RequestArgs),
     ]
+
+
+# The C name of each struct the core's relax_request_layout() describes, and its ctypes mirror.
+REQUEST_LAYOUT_STRUCTS = {
+    "relax_request_t": Request,
+    "relax_reduce_args_t": ReduceArgs,
+    "relax_broadcast_args_t": BroadcastArgs,
+    "relax_reducescatter_args_t": ReducescatterArgs,
+    "relax_alltoall_args_t": AlltoallArgs,
+    "relax_add_process_set_args_t": AddProcessSetArgs,
+    "relax_remove_process_set_args_t": RemoveProcessSetArgs,
+    "relax_compressed_allreduce_args_t": CompressedAllreduceArgs,
+    "relax_neighbor_average_args_t": NeighborAverageArgs,
+    "relax_group_average_args_t": GroupAverageArgs,
+}
 
 
 class Stats(ctypes.Structure):
@@ -91,6 +194,7 @@ _SIGNATURES = {
     "relax_last_error_code": ([], ctypes.c_int),
     "relax_version": ([], ctypes.c_char_p),
     "relax_abi_version": ([], ctypes.c_int),
+    "relax_request_layout": ([], ctypes.c_char_p),
     "relax_enqueue": ([ctypes.POINTER(Request), ALLOC_FN, DONE_FN, ctypes.c_void_p], ctypes.c_int64),
     "relax_reject": ([ctypes.POINTER(Request), ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p], ctypes.c_int),
     "relax_poll": ([ctypes.c_int64], ctypes.c_int),
@@ -150,15 +254,16 @@ def _load() -> ctypes.CDLL:
             f"relaxlib's core library failed to load ({exc}). If MPI was upgraded or removed, rebuild with "
             "`pip install --no-build-isolation --force-reinstall .`"
         ) from exc
-    for name, (argtypes, restype) in _SIGNATURES.items():
-        fn = getattr(handle, name)
-        fn.argtypes = argtypes
-        fn.restype = restype
-    if handle.relax_abi_version() != ABI_VERSION:
+    handle.relax_abi_version.argtypes, handle.relax_abi_version.restype = [], ctypes.c_int
+    if handle.relax_abi_version() != ABI_VERSION:  # before binding: an older core lacks newer functions
         raise ImportError(
             f"relaxlib's core library has ABI {handle.relax_abi_version()}, the Python package expects "
             f"{ABI_VERSION}: rebuild with `pip install --no-build-isolation --force-reinstall .`"
         )
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(handle, name)
+        fn.argtypes = argtypes
+        fn.restype = restype
     return handle
 
 

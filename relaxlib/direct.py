@@ -6,7 +6,7 @@ the same order, and a negotiation round would bring back the global wait these r
 to avoid. They run on the core's direct lane (its own thread and communicator) and operate on
 flat buffers given as (address, element count, dtype); the framework bindings wrap them.
 
-Semantics (DESIGN.md): neighbour average ``x' = self_weight * x + sum_k weights[k] * x_{peers[k]}``;
+Semantics (docs/architecture.md): neighbour average ``x' = self_weight * x + sum_k weights[k] * x_{peers[k]}``;
 with a codec the CHOCO-gossip variant ``x' = x + gamma (sum_k w_k xh_k + w_self xh_self - xh_self)``
 against replicated estimates ``xh``; group average ``x' = sum_k weights[k] * x_{members[k]}``.
 """
@@ -64,18 +64,14 @@ class DirectHandle:
         return not self._handle or _core.lib().relax_poll(self._handle) != 0
 
 
-def _request(kind: int, src: Buffer, dst: Buffer, name: str, peers: Sequence[int],
-             weights: Sequence[float]) -> tuple[_core.Request, tuple[Any, ...]]:
+def _request(kind: int, src: Buffer, dst: Buffer, name: str) -> tuple[_core.Request, tuple[Any, ...]]:
+    """The request's base (its ``args`` stay zero: the caller sets those of its kind)."""
     if src.count != dst.count or src.dtype != dst.dtype:
         raise ValueError(f"{name}: input and output buffers differ ({src.count} {src.dtype} vs "
                          f"{dst.count} {dst.dtype})")
     if src.dtype not in DTYPES:
         raise ValueError(f"{name}: dtype {src.dtype} is not supported; use one of {sorted(DTYPES)}")
-    if len(peers) != len(weights):
-        raise ValueError(f"{name}: {len(peers)} ranks but {len(weights)} weights")
     shape = (ctypes.c_int64 * 1)(src.count)
-    peer_array = (ctypes.c_int32 * max(1, len(peers)))(*peers)
-    weight_array = (ctypes.c_double * max(1, len(weights)))(*weights)
     encoded = name.encode()
     request = _core.Request()
     request.type = kind
@@ -85,12 +81,24 @@ def _request(kind: int, src: Buffer, dst: Buffer, name: str, peers: Sequence[int
     request.shape = shape
     request.input = src.address
     request.output = dst.address
-    request.prescale = request.postscale = 1.0
-    request.npeers = len(peers)
-    request.peers = peer_array
-    request.weights = weight_array
-    request.consensus_step = 1.0
-    return request, (shape, peer_array, weight_array, encoded)
+    return request, (shape, encoded)
+
+
+def _ranks_and_weights(name: str, ranks: Sequence[int], weights: Sequence[float]) -> tuple[Any, Any]:
+    """C arrays of world ranks (int32) and their weights (double)."""
+    if len(ranks) != len(weights):
+        raise ValueError(f"{name}: {len(ranks)} ranks but {len(weights)} weights")
+    return (ctypes.c_int32 * max(1, len(ranks)))(*ranks), (ctypes.c_double * max(1, len(weights)))(*weights)
+
+
+def _floats(buffer: Buffer | None) -> Any:
+    """A ``float*`` to a float32 buffer (NULL for None)."""
+    return None if buffer is None else ctypes.cast(buffer.address, ctypes.POINTER(ctypes.c_float))
+
+
+def _set_reduce(args: _core.ReduceArgs, reduce_op: int) -> None:
+    args.reduce_op = reduce_op
+    args.prescale = args.postscale = 1.0
 
 
 def _submit(request: _core.Request, name: str, keepalive: tuple[Any, ...], result: Any) -> DirectHandle:
@@ -109,18 +117,26 @@ def neighbor_average_async(src: Buffer, dst: Buffer, name: str, peers: Sequence[
     ``estimate_peers`` (one count-float block per peer, in ``peers`` order) are this rank's copies
     of the replicated estimates, updated in place; ``consensus_step`` is CHOCO's gamma. Every peer
     must submit the matching request (same name and size) in the same order."""
-    request, hold = _request(_core.REQ_NEIGHBOR_AVERAGE, src, dst, name, peers, weights)
-    request.self_weight = self_weight
+    request, hold = _request(_core.REQ_NEIGHBOR_AVERAGE, src, dst, name)
+    peer_array, weight_array = _ranks_and_weights(name, peers, weights)
+    args = request.args.neighbor_average
+    args.npeers = len(peers)
+    args.peers = peer_array
+    args.weights = weight_array
+    args.self_weight = self_weight
+    args.codec = 0
+    args.consensus_step = 1.0
+    args.estimate_self = args.estimate_peers = None
     if codec is not None:
         if estimate_self is None or (peers and estimate_peers is None):
             raise ValueError(f"{name}: a compressed neighbour average needs the estimate buffers")
         if estimate_self.count != src.count or (peers and estimate_peers.count != src.count * len(peers)):
             raise ValueError(f"{name}: estimate buffers must hold {src.count} and {src.count * len(peers)} floats")
-        request.codec = codec_id(codec)
-        request.aux0 = estimate_self.address
-        request.aux1 = estimate_peers.address if estimate_peers is not None else None
-        request.consensus_step = consensus_step
-    return _submit(request, name, hold + keepalive, result)
+        args.codec = codec_id(codec)
+        args.estimate_self = _floats(estimate_self)
+        args.estimate_peers = _floats(estimate_peers)
+        args.consensus_step = consensus_step
+    return _submit(request, name, hold + (peer_array, weight_array) + keepalive, result)
 
 
 def group_average_async(src: Buffer, dst: Buffer, name: str, members: Sequence[int], weights: Sequence[float],
@@ -128,16 +144,21 @@ def group_average_async(src: Buffer, dst: Buffer, name: str, members: Sequence[i
     """Starts ``dst = sum_k weights[k] * src@members[k]`` over the world ranks ``members``
     (ascending, including this rank) on a cached sub-communicator. Every member must submit the
     matching request (same name, members and size)."""
-    request, hold = _request(_core.REQ_GROUP_AVERAGE, src, dst, name, members, weights)
-    return _submit(request, name, hold + keepalive, result)
+    request, hold = _request(_core.REQ_GROUP_AVERAGE, src, dst, name)
+    member_array, weight_array = _ranks_and_weights(name, members, weights)
+    args = request.args.group_average
+    args.nmembers = len(members)
+    args.members = member_array
+    args.weights = weight_array
+    return _submit(request, name, hold + (member_array, weight_array) + keepalive, result)
 
 
 def flat_allreduce_async(src: Buffer, dst: Buffer, name: str, average: bool = True,
                          keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
     """Starts the all-reduce (mean, or sum) of a flat buffer over all ranks through the engine's
     negotiated path: for bindings that hand algorithms plain host arrays (TensorFlow's context)."""
-    request, hold = _request(_core.REQ_ALLREDUCE, src, dst, name, [], [])
-    request.reduce_op = 0 if average else 1  # relax_reduce_op_t: Average, Sum
+    request, hold = _request(_core.REQ_ALLREDUCE, src, dst, name)
+    _set_reduce(request.args.allreduce, 0 if average else 1)  # relax_reduce_op_t: Average, Sum
     return _submit(request, name, hold + keepalive, result)
 
 
@@ -149,9 +170,12 @@ def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tup
     if src.dtype != dst.dtype or src.dtype not in DTYPES:
         raise ValueError(f"{name}: reduce-scatter needs matching float32/float64 buffers, got {src.dtype} and "
                          f"{dst.dtype}")
-    request, hold = _request(_core.REQ_REDUCESCATTER, src, src, name, [], [])
+    request, hold = _request(_core.REQ_REDUCESCATTER, src, src, name)
     request.output = dst.address
-    request.reduce_op = 1  # relax_reduce_op_t: Sum
+    args = request.args.reducescatter
+    _set_reduce(args.reduce, 1)  # relax_reduce_op_t: Sum
+    args.ncounts = 0  # split evenly
+    args.recv_counts = None
     return _submit(request, name, hold + keepalive, result)
 
 
@@ -163,11 +187,13 @@ def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: 
     ``src``, ``owner_error`` as long as this rank's chunk."""
     if src.dtype != "float32":
         raise ValueError(f"{name}: compressed all-reduce needs float32 buffers, got {src.dtype}")
-    request, hold = _request(_core.REQ_COMPRESSED_ALLREDUCE, src, dst, name, [], [])
-    request.reduce_op = 0  # relax_reduce_op_t: Average
-    request.codec = codec_id(codec)
+    request, hold = _request(_core.REQ_COMPRESSED_ALLREDUCE, src, dst, name)
+    args = request.args.compressed_allreduce
+    args.reduce_op = 0  # relax_reduce_op_t: Average
+    args.codec = codec_id(codec)
+    args.worker_error = args.owner_error = None
     if worker_error is not None and owner_error is not None:
-        request.aux0, request.aux1 = worker_error.address, owner_error.address
+        args.worker_error, args.owner_error = _floats(worker_error), _floats(owner_error)
     return _submit(request, name, hold + keepalive, result)
 
 

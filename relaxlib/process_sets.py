@@ -97,11 +97,12 @@ def _membership_request(kind: int, name: str, ranks: list[int] | None = None, se
     request = _core.Request()
     request.type = kind
     request.name = name.encode()
-    splits = (ctypes.c_int64 * len(ranks))(*ranks) if ranks else None
-    if splits is not None:
-        request.nsplits = len(ranks)
-        request.splits = ctypes.cast(splits, ctypes.POINTER(ctypes.c_int64))
-    request.root_rank = set_id
+    members = (ctypes.c_int32 * len(ranks))(*ranks) if ranks else None
+    if kind == _core.REQ_ADD_PROCESS_SET:
+        request.args.add_process_set.nranks = len(ranks) if ranks else 0
+        request.args.add_process_set.ranks = members  # world ranks
+    elif kind == _core.REQ_REMOVE_PROCESS_SET:
+        request.args.remove_process_set.process_set_id = set_id
     handle = core.relax_enqueue(ctypes.byref(request), _core.ALLOC_FN(), _core.DONE_FN(), None)
     if handle == 0:
         _core.raise_last_error()

@@ -96,7 +96,7 @@ class TrainingContext(ABC):
     # -- communication --
     @abstractmethod
     def reduce_scatter_async(self, flat: Any, name: str) -> Any:
-        """Averages ``flat`` over ranks; this rank receives its contiguous chunk (DESIGN.md)."""
+        """Averages ``flat`` over ranks; this rank receives its contiguous chunk (docs/architecture.md)."""
 
     @abstractmethod
     def allreduce_async(self, tensor: Any, name: str, average: bool = True, group: Any = None) -> Any:
@@ -117,7 +117,7 @@ class TrainingContext(ABC):
     @abstractmethod
     def compressed_allreduce_async(self, flat: Any, name: str, codec: str, state: Any = None, average: bool = True,
                                    group: Any = None) -> Any:
-        """Compressed all-reduce (DESIGN.md) of a flat float32 tensor over ``group`` (None: all
+        """Compressed all-reduce (docs/architecture.md) of a flat float32 tensor over ``group`` (None: all
         ranks); ``state`` is an error-feedback memory from ``error_feedback`` (None: without)."""
 
     @abstractmethod

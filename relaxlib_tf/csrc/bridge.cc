@@ -1,6 +1,8 @@
 // TensorFlow glue, shared part (see bridge.h).
 #include "bridge.h"
 
+#include <cstring>
+
 #include "interrupts.h"
 
 namespace relaxlib_tf {
@@ -39,12 +41,9 @@ Status LastError() {
 }
 
 void AnnounceRejection(int32_t type, const std::vector<std::string>& names, int32_t process_set, const Status& why) {
-  std::vector<relax_request_t> skeletons(names.size());
-  for (size_t i = 0; i < names.size(); ++i) {
-    skeletons[i].type = type;
-    skeletons[i].name = names[i].c_str();
-    skeletons[i].process_set = process_set;
-  }
+  std::vector<relax_request_t> skeletons;
+  skeletons.reserve(names.size());
+  for (const std::string& name : names) skeletons.push_back(EmptyRequest(type, name, process_set));
   const std::string message(why.message());
   (void)relax_reject(skeletons.data(), static_cast<int32_t>(skeletons.size()), RELAX_ERR_INVALID_ARGUMENT,
                      message.c_str());  // best effort: this rank fails with `why` regardless
@@ -202,13 +201,33 @@ void Submit(std::unique_ptr<Call> call, std::vector<relax_request_t>& requests, 
   }
 }
 
+static void DefaultReduceArgs(relax_reduce_args_t* a) {
+  a->reduce_op = RELAX_OP_AVERAGE;
+  a->prescale = 1.0;
+  a->postscale = 1.0;
+}
+
+relax_request_t EmptyRequest(int32_t type, const std::string& name, int32_t process_set) {
+  relax_request_t r;
+  std::memset(&r, 0, sizeof r);  // `relax_request_t{}` only guarantees the union's first member
+  r.type = type;
+  r.name = name.c_str();
+  r.process_set = process_set;
+  if (type == RELAX_REQ_ALLREDUCE) DefaultReduceArgs(&r.args.allreduce);  // the rest stays zero
+  if (type == RELAX_REQ_REDUCESCATTER) DefaultReduceArgs(&r.args.reducescatter.reduce);
+  return r;
+}
+
+relax_reduce_args_t* ReduceArgs(relax_request_t* r) {
+  switch (r->type) {
+    case RELAX_REQ_ALLREDUCE: return &r->args.allreduce;
+    case RELAX_REQ_REDUCESCATTER: return &r->args.reducescatter.reduce;
+    default: return nullptr;
+  }
+}
+
 Status MakeRequest(int32_t type, Part& p, const std::string& name, int32_t process_set, relax_request_t* r) {
-  *r = relax_request_t{};
-  r->type = type;
-  r->name = name.c_str();
-  r->prescale = 1.0;
-  r->postscale = 1.0;
-  r->process_set = process_set;
+  *r = EmptyRequest(type, name, process_set);
   if (!p.input.IsInitialized()) return Status();
   if (!ToRelaxDtype(p.input.dtype(), &r->dtype)) {
     return Invalid("'" + name + "': unsupported data type " + tensorflow::DataTypeString(p.input.dtype()));

@@ -24,10 +24,14 @@ struct ReduceAttrs {
     OP_REQUIRES_OK(c, c->GetAttr("postscale", &postscale));
   }
 
-  void Apply(relax_request_t& r) const {
-    r.reduce_op = reduce_op;
-    r.prescale = prescale;
-    r.postscale = postscale;
+  // Into args.allreduce or args.reducescatter.reduce, as the request's type says.
+  Status Apply(relax_request_t& r) const {
+    relax_reduce_args_t* a = ReduceArgs(&r);
+    if (a == nullptr) return Invalid("internal error: request type " + std::to_string(r.type) + " has no reduction");
+    a->reduce_op = reduce_op;
+    a->prescale = prescale;
+    a->postscale = postscale;
+    return Status();
   }
 };
 
@@ -87,8 +91,10 @@ class TensorsOp : public CollectiveKernel {
         p.output = *outputs[static_cast<size_t>(i)];
         r.output = DataPtr(p.output);
       }
-      if (attrs_) attrs_->Apply(r);
-      r.root_rank = root_rank_;
+      if (attrs_) {
+        RELAX_REJECT_IF_ERROR_ASYNC(ctx, attrs_->Apply(r), call->done, type_, names, process_set_);
+      }
+      if (type_ == RELAX_REQ_BROADCAST) r.args.broadcast.root_rank = root_rank_;
     }
     Submit(std::move(call), requests, allocating);
   }
@@ -147,8 +153,8 @@ class AlltoallOp : public CollectiveKernel {
     std::vector<relax_request_t> requests(1);
     RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(RELAX_REQ_ALLTOALL, p, name, process_set_, &requests[0]), call->done,
                                 RELAX_REQ_ALLTOALL, {name}, process_set_);
-    requests[0].nsplits = static_cast<int32_t>(splits.NumElements());
-    requests[0].splits = splits.NumElements() > 0 ? splits.flat<int64_t>().data() : nullptr;
+    requests[0].args.alltoall.nsplits = static_cast<int32_t>(splits.NumElements());
+    requests[0].args.alltoall.splits = splits.NumElements() > 0 ? splits.flat<int64_t>().data() : nullptr;
     Submit(std::move(call), requests, true);
   }
 };

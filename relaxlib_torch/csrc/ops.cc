@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -141,17 +142,45 @@ void* allocate(void* user, int32_t ndim, const int64_t* shape) {
   return f->output.data_ptr();
 }
 
-relax_request_t base_request(int32_t type, const at::Tensor& input, const std::string& name, int64_t process_set) {
-  relax_request_t r{};
+void default_reduce_args(relax_reduce_args_t& a) {
+  a.reduce_op = RELAX_OP_AVERAGE;
+  a.prescale = 1.0;
+  a.postscale = 1.0;
+}
+
+// A request of `type` with every argument of its kind at its default: zero, except no scaling
+// for the reductions. (`relax_request_t r{}` only zeroes the union's first member.)
+relax_request_t empty_request(int32_t type, const std::string& name, int64_t process_set) {
+  relax_request_t r;
+  std::memset(&r, 0, sizeof r);
   r.type = type;
   r.name = name.c_str();
+  r.process_set = static_cast<int32_t>(process_set);
+  if (type == RELAX_REQ_ALLREDUCE) default_reduce_args(r.args.allreduce);
+  if (type == RELAX_REQ_REDUCESCATTER) default_reduce_args(r.args.reducescatter.reduce);
+  return r;
+}
+
+// The reduction arguments of an allreduce or reducescatter request.
+relax_reduce_args_t& reduce_args(relax_request_t& r) {
+  TORCH_CHECK(r.type == RELAX_REQ_ALLREDUCE || r.type == RELAX_REQ_REDUCESCATTER,
+              "relaxlib: internal error: request type ", r.type, " has no reduction arguments");
+  return r.type == RELAX_REQ_ALLREDUCE ? r.args.allreduce : r.args.reducescatter.reduce;
+}
+
+void set_reduce_args(relax_request_t& r, int64_t op, double prescale, double postscale) {
+  relax_reduce_args_t& a = reduce_args(r);
+  a.reduce_op = static_cast<int32_t>(op);
+  a.prescale = prescale;
+  a.postscale = postscale;
+}
+
+relax_request_t base_request(int32_t type, const at::Tensor& input, const std::string& name, int64_t process_set) {
+  relax_request_t r = empty_request(type, name, process_set);
   r.dtype = to_relax_dtype(input.scalar_type());
   r.ndim = static_cast<int32_t>(input.dim());
   r.shape = input.sizes().data();
   r.input = input.data_ptr();
-  r.prescale = 1.0;
-  r.postscale = 1.0;
-  r.process_set = static_cast<int32_t>(process_set);
   return r;
 }
 
@@ -174,12 +203,8 @@ int64_t submit(const relax_request_t& request, std::unique_ptr<InFlight> flight,
 // core announces the rejections it makes itself.
 void announce_rejection(int32_t type, const std::string* names, size_t count, int64_t process_set,
                         const std::string& why) {
-  std::vector<relax_request_t> skeletons(count);
-  for (size_t i = 0; i < count; ++i) {
-    skeletons[i].type = type;
-    skeletons[i].name = names[i].c_str();
-    skeletons[i].process_set = static_cast<int32_t>(process_set);
-  }
+  std::vector<relax_request_t> skeletons;
+  for (size_t i = 0; i < count; ++i) skeletons.push_back(empty_request(type, names[i], process_set));
   (void)relax_reject(skeletons.data(), static_cast<int32_t>(skeletons.size()), RELAX_ERR_INVALID_ARGUMENT,
                      why.c_str());  // best effort: the caller raises the binding's own error regardless
 }
@@ -219,9 +244,7 @@ relax_request_t allreduce_request(const at::Tensor& input, const at::Tensor& out
   relax_request_t r = checked(RELAX_REQ_ALLREDUCE, &name, 1, process_set, [&] {
     return same_shape_request(RELAX_REQ_ALLREDUCE, "allreduce", input, output, name, process_set);
   });
-  r.reduce_op = static_cast<int32_t>(op);
-  r.prescale = prescale;
-  r.postscale = postscale;
+  set_reduce_args(r, op, prescale, postscale);
   return r;
 }
 
@@ -266,9 +289,7 @@ std::vector<int64_t> grouped_allreduce_async(const std::vector<at::Tensor>& inpu
       check_tensor(outputs[i], "grouped_allreduce output");
       relax_request_t r = base_request(RELAX_REQ_ALLREDUCE, inputs[i], names[i], process_set);
       r.output = outputs[i].data_ptr();
-      r.reduce_op = static_cast<int32_t>(op);
-      r.prescale = prescale;
-      r.postscale = postscale;
+      set_reduce_args(r, op, prescale, postscale);
       requests.push_back(r);
       flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], outputs[i], inputs[i].scalar_type()}));
     }
@@ -289,9 +310,7 @@ std::vector<int64_t> grouped_allocating_async(int32_t type, const std::vector<at
     for (size_t i = 0; i < inputs.size(); ++i) {
       check_tensor(inputs[i], "grouped input");
       relax_request_t r = base_request(type, inputs[i], names[i], process_set);
-      r.reduce_op = static_cast<int32_t>(op);
-      r.prescale = prescale;
-      r.postscale = postscale;
+      if (type == RELAX_REQ_REDUCESCATTER) set_reduce_args(r, op, prescale, postscale);  // allgather: none
       requests.push_back(r);
       flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], at::Tensor(), inputs[i].scalar_type()}));
     }
@@ -326,7 +345,7 @@ int64_t broadcast_async(const at::Tensor& input, const at::Tensor& output, int64
   relax_request_t r = checked(RELAX_REQ_BROADCAST, &name, 1, process_set, [&] {
     return same_shape_request(RELAX_REQ_BROADCAST, "broadcast", input, output, name, process_set);
   });
-  r.root_rank = static_cast<int32_t>(root_rank);
+  r.args.broadcast.root_rank = static_cast<int32_t>(root_rank);
   return submit(r, std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()}), false);
 }
 
@@ -336,9 +355,7 @@ relax_request_t reducescatter_request(const at::Tensor& input, const std::string
     check_tensor(input, "reducescatter input");
     return base_request(RELAX_REQ_REDUCESCATTER, input, name, process_set);
   });
-  r.reduce_op = static_cast<int32_t>(op);
-  r.prescale = prescale;
-  r.postscale = postscale;
+  set_reduce_args(r, op, prescale, postscale);  // ncounts 0 / recv_counts NULL: split dim 0 evenly
   return r;
 }
 
@@ -354,8 +371,8 @@ int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& spli
     check_tensor(input, "alltoall input");
     return base_request(RELAX_REQ_ALLTOALL, input, name, process_set);
   });
-  r.nsplits = static_cast<int32_t>(splits.size());
-  r.splits = splits.data();
+  r.args.alltoall.nsplits = static_cast<int32_t>(splits.size());
+  r.args.alltoall.splits = splits.empty() ? nullptr : splits.data();
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
@@ -363,7 +380,7 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
                                    const std::optional<at::Tensor>& worker_error,
                                    const std::optional<at::Tensor>& owner_error, const std::string& name, int64_t codec,
                                    int64_t op, int64_t process_set) {
-  relax_request_t r{};
+  relax_request_t r = empty_request(RELAX_REQ_COMPRESSED_ALLREDUCE, name, process_set);
   std::unique_ptr<InFlight> flight;
   checked(RELAX_REQ_COMPRESSED_ALLREDUCE, &name, 1, process_set, [&] {
     check_tensor(input, "compressed_allreduce input");
@@ -371,20 +388,20 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
     const at::Tensor output =
         out && out->defined() ? *out : OutputCache::instance().empty(input.sizes(), input.scalar_type());
     r = same_shape_request(RELAX_REQ_COMPRESSED_ALLREDUCE, "compressed_allreduce", input, output, name, process_set);
-    r.reduce_op = static_cast<int32_t>(op);
-    r.codec = static_cast<int32_t>(codec);
+    r.args.compressed_allreduce.reduce_op = static_cast<int32_t>(op);
+    r.args.compressed_allreduce.codec = static_cast<int32_t>(codec);
     flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
     if (worker_error && worker_error->defined()) {
       check_tensor(*worker_error, "worker error state");
       TORCH_CHECK(worker_error->numel() == input.numel() && worker_error->scalar_type() == at::kFloat,
                   "relaxlib: the worker error state must be float32 with as many elements as the tensor");
-      r.aux0 = worker_error->data_ptr();
+      r.args.compressed_allreduce.worker_error = worker_error->data_ptr<float>();
       flight->keep.push_back(*worker_error);
     }
     if (owner_error && owner_error->defined()) {
       check_tensor(*owner_error, "owner error state");
       TORCH_CHECK(owner_error->scalar_type() == at::kFloat, "relaxlib: the owner error state must be float32");
-      r.aux1 = owner_error->data_ptr();
+      r.args.compressed_allreduce.owner_error = owner_error->data_ptr<float>();
       flight->keep.push_back(*owner_error);
     }
   });
@@ -429,10 +446,7 @@ at::Tensor run_allocating(const relax_request_t& r, const at::Tensor& input) {
 }
 
 int64_t control_async(int32_t type, const std::string& name, int64_t process_set) {
-  relax_request_t r{};
-  r.type = type;
-  r.name = name.c_str();
-  r.process_set = static_cast<int32_t>(process_set);
+  const relax_request_t r = empty_request(type, name, process_set);
   return submit(r, std::make_unique<InFlight>(InFlight{at::Tensor(), at::Tensor(), at::kFloat}), false);
 }
 

@@ -23,7 +23,7 @@ def inputs(step: int, count: int, rank: int) -> np.ndarray:
 
 
 class Model:
-    """numpy model of compressed scatter-reduce (DESIGN.md), all ranks at once."""
+    """numpy model of compressed scatter-reduce (docs/architecture.md), all ranks at once."""
 
     def __init__(self, codec: str, count: int, feedback: bool) -> None:
         self.codec, self.count, self.feedback = codec, count, feedback

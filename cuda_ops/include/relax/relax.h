@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 8
+#define RELAX_ABI_VERSION 9
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -78,19 +78,19 @@ typedef enum {
   RELAX_REQ_ALLTOALL = 4,      /* dim-0 rows sent per destination given by `splits` */
   RELAX_REQ_BARRIER = 5,
   RELAX_REQ_JOIN = 6,
-  RELAX_REQ_ADD_PROCESS_SET = 7,    /* collective over all ranks: `splits` holds the member ranks */
-  RELAX_REQ_REMOVE_PROCESS_SET = 8, /* collective over all ranks: `root_rank` holds the set id */
-  RELAX_REQ_COMPRESSED_ALLREDUCE = 9, /* float32; `codec`; error-feedback buffers in aux0/aux1 */
+  RELAX_REQ_ADD_PROCESS_SET = 7,    /* collective over all ranks */
+  RELAX_REQ_REMOVE_PROCESS_SET = 8, /* collective over all ranks */
+  RELAX_REQ_COMPRESSED_ALLREDUCE = 9, /* float32, encoded by a codec, with optional error feedback */
   /* Direct requests: not negotiated. Every participant must submit them in the same order (the
    * algorithm's schedule guarantees it); they run on their own thread and communicator. */
   RELAX_REQ_NEIGHBOR_AVERAGE = 10, /* x' = self_weight x + sum_k weights[k] x_{peers[k]}; with a codec: CHOCO */
-  RELAX_REQ_GROUP_AVERAGE = 11     /* over world ranks `peers` (sorted, incl. this rank): x' = sum_k weights[k] x_k */
+  RELAX_REQ_GROUP_AVERAGE = 11     /* over a group of world ranks (incl. this rank): x' = sum_k weights[k] x_k */
 } relax_request_type_t;
 
 /* Codecs of compressed collectives are registered by the core (one file each); list them with
  * relax_codec_count() / relax_codec_info(). A codec's id is stable across releases. */
 typedef struct {
-  int32_t id;            /* relax_request_t::codec */
+  int32_t id;            /* what a request's `codec` names */
   const char* name;      /* e.g. "sign"; valid while the library is loaded */
   const char* wire_format; /* layout of one encoded chunk of n float32 values */
   const char* kind;      /* "fp16" (near exact) or "compressed" (lossy: use error feedback) */
@@ -99,8 +99,68 @@ typedef struct {
 } relax_codec_info_t;
 
 /*
- * One collective request. Pointers need only live for the duration of relax_enqueue(), except
- * `input` and `output`, which must stay valid until the handle completes.
+ * The arguments of each kind of request: relax_request_t::args holds the member its `type` names
+ * (allgather, barrier and join take none). Roots, splits and counts are relative to the request's
+ * process set, except where a comment says world ranks.
+ */
+typedef struct {      /* allreduce */
+  int32_t reduce_op;  /* relax_reduce_op_t */
+  double prescale;    /* multiply inputs before reducing (1.0 = none) */
+  double postscale;   /* multiply results after reducing (1.0 = none) */
+} relax_reduce_args_t;
+
+typedef struct {      /* broadcast */
+  int32_t root_rank;  /* a world rank, which must belong to the process set */
+} relax_broadcast_args_t;
+
+typedef struct {            /* reducescatter */
+  relax_reduce_args_t reduce;
+  int32_t ncounts;          /* entries in `recv_counts` (0: split dim 0 evenly; see below) */
+  const int64_t* recv_counts;
+} relax_reducescatter_args_t;
+
+typedef struct {            /* alltoall */
+  int32_t nsplits;          /* entries in `splits` (0: equal split of dim 0) */
+  const int64_t* splits;    /* dim-0 rows sent to each rank */
+} relax_alltoall_args_t;
+
+typedef struct {            /* add_process_set */
+  int32_t nranks;
+  const int32_t* ranks;     /* the members' world ranks */
+} relax_add_process_set_args_t;
+
+typedef struct {            /* remove_process_set */
+  int32_t process_set_id;   /* the set to remove (not 0) */
+} relax_remove_process_set_args_t;
+
+typedef struct {            /* compressed_allreduce */
+  int32_t reduce_op;        /* Average or Sum */
+  int32_t codec;            /* a codec id (relax_codec_info) */
+  float* worker_error;      /* error feedback: this rank's residual, count floats (NULL: no feedback) */
+  float* owner_error;       /* error feedback: residual of the chunk this rank owns and reduces */
+} relax_compressed_allreduce_args_t;
+
+typedef struct {            /* neighbor_average */
+  int32_t npeers;
+  const int32_t* peers;     /* world ranks of the neighbours (not this rank) */
+  const double* weights;    /* one per peer */
+  double self_weight;
+  int32_t codec;            /* 0: exact; else CHOCO with this codec */
+  double consensus_step;    /* CHOCO's gamma */
+  float* estimate_self;     /* CHOCO: this rank's public estimate x^ (count floats) */
+  float* estimate_peers;    /* CHOCO: the peers' estimates (npeers * count floats) */
+} relax_neighbor_average_args_t;
+
+typedef struct {            /* group_average */
+  int32_t nmembers;
+  const int32_t* members;   /* world ranks, ascending, including this rank */
+  const double* weights;    /* one per member */
+} relax_group_average_args_t;
+
+/*
+ * One collective request: a base every kind has, and the kind's arguments. Pointers need only
+ * live for the duration of relax_enqueue(), except `input`, `output` and the error-feedback and
+ * estimate buffers, which must stay valid until the handle completes.
  *
  * Output buffers:
  *  - allreduce, broadcast: `output` has the shape of `input` (may equal `input`: in place).
@@ -111,32 +171,30 @@ typedef struct {
  * Reducescatter blocks: with `recv_counts` NULL, the tensor's dim 0 is split into `size` blocks
  * whose row counts differ by at most one, the first blocks taking the extra rows. With
  * `recv_counts` (ndim==1 only) the flat tensor is split element-wise into those counts.
+ *
+ * relax_request_layout() gives the offset and size of every field, for bindings that mirror this
+ * struct (Python's ctypes) to check themselves against.
  */
 typedef struct {
   int32_t type;       /* relax_request_type_t */
   const char* name;   /* unique among this rank's pending requests; same on every rank */
   int32_t dtype;      /* relax_dtype_t */
-  int32_t reduce_op;  /* relax_reduce_op_t (allreduce, reducescatter) */
   int32_t ndim;
   const int64_t* shape;
   const void* input;
   void* output;
-  double prescale;    /* multiply inputs before reducing (1.0 = none) */
-  double postscale;   /* multiply results after reducing (1.0 = none) */
-  int32_t root_rank;  /* broadcast root: a world rank, which must belong to the process set */
-  int32_t nsplits;    /* alltoall: number of entries in `splits` (0: equal split of dim 0) */
-  const int64_t* splits;
-  int32_t ncounts;    /* reducescatter: number of entries in `recv_counts` (0: default) */
-  const int64_t* recv_counts;
-  int32_t process_set; /* 0 = all ranks; roots, splits and counts are relative to the set */
-  int32_t codec;       /* compressed all-reduce / neighbour average: a codec id (0: none) */
-  void* aux0;          /* compressed: worker error; neighbour average with codec: own estimate x^ */
-  void* aux1;          /* compressed: owner error; neighbour average with codec: peers' estimates */
-  int32_t npeers;      /* direct requests: world ranks of the neighbours / group members */
-  const int32_t* peers;
-  const double* weights; /* one per peer */
-  double self_weight;    /* neighbour average */
-  double consensus_step; /* neighbour average with codec: CHOCO's gamma */
+  int32_t process_set; /* 0 = all ranks */
+  union {
+    relax_reduce_args_t allreduce;
+    relax_broadcast_args_t broadcast;
+    relax_reducescatter_args_t reducescatter;
+    relax_alltoall_args_t alltoall;
+    relax_add_process_set_args_t add_process_set;
+    relax_remove_process_set_args_t remove_process_set;
+    relax_compressed_allreduce_args_t compressed_allreduce;
+    relax_neighbor_average_args_t neighbor_average;
+    relax_group_average_args_t group_average;
+  } args;
 } relax_request_t;
 
 typedef int64_t relax_handle_t;
@@ -170,6 +228,10 @@ RELAX_API int relax_last_error_code(void);
 /* Core library version string and ABI version. */
 RELAX_API const char* relax_version(void);
 RELAX_API int relax_abi_version(void);
+/* The layout of relax_request_t and its argument structs, one field per line:
+ * "<struct>.<field> <offset> <size>\n" (e.g. "relax_request_t.args 56 64"), first a line
+ * "<struct> 0 <sizeof>" per struct. */
+RELAX_API const char* relax_request_layout(void);
 
 /* ---- requests ---- */
 /* Returns a handle > 0, or 0 on a local error (relax_last_error() says why). */

@@ -124,7 +124,21 @@ Status waiting_in_callback() {
                        "negotiates and executes them");
 }
 
-bool is_direct(int32_t type) { return type == RELAX_REQ_NEIGHBOR_AVERAGE || type == RELAX_REQ_GROUP_AVERAGE; }
+bool is_direct(int32_t type) {
+  const RequestKind* kind = request_kind(type);
+  return kind && kind->lane == Lane::kDirect;
+}
+
+// Where a request of the world (process set 0) is submitted from this rank.
+SubmitContext world_context(const Runtime& rt, bool has_alloc) {
+  SubmitContext ctx;
+  const int size = rt.mpi.topology().size;
+  for (int r = 0; r < size; ++r) ctx.set_world_ranks.push_back(r);
+  ctx.world_rank = ctx.set_rank = rt.mpi.topology().rank;
+  ctx.world_size = size;
+  ctx.has_alloc = has_alloc;
+  return ctx;
+}
 
 // Validates and submits one direct (not negotiated) request; writes its handle.
 int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, void* user, relax_handle_t* out) {
@@ -133,34 +147,14 @@ int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, vo
     return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, request_type_name(r.type) +
                                                               ": peers are world ranks; process sets do not apply"));
   }
-  DirectRequest direct;
-  LocalRequest& local = direct.local;
-  Status s = make_descriptor(r, rt.mpi.topology().size, false, local.desc);
+  LocalRequest local;
+  Status s = make_request(r, world_context(rt, false), local);
   if (!s.is_ok()) return fail(s);
-  const int me = rt.mpi.topology().rank;
-  const bool listed = std::find(r.peers, r.peers + r.npeers, me) != r.peers + r.npeers;
-  if (r.type == RELAX_REQ_GROUP_AVERAGE && !listed) {
-    return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "group average '" + local.desc.name + "': rank " +
-                                                              std::to_string(me) + " is not a member of its group"));
-  }
-  if (r.type == RELAX_REQ_NEIGHBOR_AVERAGE && listed) {
-    return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "neighbour average '" + local.desc.name +
-                                                              "': a rank is not its own neighbour (use self_weight)"));
-  }
-  local.input = r.input;
-  local.output = r.output;
   local.done = done;
   local.user = user;
-  direct.peers.assign(r.peers, r.peers + r.npeers);
-  direct.weights.assign(r.weights, r.weights + r.npeers);
-  direct.self_weight = r.self_weight;
-  direct.consensus_step = r.consensus_step;
-  direct.codec = r.codec;
-  direct.estimate_self = static_cast<float*>(r.aux0);
-  direct.estimate_peers = static_cast<float*>(r.aux1);
   local.handle = rt.handles.create();
   const relax_handle_t handle = local.handle;
-  s = rt.lane->submit(std::move(direct));
+  s = rt.lane->submit(std::move(local));
   if (!s.is_ok()) {
     rt.handles.release(handle);
     return fail(s);
@@ -185,8 +179,8 @@ Status announce_rejection(Engine& engine, const relax_request_t* requests, int32
   const std::string group = group_key(requests, count);
   for (int32_t i = 0; i < count; ++i) {
     const relax_request_t& r = requests[i];
-    const bool negotiated = r.type >= RELAX_REQ_ALLREDUCE && r.type <= RELAX_REQ_GROUP_AVERAGE && !is_direct(r.type) &&
-                            r.type != RELAX_REQ_JOIN;
+    const RequestKind* kind = request_kind(r.type);
+    const bool negotiated = kind && kind->lane != Lane::kDirect && kind->lane != Lane::kJoin;
     if (!negotiated || !r.name || !*r.name || r.process_set != requests[0].process_set) {
       return Status::error(RELAX_ERR_INVALID_ARGUMENT, "only named, negotiated requests of one process set can be "
                                                        "announced as rejected");
@@ -252,45 +246,23 @@ int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t coun
   }
   std::vector<LocalRequest> locals(static_cast<size_t>(count));
   const std::string group = group_key(requests, count);
+  SubmitContext ctx;
+  ctx.process_set = process_set;
+  ctx.set_world_ranks = info.world_ranks;
+  ctx.set_rank = info.rank;
+  ctx.world_rank = rt.mpi.topology().rank;
+  ctx.world_size = rt.mpi.topology().size;
+  ctx.has_alloc = alloc != nullptr;
   for (int32_t i = 0; i < count; ++i) {
-    relax_request_t r = requests[i];
+    const relax_request_t& r = requests[i];
     LocalRequest& local = locals[static_cast<size_t>(i)];
-    if (r.type == RELAX_REQ_BROADCAST) {  // roots are world ranks (as in Horovod): translate
-      const auto& members = info.world_ranks;
-      const auto it = std::find(members.begin(), members.end(), r.root_rank);
-      if (it == members.end()) {
-        return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                                  "broadcast '" + std::string(r.name ? r.name : "") + "': root rank " +
-                                      std::to_string(r.root_rank) + (process_set == 0 ? " is out of range [0, " +
-                                      std::to_string(members.size()) + ")" : " is not a member of process set " +
-                                      std::to_string(process_set))));
-      }
-      r.root_rank = static_cast<int32_t>(it - members.begin());
-    }
-    if (r.type == RELAX_REQ_COMPRESSED_ALLREDUCE && r.aux0 && !r.aux1 && r.ndim >= 0) {
-      int64_t count = 1;
-      for (int32_t k = 0; k < r.ndim; ++k) count *= r.shape[k];
-      const int64_t parts = static_cast<int64_t>(info.world_ranks.size());
-      const int64_t own = count / parts + (info.rank < count % parts ? 1 : 0);
-      if (own > 0) {
-        return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                                  "compressed_allreduce '" + std::string(r.name ? r.name : "") +
-                                      "': error feedback needs the owner memory (" + std::to_string(own) +
-                                      " floats) as well as the worker memory"));
-      }
-    }
     if (r.process_set != process_set) {
       return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "all requests of a group must use one process set"));
     }
-    Status s = make_descriptor(r, static_cast<int>(info.world_ranks.size()), alloc != nullptr, local.desc);
+    Status s = make_request(r, ctx, local);
     if (!s.is_ok()) return fail(s);
-    if (r.type == RELAX_REQ_JOIN) local.desc.name = kJoinRequestName;
     local.desc.group = group;
     local.desc.group_size = count > 1 ? count : 0;
-    local.input = r.input;
-    local.output = r.output;
-    local.aux0 = r.aux0;
-    local.aux1 = r.aux1;
     local.alloc = alloc;
     local.done = done;
     local.user = users ? users[i] : nullptr;

@@ -1,4 +1,4 @@
-// Compressed scatter-reduce (BAGUA's C_LP_S), exact semantics in DESIGN.md: each rank adds its
+// Compressed scatter-reduce (BAGUA's C_LP_S), semantics in docs/architecture.md: each rank adds its
 // worker error e to its input, encodes it chunk-wise and sends chunk j to rank j; rank i decodes
 // what it received for chunk i, reduces (sum or average), adds its owner error f, re-encodes and
 // the encoded chunks are all-gathered; every rank decodes the same bytes, so all results agree.

@@ -1,6 +1,6 @@
 #include "engine/coordinator.h"
 
-#include "codecs/codec.h"
+#include "engine/request_kind.h"
 #include "util/text.h"
 
 #include <algorithm>
@@ -145,10 +145,6 @@ bool all_equal(const ResponseTensor& t, const std::function<std::string(const De
   return true;
 }
 
-std::vector<int64_t> tail(const std::vector<int64_t>& shape) {
-  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
-}
-
 }  // namespace
 
 Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& joined) const {
@@ -180,42 +176,14 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
   }
   const Descriptor& d0 = t.first();
   const std::string op = request_type_name(d0.type);
+  const RequestKind* kind = request_kind(d0.type);
+  if (!kind) return Status::error(RELAX_ERR_INTERNAL, "unknown request type for " + quoted);
   std::vector<Check> checks = {
       {"data types", [](const Descriptor& d) { return dtype_name(d.dtype); }},
       {"group membership",
        [](const Descriptor& d) { return d.group.empty() ? std::string("no group") : "group " + d.group; }},
   };
-  if (d0.type == RELAX_REQ_ALLREDUCE || d0.type == RELAX_REQ_REDUCESCATTER) {
-    checks.push_back({"reduction ops", [](const Descriptor& d) { return reduce_op_name(d.reduce_op); }});
-    checks.push_back({"prescale factors", [](const Descriptor& d) { return std::to_string(d.prescale); }});
-    checks.push_back({"postscale factors", [](const Descriptor& d) { return std::to_string(d.postscale); }});
-  }
-  if (d0.type == RELAX_REQ_COMPRESSED_ALLREDUCE) {
-    checks.push_back({"shapes", [](const Descriptor& d) { return shape_string(d.shape); }});
-    checks.push_back({"reduction ops", [](const Descriptor& d) { return reduce_op_name(d.reduce_op); }});
-    checks.push_back({"codecs", [](const Descriptor& d) { return codec_name(d.codec); }});
-    checks.push_back({"error-feedback settings", [](const Descriptor& d) {
-                        return std::string((d.flags & Descriptor::kWorkerError) ? "worker" : "no worker") +
-                               ((d.flags & Descriptor::kOwnerError) ? "+owner error" : "+no owner error");
-                      }});
-  } else if (d0.type == RELAX_REQ_ADD_PROCESS_SET) {
-    checks.push_back({"process set ranks", [](const Descriptor& d) { return shape_string(d.splits); }});
-  } else if (d0.type == RELAX_REQ_REMOVE_PROCESS_SET) {
-    checks.push_back({"process set ids", [](const Descriptor& d) { return std::to_string(d.root_rank); }});
-  } else if (d0.type == RELAX_REQ_ALLGATHER || d0.type == RELAX_REQ_ALLTOALL) {
-    checks.push_back({"tensor ranks (number of dimensions)",
-                      [](const Descriptor& d) { return std::to_string(d.shape.size()); }});
-    checks.push_back({"shapes beyond the first dimension",
-                      [](const Descriptor& d) { return shape_string(tail(d.shape)); }});
-  } else if (d0.type != RELAX_REQ_BARRIER && d0.type != RELAX_REQ_JOIN) {  // other data ops
-    checks.push_back({"shapes", [](const Descriptor& d) { return shape_string(d.shape); }});
-  }
-  if (d0.type == RELAX_REQ_BROADCAST) {
-    checks.push_back({"root ranks", [](const Descriptor& d) { return std::to_string(d.root_rank); }});
-  }
-  if (d0.type == RELAX_REQ_REDUCESCATTER) {
-    checks.push_back({"receive counts", [](const Descriptor& d) { return shape_string(d.recv_counts); }});
-  }
+  for (const AgreementField& field : kind->agreement) checks.push_back({field.what, field.value});
   for (const Check& c : checks) {
     if (!all_equal(t, c.field)) {
       return Status::error(RELAX_ERR_MISMATCH, "Mismatched " + op + " " + c.what + " for " + quoted +
@@ -226,25 +194,8 @@ Status Coordinator::validate(const ResponseTensor& t, const std::vector<bool>& j
   for (size_t r = 0; r < joined.size(); ++r) {
     if (joined[r] && !t.per_rank[r]) joined_ranks.push_back(world_rank(static_cast<int>(r)));
   }
-  if (!joined_ranks.empty()) {
-    if (d0.type == RELAX_REQ_BROADCAST && joined[static_cast<size_t>(d0.root_rank)] &&
-        !t.per_rank[static_cast<size_t>(d0.root_rank)]) {
-      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                           "broadcast " + quoted + " has root rank " + std::to_string(d0.root_rank) +
-                               ", which has already joined.");
-    }
-    const bool gathers = d0.type == RELAX_REQ_ALLGATHER || d0.type == RELAX_REQ_BROADCAST;
-    if (gathers && !joined_gather_nothing_) {  // Horovod's behaviour
-      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                           op + " " + quoted + " cannot run while ranks " + rank_list(joined_ranks) +
-                               " have joined (as in Horovod; RELAX_JOINED_RANKS=contribute-nothing lets them "
-                               "contribute no rows and receive the result).");
-    }
-    if (d0.type == RELAX_REQ_ALLTOALL || d0.type == RELAX_REQ_COMPRESSED_ALLREDUCE) {
-      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                           op + " " + quoted + " is not supported while ranks " + rank_list(joined_ranks) +
-                               " have joined.");
-    }
+  if (!joined_ranks.empty() && kind->check_joined) {
+    return kind->check_joined(t, JoinedContext{joined, joined_ranks, joined_gather_nothing_, quoted});
   }
   return Status::ok();
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "engine/request_kind.h"
 #include "engine/round_exchange.h"
 #include "util/logging.h"
 #include "util/text.h"
@@ -17,7 +18,8 @@ namespace {
 
 
 bool is_membership(const Response& r) {
-  return r.type == RELAX_REQ_ADD_PROCESS_SET || r.type == RELAX_REQ_REMOVE_PROCESS_SET;
+  const RequestKind* kind = request_kind(r.type);
+  return kind && kind->lane == Lane::kMembership;
 }
 
 // Whether a round changed anything: new announcements, flags, or responses.
@@ -227,7 +229,7 @@ RankMessage Engine::announce(ProcessSetState& set, bool stopping, double now) {
   RankMessage mine;
   if (stopping) mine.flags |= kFlagShutdown;
   for (LocalRequest& r : set.fresh) {
-    if (r.desc.type == RELAX_REQ_JOIN) {
+    if (request_kind(r.desc.type)->lane == Lane::kJoin) {
       mine.flags |= kFlagJoin;
     } else {
       const int id = set.coordinator.cache_lookup(r.desc);

@@ -1,5 +1,6 @@
 // Executes negotiated responses on the engine thread: tensor fusion for all-reduce, the other
-// collectives one by one, and completion of the local handles (status, callback).
+// kinds one by one through their run functions (engine/requests/), and completion of the local
+// handles (status, callback).
 #pragma once
 
 #include <functional>
@@ -13,12 +14,10 @@
 #include "engine/coordinator.h"
 #include "engine/handles.h"
 #include "engine/request.h"
+#include "engine/request_kind.h"
 #include "engine/timeline.h"
 
 namespace relax {
-
-// Name under which a rank's pending join() is tracked (one per rank at a time).
-constexpr const char kJoinRequestName[] = "relax.join";
 
 class Executor {
  public:
@@ -32,20 +31,10 @@ class Executor {
   void run(std::vector<Response>& responses, PendingMap& pending);
 
  private:
-  struct Item {
-    const ResponseTensor* tensor;
-    LocalRequest* local;  // null when this rank joined without the tensor
-  };
+  using Item = ExecItem;
 
   void run_allreduce_batch(std::vector<Item>& items);
   Status run_fused_allreduce(std::vector<Item>& items);
-  Status run_allgather(Item& item, std::vector<int64_t>& shape_out);
-  Status run_broadcast(Item& item);
-  Status run_reducescatter(Item& item);
-  Status run_alltoall(Item& item, std::vector<int64_t>& received_splits);
-  Status run_compressed(Item& item);
-  void* allocate_output(Item& item, const std::vector<int64_t>& shape, std::vector<uint8_t>& fallback,
-                        int64_t bytes);
   void complete(Item& item, const Status& status, int64_t result = -1, std::vector<int64_t> splits = {});
   // Records phase [start, now) for every item in the timeline (no-op when it is off).
   void trace(const std::vector<Item>& items, const char* phase, double start);

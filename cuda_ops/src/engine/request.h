@@ -13,8 +13,22 @@
 
 namespace relax {
 
+// Name under which a rank's pending join() is tracked (one per rank at a time).
+constexpr const char kJoinRequestName[] = "relax.join";
+
+// The arguments of a direct request (neighbour or group average) that stay on this rank.
+struct DirectArgs {
+  std::vector<int> peers;             // world ranks: neighbours, or the group's members
+  std::vector<double> weights;        // one per peer
+  double self_weight = 0;             // neighbour average
+  double consensus_step = 1;          // CHOCO
+  int32_t codec = 0;                  // CHOCO's codec (0: exact)
+  float* estimate_self = nullptr;     // CHOCO: this rank's estimate x^ (count floats)
+  float* estimate_peers = nullptr;    // CHOCO: the peers' estimates (npeers * count floats)
+};
+
 struct LocalRequest {
-  Descriptor desc;
+  Descriptor desc;  // what is negotiated with the other ranks
   const void* input = nullptr;
   void* output = nullptr;
   relax_alloc_fn alloc = nullptr;
@@ -22,8 +36,9 @@ struct LocalRequest {
   void* user = nullptr;
   relax_handle_t handle = 0;
   double enqueued_at = 0;
-  void* aux0 = nullptr;  // compressed all-reduce: worker error
-  void* aux1 = nullptr;  // compressed all-reduce: owner error
+  float* worker_error = nullptr;  // compressed all-reduce with error feedback
+  float* owner_error = nullptr;
+  DirectArgs direct;              // neighbour and group averages
 };
 
 using PendingMap = std::unordered_map<std::string, LocalRequest>;

@@ -8,6 +8,7 @@
 
 #include "codecs/codec.h"
 #include "collectives/reduce.h"
+#include "engine/request_kind.h"
 #include "transport/mpi_context.h"
 #include "util/logging.h"
 #include "util/text.h"
@@ -38,23 +39,23 @@ Status mpi_failure(int rc, const char* what) {
   return Status::error(RELAX_ERR_MPI, std::string(what) + " failed: " + mpi_error_string(rc));
 }
 
-Status check_headers(const DirectRequest& r, const Header& mine, const std::vector<Header>& theirs) {
+Status check_headers(const LocalRequest& r, const Header& mine, const std::vector<Header>& theirs) {
   for (size_t k = 0; k < theirs.size(); ++k) {
     const Header& h = theirs[k];
     if (h.variant != mine.variant) {
-      const bool group = r.local.desc.type == RELAX_REQ_GROUP_AVERAGE;
+      const bool group = r.desc.type == RELAX_REQ_GROUP_AVERAGE;
       return Status::error(RELAX_ERR_MISMATCH,
-                           request_type_name(r.local.desc.type) + " '" + r.local.desc.name + "': rank " +
-                               std::to_string(r.peers[k]) +
-                               (group ? " averages over a different group than " + rank_list(r.peers) +
+                           request_type_name(r.desc.type) + " '" + r.desc.name + "': rank " +
+                               std::to_string(r.direct.peers[k]) +
+                               (group ? " averages over a different group than " + rank_list(r.direct.peers) +
                                             "; every member must use the same group generator and seed"
                                       : " uses a different codec (" + std::to_string(h.variant) + " vs " +
                                             std::to_string(mine.variant) + ")"));
     }
     if (h.name_hash != mine.name_hash || h.count != mine.count || h.dtype != mine.dtype) {
       return Status::error(RELAX_ERR_MISMATCH,
-                           request_type_name(r.local.desc.type) + " '" + r.local.desc.name + "': rank " +
-                               std::to_string(r.peers[k]) + " sent a different operation (" +
+                           request_type_name(r.desc.type) + " '" + r.desc.name + "': rank " +
+                               std::to_string(r.direct.peers[k]) + " sent a different operation (" +
                                std::to_string(h.count) + " elements of " + dtype_name(h.dtype) + ", other name: " +
                                (h.name_hash == mine.name_hash ? "no" : "yes") +
                                "); neighbours must run the same schedule");
@@ -182,7 +183,7 @@ DirectLane::~DirectLane() {
   if (join_comm_ != MPI_COMM_NULL) MPI_Comm_free(&join_comm_);
 }
 
-Status DirectLane::submit(DirectRequest request) {
+Status DirectLane::submit(LocalRequest request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return Status::error(RELAX_ERR_SHUTDOWN, stop_reason_);
@@ -210,12 +211,12 @@ void DirectLane::stop(const std::string& reason) {
 
 void DirectLane::loop() {
   while (true) {
-    DirectRequest request;
+    LocalRequest request;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) {
-        for (DirectRequest& r : queue_) finish_request(handles_, r.local, RELAX_ERR_SHUTDOWN, stop_reason_);
+        for (LocalRequest& r : queue_) finish_request(handles_, r, RELAX_ERR_SHUTDOWN, stop_reason_);
         queue_.clear();
         return;
       }
@@ -228,25 +229,25 @@ void DirectLane::loop() {
     } catch (const std::exception& e) {
       status = Status::error(RELAX_ERR_INTERNAL, e.what());
     }
-    finish_request(handles_, request.local, status.code, status.message);
+    finish_request(handles_, request, status.code, status.message);
   }
 }
 
-Status DirectLane::execute(DirectRequest& r) {
+Status DirectLane::execute(LocalRequest& r) {
   const double start = steady_seconds();
-  Status st = r.local.desc.type == RELAX_REQ_GROUP_AVERAGE ? group_average(r)
-              : r.codec                                   ? choco_average(r)
+  Status st = r.desc.type == RELAX_REQ_GROUP_AVERAGE ? group_average(r)
+              : r.direct.codec                                   ? choco_average(r)
                                                           : neighbor_average(r);
   busy_ns_ += static_cast<int64_t>((steady_seconds() - start) * 1e9);
   return st;
 }
 
-Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const DirectRequest& r) {
+Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r) {
   const double start = steady_seconds();
   double idle_since = start;
   // ~1 ms plus the transfer at 500 MB/s: beyond that, a missing completion means a late peer
-  const double bytes = static_cast<double>(r.local.desc.num_elements()) * static_cast<double>(dtype_size(r.local.desc.dtype));
-  const double spin_seconds = 1e-3 + bytes * static_cast<double>(std::max<size_t>(1, r.peers.size())) / 500e6;
+  const double bytes = static_cast<double>(r.desc.num_elements()) * static_cast<double>(dtype_size(r.desc.dtype));
+  const double spin_seconds = 1e-3 + bytes * static_cast<double>(std::max<size_t>(1, r.direct.peers.size())) / 500e6;
   double warned = 0;
   Status failure;  // the first failed request; the others are still completed (no stale messages)
   std::vector<int> indices(requests.size());
@@ -275,22 +276,22 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const DirectRequ
       for (MPI_Request& q : requests) {
         if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
       }
-      return Status::error(RELAX_ERR_SHUTDOWN, "relaxlib was shut down during " + request_type_name(r.local.desc.type) +
-                                                   " '" + r.local.desc.name + "'");
+      return Status::error(RELAX_ERR_SHUTDOWN, "relaxlib was shut down during " + request_type_name(r.desc.type) +
+                                                   " '" + r.desc.name + "'");
     }
     if (config_.stall_check_seconds > 0 && waited > config_.stall_check_seconds &&
         waited - warned > config_.stall_check_seconds) {
       warned = waited;
-      RELAX_LOG(Warning, "Stall: " << request_type_name(r.local.desc.type) << " '" << r.local.desc.name
+      RELAX_LOG(Warning, "Stall: " << request_type_name(r.desc.type) << " '" << r.desc.name
                                    << "' has waited " << static_cast<int>(waited) << " s for ranks "
-                                   << rank_list(r.peers) << "; they may run a different schedule or be stuck.");
+                                   << rank_list(r.direct.peers) << "; they may run a different schedule or be stuck.");
     }
     if (config_.stall_shutdown_seconds > 0 && waited > config_.stall_shutdown_seconds) {
       for (MPI_Request& q : requests) {
         if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
       }
-      return Status::error(RELAX_ERR_STALLED, request_type_name(r.local.desc.type) + " '" + r.local.desc.name +
-                                                  "': ranks " + rank_list(r.peers) + " did not take part within " +
+      return Status::error(RELAX_ERR_STALLED, request_type_name(r.desc.type) + " '" + r.desc.name +
+                                                  "': ranks " + rank_list(r.direct.peers) + " did not take part within " +
                                                   "RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME");
     }
     // MPI moves large messages only inside MPI calls: keep calling (yielding the core) for as
@@ -305,28 +306,28 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const DirectRequ
   }
 }
 
-Status DirectLane::neighbor_average(DirectRequest& r) {
-  const Descriptor& d = r.local.desc;
+Status DirectLane::neighbor_average(LocalRequest& r) {
+  const Descriptor& d = r.desc;
   const int64_t count = d.num_elements();
   const size_t esize = dtype_size(d.dtype);
   const size_t bytes = static_cast<size_t>(count) * esize;
-  const size_t npeers = r.peers.size();
+  const size_t npeers = r.direct.peers.size();
   if (scratch_.size() < bytes * npeers) scratch_.resize(bytes * npeers);
   const Header mine{fnv1a(d.name), 0, count, d.dtype, -1};
   std::vector<Header> theirs(npeers);
   std::vector<MPI_Request> requests;
   for (size_t k = 0; k < npeers; ++k) {
     requests.emplace_back();
-    MPI_Irecv(&theirs[k], sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    MPI_Irecv(&theirs[k], sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
     requests.emplace_back();
-    MPI_Irecv(scratch_.data() + k * bytes, static_cast<int>(bytes), MPI_BYTE, r.peers[k], kDataTag, comm_,
+    MPI_Irecv(scratch_.data() + k * bytes, static_cast<int>(bytes), MPI_BYTE, r.direct.peers[k], kDataTag, comm_,
               &requests.back());
   }
   for (size_t k = 0; k < npeers; ++k) {
     requests.emplace_back();
-    MPI_Isend(&mine, sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    MPI_Isend(&mine, sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
     requests.emplace_back();
-    MPI_Isend(r.local.input, static_cast<int>(bytes), MPI_BYTE, r.peers[k], kDataTag, comm_, &requests.back());
+    MPI_Isend(r.input, static_cast<int>(bytes), MPI_BYTE, r.direct.peers[k], kDataTag, comm_, &requests.back());
   }
   const Status waited = wait_all(requests, r);
   traffic_.bytes_sent += static_cast<int64_t>(bytes * npeers);
@@ -339,47 +340,47 @@ Status DirectLane::neighbor_average(DirectRequest& r) {
   std::vector<const void*> received(npeers);
   for (size_t k = 0; k < npeers; ++k) received[k] = scratch_.data() + k * bytes;
   if (d.dtype == RELAX_FLOAT32) {
-    mix(static_cast<const float*>(r.local.input), received, r.self_weight, r.weights, count,
-        static_cast<float*>(r.local.output));
+    mix(static_cast<const float*>(r.input), received, r.direct.self_weight, r.direct.weights, count,
+        static_cast<float*>(r.output));
   } else {
-    mix(static_cast<const double*>(r.local.input), received, r.self_weight, r.weights, count,
-        static_cast<double*>(r.local.output));
+    mix(static_cast<const double*>(r.input), received, r.direct.self_weight, r.direct.weights, count,
+        static_cast<double*>(r.output));
   }
   return Status::ok();
 }
 
 // CHOCO-gossip: send Q(x - x^) so every neighbour can track x^; errors do not accumulate because
 // the estimate, not x, is what neighbours average with.
-Status DirectLane::choco_average(DirectRequest& r) {
-  const Descriptor& d = r.local.desc;
-  std::unique_ptr<Codec> codec = make_codec(r.codec);
+Status DirectLane::choco_average(LocalRequest& r) {
+  const Descriptor& d = r.desc;
+  std::unique_ptr<Codec> codec = make_codec(r.direct.codec);
   const int64_t count = d.num_elements();
-  const size_t npeers = r.peers.size();
+  const size_t npeers = r.direct.peers.size();
   const size_t encoded = static_cast<size_t>(codec->encoded_bytes(count));
-  const auto* x = static_cast<const float*>(r.local.input);
+  const auto* x = static_cast<const float*>(r.input);
   std::vector<float> delta(static_cast<size_t>(count));
   bool finite = true;
   for (int64_t i = 0; i < count; ++i) {
-    delta[static_cast<size_t>(i)] = x[i] - r.estimate_self[i];
+    delta[static_cast<size_t>(i)] = x[i] - r.direct.estimate_self[i];
     finite &= std::isfinite(delta[static_cast<size_t>(i)]);
   }
   std::vector<uint8_t> mine(encoded), theirs(encoded * npeers);
   if (finite) codec->encode(delta.data(), count, mine.data());
-  const Header header{fnv1a(d.name), static_cast<uint64_t>(r.codec), count, d.dtype, finite ? -1 : rank_};
+  const Header header{fnv1a(d.name), static_cast<uint64_t>(r.direct.codec), count, d.dtype, finite ? -1 : rank_};
   std::vector<Header> headers(npeers);
   std::vector<MPI_Request> requests;
   for (size_t k = 0; k < npeers; ++k) {
     requests.emplace_back();
-    MPI_Irecv(&headers[k], sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    MPI_Irecv(&headers[k], sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
     requests.emplace_back();
-    MPI_Irecv(theirs.data() + k * encoded, static_cast<int>(encoded), MPI_BYTE, r.peers[k], kDataTag, comm_,
+    MPI_Irecv(theirs.data() + k * encoded, static_cast<int>(encoded), MPI_BYTE, r.direct.peers[k], kDataTag, comm_,
               &requests.back());
   }
   for (size_t k = 0; k < npeers; ++k) {
     requests.emplace_back();
-    MPI_Isend(&header, sizeof(Header), MPI_BYTE, r.peers[k], kHeaderTag, comm_, &requests.back());
+    MPI_Isend(&header, sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
     requests.emplace_back();
-    MPI_Isend(mine.data(), static_cast<int>(encoded), MPI_BYTE, r.peers[k], kDataTag, comm_, &requests.back());
+    MPI_Isend(mine.data(), static_cast<int>(encoded), MPI_BYTE, r.direct.peers[k], kDataTag, comm_, &requests.back());
   }
   const Status waited = wait_all(requests, r);
   traffic_.bytes_sent += static_cast<int64_t>(encoded * npeers);
@@ -395,37 +396,37 @@ Status DirectLane::choco_average(DirectRequest& r) {
                                std::to_string(finite ? h.poisoned_by : rank_) + " (estimates unchanged)");
     }
   }
-  codec->decode_add(mine.data(), count, r.estimate_self);
+  codec->decode_add(mine.data(), count, r.direct.estimate_self);
   for (size_t k = 0; k < npeers; ++k) {
-    codec->decode_add(theirs.data() + k * encoded, count, r.estimate_peers + k * static_cast<size_t>(count));
+    codec->decode_add(theirs.data() + k * encoded, count, r.direct.estimate_peers + k * static_cast<size_t>(count));
   }
   // x' = x + gamma (w_self x^_self + sum_k w_k x^_k - x^_self)
-  auto* out = static_cast<float*>(r.local.output);
-  const float gamma = static_cast<float>(r.consensus_step);
-  const float self_weight = static_cast<float>(r.self_weight);
+  auto* out = static_cast<float*>(r.output);
+  const float gamma = static_cast<float>(r.direct.consensus_step);
+  const float self_weight = static_cast<float>(r.direct.self_weight);
   for (int64_t i = 0; i < count; ++i) {
-    float mixed = self_weight * r.estimate_self[i];
+    float mixed = self_weight * r.direct.estimate_self[i];
     for (size_t k = 0; k < npeers; ++k) {
-      mixed += static_cast<float>(r.weights[k]) * r.estimate_peers[k * static_cast<size_t>(count) + static_cast<size_t>(i)];
+      mixed += static_cast<float>(r.direct.weights[k]) * r.direct.estimate_peers[k * static_cast<size_t>(count) + static_cast<size_t>(i)];
     }
-    out[i] = x[i] + gamma * (mixed - r.estimate_self[i]);
+    out[i] = x[i] + gamma * (mixed - r.direct.estimate_self[i]);
   }
   return Status::ok();
 }
 
-Status DirectLane::group_average(DirectRequest& r) {
-  const Descriptor& d = r.local.desc;
+Status DirectLane::group_average(LocalRequest& r) {
+  const Descriptor& d = r.desc;
   const int64_t count = d.num_elements();
   const size_t bytes = static_cast<size_t>(count) * dtype_size(d.dtype);
-  const auto me = std::find(r.peers.begin(), r.peers.end(), rank_);
-  const double my_weight = r.weights[static_cast<size_t>(me - r.peers.begin())];
+  const auto me = std::find(r.direct.peers.begin(), r.direct.peers.end(), rank_);
+  const double my_weight = r.direct.weights[static_cast<size_t>(me - r.direct.peers.begin())];
   // Headers between all members first: a member running a different schedule is reported by name
   // (instead of a collective over mismatched groups), and a joined rank sees that a step is due.
   std::vector<int> others;
-  for (int member : r.peers) {
+  for (int member : r.direct.peers) {
     if (member != rank_) others.push_back(member);
   }
-  const Header mine{fnv1a(d.name), fnv1a(rank_list(r.peers)), count, d.dtype, -1};
+  const Header mine{fnv1a(d.name), fnv1a(rank_list(r.direct.peers)), count, d.dtype, -1};
   std::vector<Header> theirs(others.size());
   std::vector<MPI_Request> requests;
   for (size_t k = 0; k < others.size(); ++k) {
@@ -438,20 +439,20 @@ Status DirectLane::group_average(DirectRequest& r) {
   }
   Status st = wait_all(requests, r);
   if (!st.is_ok()) return st;
-  DirectRequest named = r;  // check_headers names peers by position
-  named.peers = others;
+  LocalRequest named = r;  // check_headers names peers by position
+  named.direct.peers = others;
   st = check_headers(named, mine, theirs);
   if (!st.is_ok()) return st;
-  if (r.local.output != r.local.input) std::memcpy(r.local.output, r.local.input, bytes);
-  scale_buffer(r.local.output, count, d.dtype, my_weight);
+  if (r.output != r.input) std::memcpy(r.output, r.input, bytes);
+  scale_buffer(r.output, count, d.dtype, my_weight);
   if (others.empty()) return Status::ok();
   Collectives* collectives = nullptr;
   bool transient = false;
-  st = groups_.acquire(r.peers, collectives, transient);
+  st = groups_.acquire(r.direct.peers, collectives, transient);
   if (!st.is_ok()) return st;
   const int64_t sent_before = collectives->traffic().bytes_sent;
   const int64_t received_before = collectives->traffic().bytes_received;
-  st = collectives->allreduce(r.local.output, r.local.output, count, d.dtype, RELAX_OP_SUM, 1.0);
+  st = collectives->allreduce(r.output, r.output, count, d.dtype, RELAX_OP_SUM, 1.0);
   traffic_.bytes_sent += collectives->traffic().bytes_sent - sent_before;
   traffic_.bytes_received += collectives->traffic().bytes_received - received_before;
   if (transient) groups_.release_transient();

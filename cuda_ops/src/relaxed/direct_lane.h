@@ -24,17 +24,6 @@
 
 namespace relax {
 
-struct DirectRequest {
-  LocalRequest local;          // name, dtype, shape, buffers, handle, callback
-  std::vector<int> peers;      // world ranks
-  std::vector<double> weights;
-  double self_weight = 0;
-  double consensus_step = 1;
-  int32_t codec = 0;
-  float* estimate_self = nullptr;   // CHOCO: this rank's estimate x^ (count floats)
-  float* estimate_peers = nullptr;  // CHOCO: the peers' estimates (npeers * count floats)
-};
-
 // Sub-communicators of process groups, created on demand with MPI_Comm_create_group (collective
 // over the members only). A group is kept only if every member has room, decided together at
 // creation, so members never disagree about which groups are cached; beyond the capacity a
@@ -70,7 +59,7 @@ class DirectLane {
   DirectLane(const DirectLane&) = delete;
   DirectLane& operator=(const DirectLane&) = delete;
 
-  Status submit(DirectRequest request);
+  Status submit(LocalRequest request);
   // Fails what is queued and stops the thread.
   void stop(const std::string& reason);
   // Fails the running and queued requests and all later ones with `reason`, without joining the
@@ -91,13 +80,13 @@ class DirectLane {
 
  private:
   void loop();
-  Status execute(DirectRequest& r);
-  Status neighbor_average(DirectRequest& r);
-  Status choco_average(DirectRequest& r);
-  Status group_average(DirectRequest& r);
+  Status execute(LocalRequest& r);
+  Status neighbor_average(LocalRequest& r);
+  Status choco_average(LocalRequest& r);
+  Status group_average(LocalRequest& r);
   // Waits for `requests` (to/from `peers`), warning about a stall and failing after the
   // shutdown time, as the negotiation's stall inspector does.
-  Status wait_all(std::vector<MPI_Request>& requests, const DirectRequest& r);
+  Status wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm join_comm_ = MPI_COMM_NULL;
@@ -115,7 +104,7 @@ class DirectLane {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<DirectRequest> queue_;
+  std::deque<LocalRequest> queue_;
   bool stopping_ = false;
   std::string stop_reason_;
   std::thread thread_;

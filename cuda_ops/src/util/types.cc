@@ -65,24 +65,6 @@ std::string reduce_op_name(int32_t op) {
   }
 }
 
-std::string request_type_name(int32_t type) {
-  switch (type) {
-    case RELAX_REQ_ALLREDUCE: return "allreduce";
-    case RELAX_REQ_ALLGATHER: return "allgather";
-    case RELAX_REQ_BROADCAST: return "broadcast";
-    case RELAX_REQ_REDUCESCATTER: return "reducescatter";
-    case RELAX_REQ_ALLTOALL: return "alltoall";
-    case RELAX_REQ_BARRIER: return "barrier";
-    case RELAX_REQ_JOIN: return "join";
-    case RELAX_REQ_ADD_PROCESS_SET: return "add_process_set";
-    case RELAX_REQ_REMOVE_PROCESS_SET: return "remove_process_set";
-    case RELAX_REQ_COMPRESSED_ALLREDUCE: return "compressed_allreduce";
-    case RELAX_REQ_NEIGHBOR_AVERAGE: return "neighbor_average";
-    case RELAX_REQ_GROUP_AVERAGE: return "group_average";
-    default: return "request(" + std::to_string(type) + ")";
-  }
-}
-
 std::string shape_string(const std::vector<int64_t>& shape) { return bracketed_list(shape); }
 
 int64_t Descriptor::num_elements() const {

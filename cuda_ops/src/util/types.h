@@ -29,7 +29,6 @@ std::string dtype_name(int32_t dtype);
 bool dtype_is_valid(int32_t dtype);
 bool dtype_is_floating(int32_t dtype);
 std::string reduce_op_name(int32_t op);
-std::string request_type_name(int32_t type);
 std::string shape_string(const std::vector<int64_t>& shape);
 
 // What one rank asked for, as exchanged during negotiation. Everything needed to validate the

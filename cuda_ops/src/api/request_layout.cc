@@ -1,0 +1,75 @@
+// relax_request_layout(): the offsets and sizes of relax_request_t and its argument structs as
+// this compiler laid them out, so that bindings mirroring the struct (Python's ctypes) can
+// check themselves against the core in their tests.
+#include <cstddef>
+#include <sstream>
+#include <string>
+
+#include "relax/relax.h"
+
+namespace {
+
+#define RELAX_STRUCT(type) os << #type " 0 " << sizeof(type) << '\n'
+#define RELAX_FIELD(type, field) \
+  os << #type "." #field " " << offsetof(type, field) << ' ' << sizeof(static_cast<type*>(nullptr)->field) << '\n'
+
+std::string describe_layout() {
+  std::ostringstream os;
+  RELAX_STRUCT(relax_request_t);
+  RELAX_FIELD(relax_request_t, type);
+  RELAX_FIELD(relax_request_t, name);
+  RELAX_FIELD(relax_request_t, dtype);
+  RELAX_FIELD(relax_request_t, ndim);
+  RELAX_FIELD(relax_request_t, shape);
+  RELAX_FIELD(relax_request_t, input);
+  RELAX_FIELD(relax_request_t, output);
+  RELAX_FIELD(relax_request_t, process_set);
+  RELAX_FIELD(relax_request_t, args);
+  RELAX_STRUCT(relax_reduce_args_t);
+  RELAX_FIELD(relax_reduce_args_t, reduce_op);
+  RELAX_FIELD(relax_reduce_args_t, prescale);
+  RELAX_FIELD(relax_reduce_args_t, postscale);
+  RELAX_STRUCT(relax_broadcast_args_t);
+  RELAX_FIELD(relax_broadcast_args_t, root_rank);
+  RELAX_STRUCT(relax_reducescatter_args_t);
+  RELAX_FIELD(relax_reducescatter_args_t, reduce);
+  RELAX_FIELD(relax_reducescatter_args_t, ncounts);
+  RELAX_FIELD(relax_reducescatter_args_t, recv_counts);
+  RELAX_STRUCT(relax_alltoall_args_t);
+  RELAX_FIELD(relax_alltoall_args_t, nsplits);
+  RELAX_FIELD(relax_alltoall_args_t, splits);
+  RELAX_STRUCT(relax_add_process_set_args_t);
+  RELAX_FIELD(relax_add_process_set_args_t, nranks);
+  RELAX_FIELD(relax_add_process_set_args_t, ranks);
+  RELAX_STRUCT(relax_remove_process_set_args_t);
+  RELAX_FIELD(relax_remove_process_set_args_t, process_set_id);
+  RELAX_STRUCT(relax_compressed_allreduce_args_t);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, reduce_op);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, codec);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, worker_error);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, owner_error);
+  RELAX_STRUCT(relax_neighbor_average_args_t);
+  RELAX_FIELD(relax_neighbor_average_args_t, npeers);
+  RELAX_FIELD(relax_neighbor_average_args_t, peers);
+  RELAX_FIELD(relax_neighbor_average_args_t, weights);
+  RELAX_FIELD(relax_neighbor_average_args_t, self_weight);
+  RELAX_FIELD(relax_neighbor_average_args_t, codec);
+  RELAX_FIELD(relax_neighbor_average_args_t, consensus_step);
+  RELAX_FIELD(relax_neighbor_average_args_t, estimate_self);
+  RELAX_FIELD(relax_neighbor_average_args_t, estimate_peers);
+  RELAX_STRUCT(relax_group_average_args_t);
+  RELAX_FIELD(relax_group_average_args_t, nmembers);
+  RELAX_FIELD(relax_group_average_args_t, members);
+  RELAX_FIELD(relax_group_average_args_t, weights);
+  return os.str();
+}
+
+#undef RELAX_FIELD
+#undef RELAX_STRUCT
+
+}  // namespace
+
+const char* relax_request_layout(void) {
+  static const std::string layout = describe_layout();
+  return layout.c_str();
+}

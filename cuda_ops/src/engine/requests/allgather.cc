@@ -1,0 +1,38 @@
+// allgather: every rank's tensor concatenated along dim 0 in rank order; dim 0 may differ.
+#include "engine/requests/kind_support.h"
+
+namespace relax {
+namespace {
+
+Status parse(const relax_request_t&, const SubmitContext& ctx, LocalRequest& local) {
+  return kinds::require_rows(kinds::describe(local), ctx, local);
+}
+
+Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
+  const Descriptor& d = item.tensor->first();
+  const size_t esize = dtype_size(d.dtype);
+  const int64_t row = d.row_elements();
+  std::vector<int64_t> counts;
+  int64_t rows = 0;
+  for (const auto& rank_desc : item.tensor->per_rank) {
+    const int64_t dim0 = rank_desc ? rank_desc->dim0() : 0;  // a joined rank contributes no rows
+    counts.push_back(dim0 * row);
+    rows += dim0;
+  }
+  const int64_t bytes = rows * row * static_cast<int64_t>(esize);
+  std::vector<uint8_t> fallback;
+  void* out = ctx.output_for(item, kinds::with_dim0(d.shape, rows), fallback, bytes);
+  if (!out && bytes > 0) {
+    return Status::error(RELAX_ERR_INTERNAL, "could not allocate the allgather output for '" + d.name + "'");
+  }
+  return ctx.collectives.allgatherv(item.local ? item.local->input : nullptr, out, counts, esize);
+}
+
+const RequestKindRegistration kAllgather({
+    RELAX_REQ_ALLGATHER, "allgather", Lane::kNegotiated, /*takes_tensor=*/true, /*global=*/false, /*fuses=*/false,
+    parse,
+    {{"tensor ranks (number of dimensions)", kinds::ndim_of}, {"shapes beyond the first dimension", kinds::row_shape_of}},
+    kinds::gather_when_joined, run});
+
+}  // namespace
+}  // namespace relax

@@ -1,0 +1,19 @@
+// allreduce: every rank ends with the reduction of every rank's tensor. The executor fuses
+// consecutive allreduces of one dtype, op and scale into one collective (engine/executor.cc).
+#include "engine/requests/kind_support.h"
+
+namespace relax {
+namespace {
+
+Status parse(const relax_request_t& r, const SubmitContext&, LocalRequest& local) {
+  const std::string what = kinds::describe(local);
+  Status s = kinds::parse_reduction(what, r.args.allreduce, local.desc.dtype, local.desc);
+  return s.is_ok() ? kinds::require_output(what, local) : s;
+}
+
+const RequestKindRegistration kAllreduce({
+    RELAX_REQ_ALLREDUCE, "allreduce", Lane::kNegotiated, /*takes_tensor=*/true, /*global=*/false,
+    /*fuses=*/true, parse, kinds::reduction_agreement(), /*check_joined=*/nullptr, /*run=*/nullptr});
+
+}  // namespace
+}  // namespace relax

@@ -1,0 +1,119 @@
+#include "engine/requests/kind_support.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/text.h"
+
+namespace relax {
+namespace kinds {
+
+Status invalid(const std::string& message) { return Status::error(RELAX_ERR_INVALID_ARGUMENT, message); }
+
+std::string describe(const LocalRequest& local) {
+  return request_type_name(local.desc.type) + " '" + local.desc.name + "'";
+}
+
+Status parse_reduction(const std::string& what, const relax_reduce_args_t& args, int32_t dtype, Descriptor& d) {
+  if (args.reduce_op == RELAX_OP_ADASUM) {
+    return invalid(what + ": the Adasum reduction is not implemented in relaxlib; use Average or Sum.");
+  }
+  if (args.reduce_op < RELAX_OP_AVERAGE || args.reduce_op > RELAX_OP_PRODUCT) {
+    return invalid(what + ": unknown reduction op " + std::to_string(args.reduce_op));
+  }
+  if (dtype == RELAX_BOOL) return invalid(what + ": cannot reduce tensors of type bool");
+  if (!std::isfinite(args.prescale) || !std::isfinite(args.postscale)) {
+    return invalid(what + ": prescale and postscale factors must be finite");
+  }
+  d.reduce_op = args.reduce_op;
+  d.prescale = args.prescale;
+  d.postscale = args.postscale;
+  return Status::ok();
+}
+
+Status require_output(const std::string& what, const LocalRequest& local) {
+  if (local.desc.num_elements() > 0 && !local.output) return invalid(what + ": output buffer is NULL");
+  return Status::ok();
+}
+
+Status require_rows(const std::string& what, const SubmitContext& ctx, const LocalRequest& local) {
+  if (local.desc.shape.empty()) return invalid(what + ": needs a tensor with at least one dimension, got a scalar");
+  if (!ctx.has_alloc && !local.output) return invalid(what + ": needs an output buffer or an allocation callback");
+  return Status::ok();
+}
+
+Status parse_peers(const std::string& what, const SubmitContext& ctx, int32_t count, const int32_t* peers,
+                   const double* weights, bool compressed, LocalRequest& local) {
+  const int32_t dtype = local.desc.dtype;
+  const bool floating = dtype == RELAX_FLOAT32 || dtype == RELAX_FLOAT64;
+  if (!floating || (compressed && dtype != RELAX_FLOAT32)) {
+    return invalid(what + ": supports float32" + std::string(compressed ? "" : " and float64") + " tensors");
+  }
+  Status s = require_output(what, local);
+  if (!s.is_ok()) return s;
+  if (count < 0 || (count > 0 && (!peers || !weights))) return invalid(what + ": peers and weights needed");
+  std::vector<int64_t> listed(peers, peers + count);
+  std::vector<int64_t> sorted = listed;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= ctx.world_size) {
+      return invalid(what + ": rank " + std::to_string(sorted[i]) + " is out of range [0, " +
+                     std::to_string(ctx.world_size) + ")");
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) return invalid(what + ": ranks " + shape_string(listed) + " repeat");
+  }
+  for (int32_t k = 0; k < count; ++k) {
+    if (!std::isfinite(weights[k])) return invalid(what + ": weights must be finite");
+  }
+  local.desc.splits = listed;
+  local.direct.peers.assign(peers, peers + count);
+  local.direct.weights.assign(weights, weights + count);
+  return Status::ok();
+}
+
+int32_t reduction_of(int32_t op) { return op == RELAX_OP_AVERAGE ? RELAX_OP_SUM : op; }
+
+double postscale_of(const Descriptor& d, int size) {
+  return d.reduce_op == RELAX_OP_AVERAGE ? d.postscale / static_cast<double>(size) : d.postscale;
+}
+
+std::vector<int64_t> with_dim0(const std::vector<int64_t>& shape, int64_t dim0) {
+  std::vector<int64_t> out = shape;
+  if (out.empty()) out.push_back(dim0);
+  else out[0] = dim0;
+  return out;
+}
+
+int64_t byte_size(const Descriptor& d) { return d.num_elements() * static_cast<int64_t>(dtype_size(d.dtype)); }
+
+std::string reduce_op_of(const Descriptor& d) { return reduce_op_name(d.reduce_op); }
+std::string prescale_of(const Descriptor& d) { return std::to_string(d.prescale); }
+std::string postscale_text_of(const Descriptor& d) { return std::to_string(d.postscale); }
+std::string shape_of(const Descriptor& d) { return shape_string(d.shape); }
+std::string ndim_of(const Descriptor& d) { return std::to_string(d.shape.size()); }
+std::string row_shape_of(const Descriptor& d) {
+  return shape_string(d.shape.empty() ? d.shape : std::vector<int64_t>(d.shape.begin() + 1, d.shape.end()));
+}
+
+std::vector<AgreementField> reduction_agreement() {
+  return {{"reduction ops", reduce_op_of},
+          {"prescale factors", prescale_of},
+          {"postscale factors", postscale_text_of},
+          {"shapes", shape_of}};
+}
+
+Status gather_when_joined(const ResponseTensor& t, const JoinedContext& ctx) {
+  if (ctx.gather_nothing) return Status::ok();
+  return invalid(request_type_name(t.first().type) + " " + ctx.quoted + " cannot run while ranks " +
+                 rank_list(ctx.absent) +
+                 " have joined (as in Horovod; RELAX_JOINED_RANKS=contribute-nothing lets them contribute no rows "
+                 "and receive the result).");
+}
+
+Status refuse_when_joined(const ResponseTensor& t, const JoinedContext& ctx) {
+  return invalid(request_type_name(t.first().type) + " " + ctx.quoted + " is not supported while ranks " +
+                 rank_list(ctx.absent) + " have joined.");
+}
+
+}  // namespace kinds
+}  // namespace relax

@@ -1,0 +1,55 @@
+// What several request kinds share: argument checks with the messages users see, the
+// reduction's arithmetic, fields to agree on and the rules for ranks that joined.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/request_kind.h"
+
+namespace relax {
+namespace kinds {
+
+Status invalid(const std::string& message);
+// "broadcast 'grad.3'": how messages name a request.
+std::string describe(const LocalRequest& local);
+
+// Checks a reduction's op, dtype and scale factors and records them in `d`.
+Status parse_reduction(const std::string& what, const relax_reduce_args_t& args, int32_t dtype, Descriptor& d);
+// The output buffer must be given (same-shape kinds) unless the tensor is empty.
+Status require_output(const std::string& what, const LocalRequest& local);
+// Kinds whose output shape depends on other ranks: a tensor with a dimension, and an output
+// buffer or an allocation callback.
+Status require_rows(const std::string& what, const SubmitContext& ctx, const LocalRequest& local);
+
+// Direct averages: a float tensor with its output, and `count` peers (world ranks, no repeats)
+// with finite weights, recorded in the descriptor's splits and the direct arguments.
+Status parse_peers(const std::string& what, const SubmitContext& ctx, int32_t count, const int32_t* peers,
+                   const double* weights, bool compressed, LocalRequest& local);
+
+// Average reduces as a sum and divides by the number of ranks afterwards.
+int32_t reduction_of(int32_t op);
+double postscale_of(const Descriptor& d, int size);
+std::vector<int64_t> with_dim0(const std::vector<int64_t>& shape, int64_t dim0);
+int64_t byte_size(const Descriptor& d);
+
+// Fields to agree on.
+std::string reduce_op_of(const Descriptor& d);
+std::string prescale_of(const Descriptor& d);
+std::string postscale_text_of(const Descriptor& d);
+std::string shape_of(const Descriptor& d);
+std::string ndim_of(const Descriptor& d);
+std::string row_shape_of(const Descriptor& d);
+// op, prescale, postscale, shape (a function: kinds register during static initialization, when
+// another file's globals may not be constructed yet).
+std::vector<AgreementField> reduction_agreement();
+
+// Horovod raises when a joined rank would have to receive rows it cannot (allgather, broadcast)
+// unless RELAX_JOINED_RANKS=contribute-nothing.
+Status gather_when_joined(const ResponseTensor& t, const JoinedContext& ctx);
+// Kinds that cannot run at all while ranks joined (alltoall, compressed all-reduce).
+Status refuse_when_joined(const ResponseTensor& t, const JoinedContext& ctx);
+
+}  // namespace kinds
+}  // namespace relax

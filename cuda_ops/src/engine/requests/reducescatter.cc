@@ -1,0 +1,85 @@
+// reducescatter: rank i receives block i of the reduction. Blocks split dim 0 as evenly as
+// possible (the first blocks take the extra rows), or the flat tensor by `recv_counts`.
+#include <cstring>
+
+#include "collectives/reduce.h"
+#include "engine/requests/kind_support.h"
+
+namespace relax {
+namespace {
+
+Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
+  const std::string what = kinds::describe(local);
+  const relax_reducescatter_args_t& args = r.args.reducescatter;
+  Descriptor& d = local.desc;
+  Status s = kinds::parse_reduction(what, args.reduce, d.dtype, d);
+  if (!s.is_ok()) return s;
+  s = kinds::require_rows(what, ctx, local);
+  if (!s.is_ok() || args.ncounts <= 0) return s;
+  if (args.ncounts != ctx.set_size() || !args.recv_counts) {
+    return kinds::invalid(what + ": recv_counts must have one entry per rank");
+  }
+  d.recv_counts.assign(args.recv_counts, args.recv_counts + args.ncounts);
+  int64_t sum = 0;
+  for (int64_t c : d.recv_counts) {
+    if (c < 0) return kinds::invalid(what + ": negative entry in recv_counts");
+    sum += c;
+  }
+  if (sum != d.num_elements()) {
+    return kinds::invalid(what + ": recv_counts sum to " + std::to_string(sum) + " but the tensor has " +
+                          std::to_string(d.num_elements()) + " elements");
+  }
+  return Status::ok();
+}
+
+std::string recv_counts_of(const Descriptor& d) { return shape_string(d.recv_counts); }
+
+Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
+  const Descriptor& d = item.tensor->first();
+  const size_t esize = dtype_size(d.dtype);
+  const int size = ctx.collectives.size();
+  const int me = ctx.collectives.rank();
+  const int32_t op = kinds::reduction_of(d.reduce_op);
+  const int64_t numel = d.num_elements();
+  std::vector<int64_t> counts;
+  std::vector<int64_t> out_shape;
+  if (!d.recv_counts.empty()) {
+    counts = d.recv_counts;
+    out_shape = {counts[static_cast<size_t>(me)]};
+  } else {
+    const std::vector<int64_t> rows = even_counts(d.dim0(), size);
+    for (int64_t r : rows) counts.push_back(r * d.row_elements());
+    out_shape = kinds::with_dim0(d.shape, rows[static_cast<size_t>(me)]);
+  }
+  std::vector<uint8_t>& work = ctx.work_buffer;
+  if (work.size() < static_cast<size_t>(numel) * esize) work.resize(static_cast<size_t>(numel) * esize);
+  const void* src = item.local ? item.local->input : nullptr;
+  if (!item.local) {
+    fill_identity(work.data(), numel, d.dtype, op);  // a joined rank contributes nothing
+    src = work.data();
+  } else if (d.prescale != 1.0) {  // the input must not be modified: scale a copy
+    if (numel > 0) std::memcpy(work.data(), src, static_cast<size_t>(numel) * esize);
+    scale_buffer(work.data(), numel, d.dtype, d.prescale);
+    src = work.data();
+  }
+  const int64_t out_bytes = counts[static_cast<size_t>(me)] * static_cast<int64_t>(esize);
+  std::vector<uint8_t> fallback;
+  void* out = ctx.output_for(item, out_shape, fallback, out_bytes);
+  if (!out && out_bytes > 0) {
+    return Status::error(RELAX_ERR_INTERNAL, "could not allocate the reducescatter output for '" + d.name + "'");
+  }
+  return ctx.collectives.reduce_scatter(src, work.data(), counts, d.dtype, op, kinds::postscale_of(d, size), out);
+}
+
+std::vector<AgreementField> agreement() {
+  std::vector<AgreementField> fields = kinds::reduction_agreement();
+  fields.push_back({"receive counts", recv_counts_of});
+  return fields;
+}
+
+const RequestKindRegistration kReducescatter({
+    RELAX_REQ_REDUCESCATTER, "reducescatter", Lane::kNegotiated, /*takes_tensor=*/true, /*global=*/false,
+    /*fuses=*/false, parse, agreement(), /*check_joined=*/nullptr, run});
+
+}  // namespace
+}  // namespace relax
