@@ -129,17 +129,6 @@ bool is_direct(int32_t type) {
   return kind && kind->lane == Lane::kDirect;
 }
 
-// Where a request of the world (process set 0) is submitted from this rank.
-SubmitContext world_context(const Runtime& rt, bool has_alloc) {
-  SubmitContext ctx;
-  const int size = rt.mpi.topology().size;
-  for (int r = 0; r < size; ++r) ctx.set_world_ranks.push_back(r);
-  ctx.world_rank = ctx.set_rank = rt.mpi.topology().rank;
-  ctx.world_size = size;
-  ctx.has_alloc = has_alloc;
-  return ctx;
-}
-
 // Validates and submits one direct (not negotiated) request; writes its handle.
 int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, void* user, relax_handle_t* out) {
   if (!rt.lane) return fail(no_lane());
@@ -147,8 +136,12 @@ int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, vo
     return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, request_type_name(r.type) +
                                                               ": peers are world ranks; process sets do not apply"));
   }
+  std::vector<int> world(static_cast<size_t>(rt.mpi.topology().size));
+  for (size_t i = 0; i < world.size(); ++i) world[i] = static_cast<int>(i);
+  const int me = rt.mpi.topology().rank;
+  const SubmitContext ctx{0, world, me, me, static_cast<int>(world.size()), false};
   LocalRequest local;
-  Status s = make_request(r, world_context(rt, false), local);
+  Status s = make_request(r, ctx, local);
   if (!s.is_ok()) return fail(s);
   local.done = done;
   local.user = user;
@@ -246,13 +239,8 @@ int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t coun
   }
   std::vector<LocalRequest> locals(static_cast<size_t>(count));
   const std::string group = group_key(requests, count);
-  SubmitContext ctx;
-  ctx.process_set = process_set;
-  ctx.set_world_ranks = info.world_ranks;
-  ctx.set_rank = info.rank;
-  ctx.world_rank = rt.mpi.topology().rank;
-  ctx.world_size = rt.mpi.topology().size;
-  ctx.has_alloc = alloc != nullptr;
+  const SubmitContext ctx{process_set, info.world_ranks, info.rank, rt.mpi.topology().rank, rt.mpi.topology().size,
+                          alloc != nullptr};
   for (int32_t i = 0; i < count; ++i) {
     const relax_request_t& r = requests[i];
     LocalRequest& local = locals[static_cast<size_t>(i)];

@@ -1,5 +1,7 @@
 #include "api/validate.h"
 
+#include "engine/requests/kind_support.h"
+
 namespace relax {
 namespace {
 
@@ -10,26 +12,25 @@ Status invalid(const std::string& message) { return Status::error(RELAX_ERR_INVA
 Status make_request(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
   const RequestKind* kind = request_kind(r.type);
   if (!kind) return invalid("unknown request type " + std::to_string(r.type));
-  local = LocalRequest{};
+  local.desc = Descriptor{};
   Descriptor& d = local.desc;
   d.type = r.type;
   d.name = r.name ? r.name : "";
-  const std::string what = request_type_name(r.type) + " '" + d.name + "'";
   if (d.name.empty()) return invalid(request_type_name(r.type) + " needs a non-empty name");
   if (kind->global && r.process_set != 0) {
-    return Status::error(RELAX_ERR_PROCESS_SET, what + " runs over all ranks; it takes no process set");
+    return Status::error(RELAX_ERR_PROCESS_SET, kinds::describe(local) + " runs over all ranks; it takes no process set");
   }
   if (kind->takes_tensor) {
-    if (!dtype_is_valid(r.dtype)) return invalid(what + ": unsupported data type " + dtype_name(r.dtype));
+    if (!dtype_is_valid(r.dtype)) return kinds::fail(local, "unsupported data type " + dtype_name(r.dtype));
     d.dtype = r.dtype;
     if (r.ndim < 0 || (r.ndim > 0 && !r.shape)) {
-      return invalid(what + ": invalid shape (ndim " + std::to_string(r.ndim) + ")");
+      return kinds::fail(local, "invalid shape (ndim " + std::to_string(r.ndim) + ")");
     }
     d.shape.assign(r.shape, r.shape + r.ndim);
     for (int64_t dim : d.shape) {
-      if (dim < 0) return invalid(what + ": negative dimension in shape " + shape_string(d.shape));
+      if (dim < 0) return kinds::fail(local, "negative dimension in shape " + shape_string(d.shape));
     }
-    if (d.num_elements() > 0 && !r.input) return invalid(what + ": input buffer is NULL");
+    if (d.num_elements() > 0 && !r.input) return kinds::fail(local, "input buffer is NULL");
     local.input = r.input;
     local.output = r.output;
   }

@@ -2,16 +2,17 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <map>
+#include <vector>
 #include <memory>
 
 namespace relax {
 namespace {
 
 // Constructed on first use: kind files register during static initialization, in any order.
-// Read-only once the library is loaded, so lookups need no lock.
-std::map<int32_t, std::unique_ptr<RequestKind>>& kinds() {
-  static std::map<int32_t, std::unique_ptr<RequestKind>> table;
+// Indexed by type (the types are small numbers) and read-only once the library is loaded, so a
+// lookup is one load and needs no lock: every request does several.
+std::vector<std::unique_ptr<RequestKind>>& kinds() {
+  static std::vector<std::unique_ptr<RequestKind>> table;
   return table;
 }
 
@@ -19,20 +20,23 @@ std::map<int32_t, std::unique_ptr<RequestKind>>& kinds() {
 
 RequestKindRegistration::RequestKindRegistration(RequestKind kind) {
   auto& table = kinds();
-  const auto it = table.find(kind.type);
-  if (it != table.end()) {
-    std::fprintf(stderr, "relaxlib: request kinds '%s' and '%s' share the type %d\n", it->second->name, kind.name,
+  if (kind.type < 0 || kind.type > 1023) {
+    std::fprintf(stderr, "relaxlib: request kind '%s' has type %d, outside [0, 1023]\n", kind.name, kind.type);
+    std::abort();
+  }
+  const size_t index = static_cast<size_t>(kind.type);
+  if (table.size() <= index) table.resize(index + 1);
+  if (table[index]) {
+    std::fprintf(stderr, "relaxlib: request kinds '%s' and '%s' share the type %d\n", table[index]->name, kind.name,
                  kind.type);
     std::abort();
   }
-  const int32_t type = kind.type;
-  table.emplace(type, std::make_unique<RequestKind>(std::move(kind)));
+  table[index] = std::make_unique<RequestKind>(std::move(kind));
 }
 
 const RequestKind* request_kind(int32_t type) {
   const auto& table = kinds();
-  const auto it = table.find(type);
-  return it == table.end() ? nullptr : it->second.get();
+  return type >= 0 && static_cast<size_t>(type) < table.size() ? table[static_cast<size_t>(type)].get() : nullptr;
 }
 
 std::string request_type_name(int32_t type) {

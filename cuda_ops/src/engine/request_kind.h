@@ -30,11 +30,11 @@ enum class Lane {
 // Where a request is submitted: what the checks of its arguments may need.
 struct SubmitContext {
   int32_t process_set = 0;
-  std::vector<int> set_world_ranks;  // the process set's members as world ranks (the world for global kinds)
-  int set_rank = 0;                  // this rank in the set
+  const std::vector<int>& set_world_ranks;  // the set's members as world ranks (the world for global kinds)
+  int set_rank = 0;                         // this rank in the set
   int world_rank = 0;
   int world_size = 1;
-  bool has_alloc = false;            // the caller gave an allocation callback for the output
+  bool has_alloc = false;                   // the caller gave an allocation callback for the output
   int set_size() const { return static_cast<int>(set_world_ranks.size()); }
 };
 

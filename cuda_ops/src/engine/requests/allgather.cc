@@ -5,7 +5,7 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t&, const SubmitContext& ctx, LocalRequest& local) {
-  return kinds::require_rows(kinds::describe(local), ctx, local);
+  return kinds::require_rows(ctx, local);
 }
 
 Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {

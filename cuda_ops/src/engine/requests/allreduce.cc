@@ -6,9 +6,8 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t& r, const SubmitContext&, LocalRequest& local) {
-  const std::string what = kinds::describe(local);
-  Status s = kinds::parse_reduction(what, r.args.allreduce, local.desc.dtype, local.desc);
-  return s.is_ok() ? kinds::require_output(what, local) : s;
+  Status s = kinds::parse_reduction(local, r.args.allreduce);
+  return s.is_ok() ? kinds::require_output(local) : s;
 }
 
 const RequestKindRegistration kAllreduce({

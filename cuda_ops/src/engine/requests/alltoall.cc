@@ -6,31 +6,30 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
-  const std::string what = kinds::describe(local);
-  Status s = kinds::require_rows(what, ctx, local);
+  Status s = kinds::require_rows(ctx, local);
   if (!s.is_ok()) return s;
   const relax_alltoall_args_t& args = r.args.alltoall;
   Descriptor& d = local.desc;
   const int size = ctx.set_size();
   if (args.nsplits == 0) {
     if (d.dim0() % size != 0) {
-      return kinds::invalid(what + ": without splits the first dimension (" + std::to_string(d.dim0()) +
+      return kinds::fail(local, "without splits the first dimension (" + std::to_string(d.dim0()) +
                             ") must be divisible by the number of ranks (" + std::to_string(size) + ")");
     }
     return Status::ok();
   }
   if (args.nsplits != size || !args.splits) {
-    return kinds::invalid(what + ": splits must have one entry per rank (" + std::to_string(size) + "), got " +
+    return kinds::fail(local, "splits must have one entry per rank (" + std::to_string(size) + "), got " +
                           std::to_string(args.nsplits));
   }
   d.splits.assign(args.splits, args.splits + args.nsplits);
   int64_t sum = 0;
   for (int64_t split : d.splits) {
-    if (split < 0) return kinds::invalid(what + ": negative entry in splits " + shape_string(d.splits));
+    if (split < 0) return kinds::fail(local, "negative entry in splits " + shape_string(d.splits));
     sum += split;
   }
   if (sum != d.dim0()) {
-    return kinds::invalid(what + ": splits " + shape_string(d.splits) + " sum to " + std::to_string(sum) +
+    return kinds::fail(local, "splits " + shape_string(d.splits) + " sum to " + std::to_string(sum) +
                           " but the first dimension is " + std::to_string(d.dim0()));
   }
   return Status::ok();

@@ -9,16 +9,15 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
-  const std::string what = kinds::describe(local);
   const int32_t root = r.args.broadcast.root_rank;
   const auto it = std::find(ctx.set_world_ranks.begin(), ctx.set_world_ranks.end(), root);
   if (it == ctx.set_world_ranks.end()) {
-    return kinds::invalid(what + ": root rank " + std::to_string(root) +
+    return kinds::fail(local, "root rank " + std::to_string(root) +
                           (ctx.process_set == 0 ? " is out of range [0, " + std::to_string(ctx.set_size()) + ")"
                                                 : " is not a member of process set " + std::to_string(ctx.process_set)));
   }
   local.desc.root_rank = static_cast<int32_t>(it - ctx.set_world_ranks.begin());
-  return kinds::require_output(what, local);
+  return kinds::require_output(local);
 }
 
 std::string root_of(const Descriptor& d) { return std::to_string(d.root_rank); }

@@ -11,21 +11,20 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
-  const std::string what = kinds::describe(local);
   const relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
   Descriptor& d = local.desc;
-  if (d.dtype != RELAX_FLOAT32) return kinds::invalid(what + ": compressed all-reduce supports float32 tensors only");
-  if (!make_codec(args.codec)) return kinds::invalid(what + ": unknown codec " + std::to_string(args.codec));
+  if (d.dtype != RELAX_FLOAT32) return kinds::fail(local, "compressed all-reduce supports float32 tensors only");
+  if (!make_codec(args.codec)) return kinds::fail(local, "unknown codec " + std::to_string(args.codec));
   if (args.reduce_op != RELAX_OP_AVERAGE && args.reduce_op != RELAX_OP_SUM) {
-    return kinds::invalid(what + ": compressed all-reduce supports Average and Sum");
+    return kinds::fail(local, "compressed all-reduce supports Average and Sum");
   }
-  Status s = kinds::require_output(what, local);
+  Status s = kinds::require_output(local);
   if (!s.is_ok()) return s;
   if (args.worker_error && !args.owner_error) {
     const int64_t parts = ctx.set_size();
     const int64_t own = d.num_elements() / parts + (ctx.set_rank < d.num_elements() % parts ? 1 : 0);
     if (own > 0) {
-      return kinds::invalid(what + ": error feedback needs the owner memory (" + std::to_string(own) +
+      return kinds::fail(local, "error feedback needs the owner memory (" + std::to_string(own) +
                             " floats) as well as the worker memory");
     }
   }

@@ -8,13 +8,12 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
-  const std::string what = kinds::describe(local);
   const relax_group_average_args_t& args = r.args.group_average;
-  Status s = kinds::parse_peers(what, ctx, args.nmembers, args.members, args.weights, false, local);
+  Status s = kinds::parse_peers(ctx, args.nmembers, args.members, args.weights, false, local);
   if (!s.is_ok()) return s;
   const std::vector<int>& members = local.direct.peers;
   if (members.empty() || !std::is_sorted(members.begin(), members.end())) {
-    return kinds::invalid(what + ": group members must be given in ascending order");
+    return kinds::fail(local, "group members must be given in ascending order");
   }
   if (!std::binary_search(members.begin(), members.end(), ctx.world_rank)) {
     return kinds::invalid("group average '" + local.desc.name + "': rank " + std::to_string(ctx.world_rank) +

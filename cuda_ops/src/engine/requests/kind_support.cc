@@ -14,16 +14,19 @@ std::string describe(const LocalRequest& local) {
   return request_type_name(local.desc.type) + " '" + local.desc.name + "'";
 }
 
-Status parse_reduction(const std::string& what, const relax_reduce_args_t& args, int32_t dtype, Descriptor& d) {
+Status fail(const LocalRequest& local, const std::string& detail) { return invalid(describe(local) + ": " + detail); }
+
+Status parse_reduction(LocalRequest& local, const relax_reduce_args_t& args) {
+  Descriptor& d = local.desc;
   if (args.reduce_op == RELAX_OP_ADASUM) {
-    return invalid(what + ": the Adasum reduction is not implemented in relaxlib; use Average or Sum.");
+    return fail(local, "the Adasum reduction is not implemented in relaxlib; use Average or Sum.");
   }
   if (args.reduce_op < RELAX_OP_AVERAGE || args.reduce_op > RELAX_OP_PRODUCT) {
-    return invalid(what + ": unknown reduction op " + std::to_string(args.reduce_op));
+    return fail(local, "unknown reduction op " + std::to_string(args.reduce_op));
   }
-  if (dtype == RELAX_BOOL) return invalid(what + ": cannot reduce tensors of type bool");
+  if (d.dtype == RELAX_BOOL) return fail(local, "cannot reduce tensors of type bool");
   if (!std::isfinite(args.prescale) || !std::isfinite(args.postscale)) {
-    return invalid(what + ": prescale and postscale factors must be finite");
+    return fail(local, "prescale and postscale factors must be finite");
   }
   d.reduce_op = args.reduce_op;
   d.prescale = args.prescale;
@@ -31,39 +34,39 @@ Status parse_reduction(const std::string& what, const relax_reduce_args_t& args,
   return Status::ok();
 }
 
-Status require_output(const std::string& what, const LocalRequest& local) {
-  if (local.desc.num_elements() > 0 && !local.output) return invalid(what + ": output buffer is NULL");
+Status require_output(const LocalRequest& local) {
+  if (local.desc.num_elements() > 0 && !local.output) return fail(local, "output buffer is NULL");
   return Status::ok();
 }
 
-Status require_rows(const std::string& what, const SubmitContext& ctx, const LocalRequest& local) {
-  if (local.desc.shape.empty()) return invalid(what + ": needs a tensor with at least one dimension, got a scalar");
-  if (!ctx.has_alloc && !local.output) return invalid(what + ": needs an output buffer or an allocation callback");
+Status require_rows(const SubmitContext& ctx, const LocalRequest& local) {
+  if (local.desc.shape.empty()) return fail(local, "needs a tensor with at least one dimension, got a scalar");
+  if (!ctx.has_alloc && !local.output) return fail(local, "needs an output buffer or an allocation callback");
   return Status::ok();
 }
 
-Status parse_peers(const std::string& what, const SubmitContext& ctx, int32_t count, const int32_t* peers,
-                   const double* weights, bool compressed, LocalRequest& local) {
+Status parse_peers(const SubmitContext& ctx, int32_t count, const int32_t* peers, const double* weights,
+                   bool compressed, LocalRequest& local) {
   const int32_t dtype = local.desc.dtype;
   const bool floating = dtype == RELAX_FLOAT32 || dtype == RELAX_FLOAT64;
   if (!floating || (compressed && dtype != RELAX_FLOAT32)) {
-    return invalid(what + ": supports float32" + std::string(compressed ? "" : " and float64") + " tensors");
+    return fail(local, "supports float32" + std::string(compressed ? "" : " and float64") + " tensors");
   }
-  Status s = require_output(what, local);
+  Status s = require_output(local);
   if (!s.is_ok()) return s;
-  if (count < 0 || (count > 0 && (!peers || !weights))) return invalid(what + ": peers and weights needed");
+  if (count < 0 || (count > 0 && (!peers || !weights))) return fail(local, "peers and weights needed");
   std::vector<int64_t> listed(peers, peers + count);
   std::vector<int64_t> sorted = listed;
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i] < 0 || sorted[i] >= ctx.world_size) {
-      return invalid(what + ": rank " + std::to_string(sorted[i]) + " is out of range [0, " +
+      return fail(local, "rank " + std::to_string(sorted[i]) + " is out of range [0, " +
                      std::to_string(ctx.world_size) + ")");
     }
-    if (i > 0 && sorted[i] == sorted[i - 1]) return invalid(what + ": ranks " + shape_string(listed) + " repeat");
+    if (i > 0 && sorted[i] == sorted[i - 1]) return fail(local, "ranks " + shape_string(listed) + " repeat");
   }
   for (int32_t k = 0; k < count; ++k) {
-    if (!std::isfinite(weights[k])) return invalid(what + ": weights must be finite");
+    if (!std::isfinite(weights[k])) return fail(local, "weights must be finite");
   }
   local.desc.splits = listed;
   local.direct.peers.assign(peers, peers + count);

@@ -14,19 +14,22 @@ namespace kinds {
 Status invalid(const std::string& message);
 // "broadcast 'grad.3'": how messages name a request.
 std::string describe(const LocalRequest& local);
+// RELAX_ERR_INVALID_ARGUMENT "<describe(local)>: <detail>". Messages are built only on failure:
+// every request pays the checks, none should pay for strings.
+Status fail(const LocalRequest& local, const std::string& detail);
 
 // Checks a reduction's op, dtype and scale factors and records them in `d`.
-Status parse_reduction(const std::string& what, const relax_reduce_args_t& args, int32_t dtype, Descriptor& d);
+Status parse_reduction(LocalRequest& local, const relax_reduce_args_t& args);
 // The output buffer must be given (same-shape kinds) unless the tensor is empty.
-Status require_output(const std::string& what, const LocalRequest& local);
+Status require_output(const LocalRequest& local);
 // Kinds whose output shape depends on other ranks: a tensor with a dimension, and an output
 // buffer or an allocation callback.
-Status require_rows(const std::string& what, const SubmitContext& ctx, const LocalRequest& local);
+Status require_rows(const SubmitContext& ctx, const LocalRequest& local);
 
 // Direct averages: a float tensor with its output, and `count` peers (world ranks, no repeats)
 // with finite weights, recorded in the descriptor's splits and the direct arguments.
-Status parse_peers(const std::string& what, const SubmitContext& ctx, int32_t count, const int32_t* peers,
-                   const double* weights, bool compressed, LocalRequest& local);
+Status parse_peers(const SubmitContext& ctx, int32_t count, const int32_t* peers, const double* weights,
+                   bool compressed, LocalRequest& local);
 
 // Average reduces as a sum and divides by the number of ranks afterwards.
 int32_t reduction_of(int32_t op);

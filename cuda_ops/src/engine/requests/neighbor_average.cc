@@ -10,14 +10,13 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
-  const std::string what = kinds::describe(local);
   const relax_neighbor_average_args_t& args = r.args.neighbor_average;
-  Status s = kinds::parse_peers(what, ctx, args.npeers, args.peers, args.weights, args.codec != 0, local);
+  Status s = kinds::parse_peers(ctx, args.npeers, args.peers, args.weights, args.codec != 0, local);
   if (!s.is_ok()) return s;
   if (args.codec) {
-    if (!make_codec(args.codec)) return kinds::invalid(what + ": unknown codec " + std::to_string(args.codec));
+    if (!make_codec(args.codec)) return kinds::fail(local, "unknown codec " + std::to_string(args.codec));
     if (local.desc.num_elements() > 0 && (!args.estimate_self || (args.npeers > 0 && !args.estimate_peers))) {
-      return kinds::invalid(what + ": a compressed neighbour average needs the estimate buffers");
+      return kinds::fail(local, "a compressed neighbour average needs the estimate buffers");
     }
   }
   const std::vector<int>& peers = local.direct.peers;

@@ -9,24 +9,23 @@ namespace relax {
 namespace {
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
-  const std::string what = kinds::describe(local);
   const relax_reducescatter_args_t& args = r.args.reducescatter;
   Descriptor& d = local.desc;
-  Status s = kinds::parse_reduction(what, args.reduce, d.dtype, d);
+  Status s = kinds::parse_reduction(local, args.reduce);
   if (!s.is_ok()) return s;
-  s = kinds::require_rows(what, ctx, local);
+  s = kinds::require_rows(ctx, local);
   if (!s.is_ok() || args.ncounts <= 0) return s;
   if (args.ncounts != ctx.set_size() || !args.recv_counts) {
-    return kinds::invalid(what + ": recv_counts must have one entry per rank");
+    return kinds::fail(local, "recv_counts must have one entry per rank");
   }
   d.recv_counts.assign(args.recv_counts, args.recv_counts + args.ncounts);
   int64_t sum = 0;
   for (int64_t c : d.recv_counts) {
-    if (c < 0) return kinds::invalid(what + ": negative entry in recv_counts");
+    if (c < 0) return kinds::fail(local, "negative entry in recv_counts");
     sum += c;
   }
   if (sum != d.num_elements()) {
-    return kinds::invalid(what + ": recv_counts sum to " + std::to_string(sum) + " but the tensor has " +
+    return kinds::fail(local, "recv_counts sum to " + std::to_string(sum) + " but the tensor has " +
                           std::to_string(d.num_elements()) + " elements");
   }
   return Status::ok();
