@@ -51,13 +51,16 @@ $(CPP_TEST): $(BUILD_STAMP) $(wildcard cuda_ops/tests/*.cc cuda_ops/tests/*.h)
 cpp-test: $(CPP_TEST)
 	./$(CPP_TEST)
 
-# No GPU here: the CUDA kernels are compiled (with the host math they share) but not run.
-cuda-check:
+# No GPU here: the CUDA kernels are compiled (with the host math they share) but not run; the
+# registry check links them with the core and reads which codecs have kernels (no GPU needed).
+cuda-check: $(BUILD_STAMP)
 	@if command -v nvcc >/dev/null; then \
-		mkdir -p build/cuda && for f in cuda_ops/src/codecs/*.cu; do \
-			nvcc -std=c++17 -O2 -Xcompiler -Wall,-Wextra -Werror all-warnings -Icuda_ops/src \
-				-c $$f -o build/cuda/$$(basename $$f .cu).o || exit 1; \
-		done && echo "nvcc compiled cuda_ops/src/codecs/*.cu"; \
+		rm -rf build/cuda && mkdir -p build/cuda && for f in cuda_ops/src/codecs/*.cu cuda_ops/tests/*.cu; do \
+			nvcc -std=c++17 -O2 -Xcompiler -Wall,-Wextra -Werror all-warnings -Icuda_ops/include -Icuda_ops/src \
+				-DOMPI_SKIP_MPICXX=1 $$(mpicc --showme:compile) -c $$f -o build/cuda/$$(basename $$f .cu).o || exit 1; \
+		done && nvcc -o build/cuda/codec_kernels_check build/cuda/*.o build/core/*.o \
+			$$(mpicc --showme:link) -lpthread -ldl \
+		&& ./build/cuda/codec_kernels_check && echo "nvcc compiled cuda_ops/src/codecs/*.cu"; \
 	else echo "cuda-check skipped: nvcc not found"; fi
 
 lint: $(DEPS_STAMP)

@@ -1,7 +1,7 @@
 // sign (1-bit): header = scale = root mean square of the chunk (one float), then one bit per
 // element (set for x >= 0): x ~ +-scale. The chunk's L2 norm is preserved; per-element error is
 // | |x| - scale | (zero for chunks of equal magnitudes). Error feedback makes the sum of what is
-// sent track the sum of the inputs; why the scale is the RMS: hd/codec_math.h.
+// sent track the sum of the inputs; why the scale is the RMS: codecs/codec_math.h.
 #include <cmath>
 #include <cstring>
 #include <memory>
