@@ -181,15 +181,17 @@ def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tup
 
 def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: str,
                                     worker_error: Buffer | None = None, owner_error: Buffer | None = None,
-                                    keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
-    """Starts the compressed all-reduce (mean) of a float32 buffer through the negotiated path,
-    with error feedback when both residual buffers are given: ``worker_error`` as long as
-    ``src``, ``owner_error`` as long as this rank's chunk."""
+                                    keepalive: tuple[Any, ...] = (), result: Any = None, average: bool = True,
+                                    process_set: int = 0) -> DirectHandle:
+    """Starts the compressed all-reduce (mean, or sum) of a float32 buffer through the negotiated
+    path over ``process_set`` (an id), with error feedback when both residual buffers are given:
+    ``worker_error`` as long as ``src``, ``owner_error`` as long as this rank's chunk."""
     if src.dtype != "float32":
         raise ValueError(f"{name}: compressed all-reduce needs float32 buffers, got {src.dtype}")
     request, hold = _request(_core.REQ_COMPRESSED_ALLREDUCE, src, dst, name)
+    request.process_set = process_set
     args = request.args.compressed_allreduce
-    args.reduce_op = 0  # relax_reduce_op_t: Average
+    args.reduce_op = 0 if average else 1  # relax_reduce_op_t: Average, Sum
     args.codec = codec_id(codec)
     args.worker_error = args.owner_error = None
     if worker_error is not None and owner_error is not None:

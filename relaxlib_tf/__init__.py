@@ -35,6 +35,7 @@ from relaxlib.errors import NotInitializedError, RelaxError
 from relaxlib.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from relaxlib.telemetry import step_stats
 from relaxlib_tf.advise import advise
+from relaxlib_tf.compressed import ErrorFeedback, compressed_allreduce
 from relaxlib_tf.compression import Compression
 from relaxlib_tf.functions import (
     allgather_object,
@@ -83,7 +84,7 @@ from relaxlib_tf import elastic  # noqa: E402 - Horovod's hvd.elastic (it import
 
 __all__ = [
     "elastic", "Adasum", "advise", "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
-    "HorovodInternalError",
+    "ErrorFeedback", "HorovodInternalError", "compressed_allreduce",
     "Max", "Min", "NotInitializedError", "PartialDistributedGradientTape", "ProcessSet", "Product", "RelaxError",
     "Sum", "SyncBatchNormalization",
     "add_process_set", "allgather", "allgather_object", "allreduce", "alltoall", "barrier", "broadcast",

@@ -2,7 +2,9 @@
 
 Algorithms see flat numpy arrays (host memory the core reads and writes directly); weights move
 between them and the Keras variables once per step. It runs eagerly: inside ``tf.function`` the
-Keras optimizer reaches it through ``tf.py_function``.
+Keras optimizer reaches it through ``tf.py_function``. Keras has no per-variable gradient hooks
+and no forward hooks, so an algorithm's communication starts when the optimizer applies the step
+(no overlap with backward) and DeAR, which needs forward hooks, is not available.
 """
 
 from __future__ import annotations
@@ -11,23 +13,32 @@ import numpy as np
 import tensorflow as tf
 
 from relaxlib import basics, direct
-from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext
-from relaxlib_tf import functions
+from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext, missing_capabilities
+from relaxlib_tf import compressed, functions
 
-UNSUPPORTED = "is not available for TensorFlow yet (model-averaging algorithms are: Decentralized, " \
-              "PartialAllReduce, AsyncModelAverage)"
+UNSUPPORTED = "is not available for TensorFlow yet"
 
 
 def _buffer(array: np.ndarray) -> direct.Buffer:
     return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
 
 
+def check_supported(algorithm: Algorithm) -> None:
+    """NotImplementedError naming what ``algorithm`` needs that Keras does not offer, if anything."""
+    missing = missing_capabilities(algorithm, KerasContext.capabilities)
+    if missing:
+        raise NotImplementedError(f"{type(algorithm).__name__} needs {'; '.join(missing)}, which relaxlib's "
+                                  "Keras DistributedOptimizer does not offer (it runs in PyTorch)")
+
+
 class KerasContext(TrainingContext):
     """Binds an Algorithm to a Keras 3 optimizer and the variables it trains."""
 
+    capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average"})
+
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
-        if algorithm.needs_model:
-            raise NotImplementedError(f"{type(algorithm).__name__} {UNSUPPORTED}")
+        check_supported(algorithm)
+        self.applied = False  # whether this step's update went through the wrapped optimizer
         self._optimizer = optimizer  # the wrapped optimizer's own update (no communication)
         self._variables = list(variables)
         self._algorithm = algorithm
@@ -43,6 +54,7 @@ class KerasContext(TrainingContext):
     def set_gradients(self, grads: list) -> None:
         """This step's gradients (numpy or tensors; None where a variable has none)."""
         self._grads = list(grads)
+        self.applied = False
 
     # -- TrainingContext --
 
@@ -146,10 +158,14 @@ class KerasContext(TrainingContext):
         raise NotImplementedError(f"allgather {UNSUPPORTED}")
 
     def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None):
-        raise NotImplementedError(f"compressed all-reduce {UNSUPPORTED}")
+        if group is not None:
+            raise NotImplementedError(f"compressed all-reduce over a group {UNSUPPORTED}")
+        return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average)
 
     def error_feedback(self, numel: int, group=None):
-        raise NotImplementedError(f"error feedback {UNSUPPORTED}")
+        if group is not None:
+            raise NotImplementedError(f"error feedback over a group {UNSUPPORTED}")
+        return compressed.ErrorFeedback(numel)
 
     def node_groups(self):
         raise NotImplementedError(f"hierarchical communication {UNSUPPORTED}")
@@ -157,7 +173,24 @@ class KerasContext(TrainingContext):
     # -- optimizer --
 
     def snapshot(self):
-        return None  # Keras optimizers read their hyper-parameters from variables at apply time
+        """One parameter group in torch.optim's vocabulary: ``lr`` always; ``betas`` for Adam-like
+        optimizers; SGD's ``momentum``, ``dampening``, ``nesterov``, ``weight_decay`` only for a
+        Keras SGD whose step an algorithm may take over exactly (constant learning rate, no weight
+        decay, no clipping, no EMA): Keras' SGD then equals torch's (v = m v - lr g is -lr times
+        torch's buffer). Otherwise algorithms hand averaged gradients to the Keras optimizer."""
+        opt = self._optimizer
+        group = {"lr": float(np.asarray(opt.learning_rate))}
+        if hasattr(opt, "beta_1") and hasattr(opt, "beta_2"):
+            group["betas"] = (float(opt.beta_1), float(opt.beta_2))
+        import keras
+
+        plain = (isinstance(opt, keras.optimizers.SGD) and not opt.weight_decay and opt.clipnorm is None
+                 and opt.clipvalue is None and opt.global_clipnorm is None and not opt.use_ema
+                 and not isinstance(opt._learning_rate, keras.optimizers.schedules.LearningRateSchedule))
+        if plain:
+            group.update(momentum=float(opt.momentum), dampening=0.0, nesterov=bool(opt.nesterov), weight_decay=0.0,
+                         maximize=False)
+        return [group]
 
     def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
         variables = [self._variables[i] for i in indices]
@@ -166,6 +199,7 @@ class KerasContext(TrainingContext):
         else:
             grads = [self._grads[i] for i in indices]
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        self.applied = True
         if pairs:
             self._optimizer.local_apply([tf.convert_to_tensor(g, dtype=v.dtype) for g, v in pairs],
                                         [v for _, v in pairs])

@@ -12,18 +12,21 @@ from relaxlib_tf.compression import Compression
 
 def check_algorithm(algorithm, model_averaging_ok: bool = False):
     """None for the all-reduce baseline (``None`` or ``AllReduce()``), else the algorithm, if this
-    TensorFlow entry point supports it (model-averaging algorithms, in the Keras optimizer only)."""
-    from relaxlib.algorithms import AllReduce, ModelAveraging
+    TensorFlow entry point runs it: the Keras optimizer (``model_averaging_ok``) runs every
+    algorithm whose requirements its context offers (see ``relaxlib_tf.context.check_supported``);
+    ``DistributedGradientTape`` only returns gradients, so it runs the baseline only."""
+    from relaxlib.algorithms import AllReduce
 
     if algorithm is None or type(algorithm) is AllReduce:
         return None
-    if model_averaging_ok and isinstance(algorithm, ModelAveraging):
-        return algorithm
-    where = "TensorFlow" if model_averaging_ok else "DistributedGradientTape (gradients only)"
-    raise NotImplementedError(
-        f"algorithm={type(algorithm).__name__} is not available in {where}: TensorFlow runs the all-reduce "
-        "baseline everywhere and the model-averaging algorithms (Decentralized, PartialAllReduce, "
-        "AsyncModelAverage) in relaxlib_tf.keras.DistributedOptimizer; DeAR and compression are PyTorch-only")
+    if not model_averaging_ok:
+        raise NotImplementedError(
+            f"algorithm={type(algorithm).__name__} is not available in DistributedGradientTape, which only returns "
+            "averaged gradients; pass it to relaxlib_tf.keras.DistributedOptimizer, which runs the optimizer step")
+    from relaxlib_tf.context import check_supported
+
+    check_supported(algorithm)
+    return algorithm
 
 
 def runs_in_keras(algorithm) -> bool:
@@ -112,7 +115,8 @@ class DistributedGradientTape:
     ``tf.IndexedSlices`` to dense before reducing (else they are gathered). ``op``: Average or
     Sum. ``gradient_predivide_factor``: divide by this before the sum and by size/factor after.
     ``num_groups``/``groups`` are accepted for compatibility (all gradients form one fused group).
-    ``algorithm``: None (all-reduce); relaxations are PyTorch-only for now."""
+    ``algorithm``: None (all-reduce); relaxations own the optimizer step, so they run in
+    ``relaxlib_tf.keras.DistributedOptimizer``."""
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,

@@ -4,7 +4,16 @@ import math
 
 import pytest
 
-from relaxlib.algorithms import AsyncModelAverage, DeAR, Decentralized, PartialAllReduce
+from relaxlib.algorithms import (
+    AllReduce,
+    AsyncModelAverage,
+    CompressedScatterReduce,
+    DeAR,
+    Decentralized,
+    OneBitAdam,
+    PartialAllReduce,
+)
+from relaxlib.algorithms.base import CAPABILITIES, missing_capabilities
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.tuning import BayesianSearch
 
@@ -69,3 +78,18 @@ def test_model_averaging_arguments_are_checked():
     with pytest.raises(ValueError):
         AsyncModelAverage(sync_interval_ms=-1)
     assert Decentralized("ring", codec="sign").consensus_step < Decentralized("ring", codec="fp16").consensus_step
+
+
+def test_algorithms_declare_the_context_capabilities_they_use():
+    assert AllReduce().requirements() == frozenset()
+    assert AsyncModelAverage().requirements() == frozenset()
+    assert DeAR().requirements() == {"forward_hooks", "reduce_scatter", "allgather"}
+    assert CompressedScatterReduce(error_feedback=False).requirements() == {"compressed_allreduce"}
+    assert CompressedScatterReduce(hierarchical=True).requirements() >= {"node_groups", "error_feedback"}
+    assert OneBitAdam().requirements() == {"compressed_allreduce", "error_feedback"}
+    assert Decentralized().requirements() == {"neighbor_average"}
+    assert PartialAllReduce().requirements() == {"group_average"}
+    for algorithm in (DeAR(), CompressedScatterReduce(hierarchical=True), OneBitAdam()):
+        assert algorithm.requirements() <= set(CAPABILITIES)
+    assert missing_capabilities(DeAR(), frozenset({"allgather"})) == sorted(
+        [CAPABILITIES["forward_hooks"], CAPABILITIES["reduce_scatter"]])

@@ -21,3 +21,8 @@ def test_keras_optimizer_callbacks_and_shared_engine():
 def test_keras_model_averaging_algorithms():
     run = run_pytest_on_ranks(3, "tf_decentralized.py", per_test_timeout=300)
     assert run.returncode == 0, run.report()
+
+
+def test_keras_compression_algorithms():
+    run = run_pytest_on_ranks(2, "tf_compression.py", per_test_timeout=300)
+    assert run.returncode == 0, run.report()

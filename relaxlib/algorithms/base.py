@@ -36,10 +36,34 @@ class ParamRef:
     group: int = 0  # index of its optimizer parameter group
 
 
+# What a binding may lack, by name: an algorithm lists what it needs (Algorithm.requirements), a
+# context what it offers (TrainingContext.capabilities), and a binding refuses an algorithm by
+# naming what is missing instead of by its class.
+CAPABILITIES = {
+    "forward_hooks": "hooks before each module's forward (the model given to the optimizer)",
+    "reduce_scatter": "reduce-scatter of flat buffers",
+    "allgather": "all-gather of flat buffers",
+    "async_broadcast": "asynchronous broadcast within a group",
+    "group_allreduce": "all-reduce within a group of ranks",
+    "node_groups": "per-node process groups (hierarchical communication)",
+    "compressed_allreduce": "compressed all-reduce",
+    "error_feedback": "error-feedback memories",
+    "neighbor_average": "neighbour averaging",
+    "group_average": "group averaging",
+}
+
+
+def missing_capabilities(algorithm: Algorithm, capabilities: frozenset[str]) -> list[str]:
+    """What ``algorithm`` needs that a context with ``capabilities`` lacks, described, sorted."""
+    return sorted(CAPABILITIES[name] for name in algorithm.requirements() - capabilities)
+
+
 class TrainingContext(ABC):
     """What a framework binding offers algorithms. ``Tensor`` means the framework's tensor type;
-    ``Handle`` is an opaque token of a started collective."""
+    ``Handle`` is an opaque token of a started collective. ``capabilities``: the optional parts
+    (``CAPABILITIES``) this binding implements; the others raise NotImplementedError."""
 
+    capabilities: frozenset[str] = frozenset(CAPABILITIES)
     rank: int
     size: int
     step_count: int            # completed optimizer steps
@@ -179,6 +203,11 @@ class Algorithm:
 
     name = "algorithm"
     needs_model = False
+
+    def requirements(self) -> frozenset[str]:
+        """The optional context capabilities (``CAPABILITIES``) this configuration uses; a binding
+        without one of them refuses the algorithm, naming it. Override when you use one."""
+        return frozenset({"forward_hooks"}) if self.needs_model else frozenset()
 
     def setup(self, ctx: TrainingContext) -> None:
         """Called once, when the optimizer is wrapped."""

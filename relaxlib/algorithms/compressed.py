@@ -70,6 +70,12 @@ class CompressedScatterReduce(Algorithm):
         self.fusion_mb = fusion_mb
         self.compress = compress
 
+    def requirements(self) -> frozenset[str]:
+        needs = {"compressed_allreduce"} | ({"error_feedback"} if self.error_feedback else set())
+        if self.hierarchical:
+            needs |= {"node_groups", "group_allreduce", "async_broadcast"}
+        return frozenset(needs)
+
     def setup(self, ctx: TrainingContext) -> None:
         self._buckets = gradient_buckets(ctx, self.fusion_mb)
         self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
@@ -213,6 +219,9 @@ class OneBitAdam(Algorithm):
         self.warmup_steps = warmup_steps
         self.weight_decay = weight_decay
         self.fusion_mb = fusion_mb
+
+    def requirements(self) -> frozenset[str]:
+        return frozenset({"compressed_allreduce", "error_feedback"})
 
     def setup(self, ctx: TrainingContext) -> None:
         self._buckets = gradient_buckets(ctx, self.fusion_mb)

@@ -40,6 +40,9 @@ class DeAR(Algorithm):
     name = "dear"
     needs_model = True
 
+    def requirements(self) -> frozenset[str]:
+        return frozenset({"forward_hooks", "reduce_scatter", "allgather"})
+
     def __init__(self, fusion_mb: float = 25, tune: bool = False, tune_trials: int = 10, tune_steps: int = 4) -> None:
         if fusion_mb <= 0:
             raise ValueError("fusion_mb must be positive")

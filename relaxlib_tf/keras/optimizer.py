@@ -114,6 +114,8 @@ class _DistributedMixin:
         ctx = self._relax_context
         ctx.set_gradients([None if g is None else np.asarray(g) for g in grads])
         self._relax_algorithm.step(ctx)
+        if not ctx.applied:  # the algorithm updated the variables itself: count the step as Keras would
+            self.iterations.assign_add(1)
         ctx.step_count += 1
 
     def join(self) -> int:
@@ -147,17 +149,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     over ranks once (one all-reduce per k batches; the optimizer steps every k-th call).
     ``compression``, ``sparse_as_dense``, ``op``, ``gradient_predivide_factor``: as for
     ``DistributedGradientTape``. ``algorithm``: None or ``AllReduce()`` (gradients all-reduced), or
-    a model-averaging algorithm (``Decentralized``, ``PartialAllReduce``, ``AsyncModelAverage``),
-    which then owns the step: it runs eagerly, inside ``model.fit`` through ``tf.py_function``;
-    call ``algorithm.average_now()`` at the end for identical models (``optimizer.join()`` when this
-    rank's data ends early; shutdown at exit joins otherwise).
-    DeAR and compression are PyTorch-only for now. An optimizer that has no variables yet is
+    a relaxation, which then owns the step: ``CompressedScatterReduce`` (not hierarchical),
+    ``OneBitAdam``, the model-averaging ``Decentralized``, ``PartialAllReduce``,
+    ``AsyncModelAverage``, or your own ``Algorithm`` using what the Keras context offers. It runs
+    eagerly, inside ``model.fit`` through ``tf.py_function``, once per step after backward (Keras
+    has no gradient hooks, so nothing overlaps backward). For model averaging call
+    ``algorithm.average_now()`` at the end for identical models (``optimizer.join()`` when this
+    rank's data ends early; shutdown at exit joins otherwise). DeAR needs forward hooks and is
+    PyTorch-only; the error names what an algorithm lacks. An optimizer that has no variables yet is
     re-created from its config (as Horovod does); an already built one is converted in place,
     keeping its state."""
     if algorithm is None:
         algorithm = auto.default_algorithm()  # relaxrun --auto's pick, if any
         if algorithm is not None and not runs_in_keras(algorithm):
-            warnings.warn(f"RELAX_ALGORITHM={algorithm.name} is PyTorch-only; using all-reduce", stacklevel=2)
+            warnings.warn(f"RELAX_ALGORITHM={algorithm.name} does not run in Keras; using all-reduce", stacklevel=2)
             algorithm = None
     relaxation = check_algorithm(algorithm, model_averaging_ok=True)
     if not isinstance(optimizer, keras.optimizers.Optimizer):

@@ -6,64 +6,21 @@ import copy
 import numpy as np
 import pytest
 import torch
+from compression_model import Model, inputs
 
 import relaxlib
 import relaxlib_torch as hvd
-from relaxlib import compression
 from relaxlib.algorithms import CompressedScatterReduce
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
 
 
-def inputs(step: int, count: int, rank: int) -> np.ndarray:
-    rng = np.random.default_rng(1000 * step + rank)
-    scales = np.linspace(0.1, 3.0, count, dtype=np.float32)  # uneven magnitudes: sign's bias shows
-    return (scales * (rng.standard_normal(count, dtype=np.float32) + 0.3)).astype(np.float32)
-
-
-class Model:
-    """numpy model of compressed scatter-reduce (docs/architecture.md), all ranks at once."""
-
-    def __init__(self, codec: str, count: int, feedback: bool) -> None:
-        self.codec, self.count, self.feedback = codec, count, feedback
-        self.counts = [compression.chunk_count(count, SIZE, r) for r in range(SIZE)]
-        self.offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int)
-        self.worker = [np.zeros(count, np.float32) for _ in range(SIZE)]
-        self.owner = [np.zeros(c, np.float32) for c in self.counts]
-
-    def chunk(self, x, j):
-        return x[self.offsets[j]:self.offsets[j] + self.counts[j]]
-
-    def step(self, xs: list[np.ndarray], average: bool = True) -> np.ndarray:
-        vs = [x + (w if self.feedback else 0) for x, w in zip(xs, self.worker)]
-        sent = [[compression.encode(self.codec, self.chunk(v, j)) for j in range(SIZE)] for v in vs]
-        out = np.empty(self.count, np.float32)
-        for owner in range(SIZE):
-            s = np.zeros(self.counts[owner], np.float32)
-            for r in range(SIZE):
-                s = s + compression.decode(self.codec, sent[r][owner], self.counts[owner])
-            if average:
-                s = s * (np.float32(1.0) / np.float32(SIZE))
-            if self.feedback:
-                s = s + self.owner[owner]
-            q = compression.decode(self.codec, compression.encode(self.codec, s), self.counts[owner])
-            if self.feedback:
-                self.owner[owner] = s - q
-            out[self.offsets[owner]:self.offsets[owner] + self.counts[owner]] = q
-        if self.feedback:
-            for r in range(SIZE):
-                decoded = np.concatenate([compression.decode(self.codec, sent[r][j], self.counts[j])
-                                          for j in range(SIZE)])
-                self.worker[r] = vs[r] - decoded
-        return out
-
-
 @pytest.mark.parametrize("codec", ["uint8", "sign", "fp16"])
 @pytest.mark.parametrize("feedback", [True, False])
 @pytest.mark.parametrize("count", [1, SIZE + 1, 1031])
 def test_primitive_matches_the_numpy_model_bitwise(codec, feedback, count):
-    model = Model(codec, count, feedback)
+    model = Model(codec, count, feedback, SIZE)
     state = hvd.ErrorFeedback(count) if feedback else None
     for step in range(4):
         xs = [inputs(step, count, r) for r in range(SIZE)]

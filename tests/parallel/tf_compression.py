@@ -1,0 +1,124 @@
+"""Compression for TensorFlow/Keras on real ranks: relaxlib_tf.compressed_allreduce against the
+numpy model of compressed scatter-reduce (bitwise, with error feedback across steps), and the
+Keras DistributedOptimizer running CompressedScatterReduce and OneBitAdam: the SGD step taken over
+exactly as torch's rule (fp16 equals all-reduce), digits trained with 1-bit compression, and
+algorithms the Keras context cannot run refused by naming what they lack."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from compression_model import Model, inputs
+from sklearn.datasets import load_digits
+
+import relaxlib_tf as hvd
+from relaxlib.algorithms import Algorithm, CompressedScatterReduce, DeAR, OneBitAdam
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+
+
+@pytest.mark.parametrize("codec", ["uint8", "sign", "fp16"])
+@pytest.mark.parametrize("feedback", [True, False])
+def test_compressed_allreduce_matches_the_numpy_model_bitwise(codec, feedback):
+    count = 1031
+    model = Model(codec, count, feedback, SIZE)
+    state = hvd.ErrorFeedback(count) if feedback else None
+    for step in range(3):
+        xs = [inputs(step, count, r) for r in range(SIZE)]
+        out = hvd.compressed_allreduce(tf.constant(xs[RANK]), codec=codec, state=state, name=f"tf.{codec}.{feedback}")
+        np.testing.assert_array_equal(out.numpy(), model.step(xs))
+        if feedback:
+            np.testing.assert_array_equal(state.worker, model.worker[RANK])
+            np.testing.assert_array_equal(state.owner, model.owner[RANK])
+
+
+def test_compressed_allreduce_keeps_the_shape_and_refuses_bad_input():
+    out = hvd.compressed_allreduce(tf.ones((3, 4)) * (RANK + 1), codec="fp16", op=hvd.Sum)
+    assert out.shape == (3, 4)
+    np.testing.assert_allclose(out.numpy(), np.full((3, 4), SIZE * (SIZE + 1) / 2))
+    with pytest.raises(TypeError, match="float32"):
+        hvd.compressed_allreduce(tf.ones(4, tf.float64))
+    with pytest.raises(ValueError, match="holds 5 elements"):
+        hvd.compressed_allreduce(tf.ones(4), state=hvd.ErrorFeedback(5))
+
+
+def dense_model(seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
+
+
+def train(algorithm, optimizer, epochs: int, use_fit: bool = False, seed: int = 0):
+    """Trains a small MLP on this rank's half of digits; returns (model, test accuracy)."""
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    train_x, train_y, test_x, test_y = x[:1200], y[:1200], x[1200:], y[1200:]
+    mine_x, mine_y = train_x[RANK::SIZE], train_y[RANK::SIZE]
+    net = dense_model(seed)
+    hvd.broadcast_variables(net.variables, root_rank=0)
+    opt = hvd.DistributedOptimizer(optimizer, algorithm=algorithm)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if use_fit:
+        net.compile(optimizer=opt, loss=loss)
+        net.fit(mine_x, mine_y, batch_size=32, epochs=epochs, verbose=0, shuffle=False)
+    else:
+        for _ in range(epochs):
+            for start in range(0, len(mine_x) - 31, 32):
+                with tf.GradientTape() as tape:
+                    value = loss(mine_y[start:start + 32], net(mine_x[start:start + 32]))
+                opt.apply(tape.gradient(value, net.trainable_variables), net.trainable_variables)
+    accuracy = float(np.mean(np.argmax(net(test_x).numpy(), axis=1) == test_y))
+    return net, accuracy, opt
+
+
+@pytest.mark.parametrize("use_fit", [False, True])
+def test_fp16_sgd_steps_equal_all_reduce(use_fit):
+    """fp16 is exact on these values' sums only up to rounding: compare with all-reduce closely."""
+    reference, _, _ = train(None, keras.optimizers.SGD(0.05, momentum=0.9), epochs=1, use_fit=use_fit)
+    algorithm = CompressedScatterReduce(codec="fp16")
+    net, _, opt = train(algorithm, keras.optimizers.SGD(0.05, momentum=0.9), epochs=1, use_fit=use_fit)
+    assert not algorithm.compresses_updates()  # fp16 is near exact: the gradient is compressed
+    for mine, theirs in zip(net.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(mine, theirs, atol=2e-3)
+    batches = -(-1200 // SIZE // 32) if use_fit else 1200 // SIZE // 32  # fit also runs the last partial batch
+    assert int(opt.iterations.numpy()) == batches
+
+
+def test_sign_compresses_the_sgd_step_and_trains_digits():
+    reference_net, reference, _ = train(None, keras.optimizers.SGD(0.05, momentum=0.9), epochs=4)
+    algorithm = CompressedScatterReduce(codec="sign")
+    net, accuracy, opt = train(algorithm, keras.optimizers.SGD(0.05, momentum=0.9), epochs=4)
+    assert algorithm.compresses_updates()  # Keras SGD taken over with torch's rule
+    assert int(opt.iterations.numpy()) == 4 * (1200 // SIZE // 32)  # counted although Keras did not apply
+    assert accuracy >= reference - 0.02, (accuracy, reference)
+    weights = hvd.allgather_object([w.sum() for w in net.get_weights()])
+    assert all(np.allclose(w, weights[0]) for w in weights)  # every rank holds the same model
+
+
+def test_uint8_with_adam_compresses_gradients():
+    _, reference, _ = train(None, keras.optimizers.Adam(0.005), epochs=3)
+    algorithm = CompressedScatterReduce(codec="uint8")
+    _, accuracy, _ = train(algorithm, keras.optimizers.Adam(0.005), epochs=3)
+    assert not algorithm.compresses_updates()
+    assert accuracy >= reference - 0.02, (accuracy, reference)
+
+
+def test_one_bit_adam_trains_digits():
+    _, reference, _ = train(None, keras.optimizers.Adam(0.005), epochs=4)
+    algorithm = OneBitAdam(warmup_steps=20)
+    _, accuracy, opt = train(algorithm, keras.optimizers.Adam(0.005), epochs=4)
+    assert algorithm.compressing(opt._relax_context)
+    assert accuracy >= reference - 0.03, (accuracy, reference)
+
+
+def test_what_keras_cannot_run_is_named():
+    with pytest.raises(NotImplementedError, match="forward"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=DeAR())
+    with pytest.raises(NotImplementedError, match="per-node process groups"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=CompressedScatterReduce(hierarchical=True))
+
+    class Plain(Algorithm):  # uses nothing optional: accepted
+        def step(self, ctx):
+            ctx.apply_update([p.index for p in ctx.parameters()], ctx.snapshot())
+
+    hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=Plain())
