@@ -1,27 +1,85 @@
 """Compressed all-reduce for TensorFlow, with error feedback as a separate, checkpointable state
-(mirrors ``relaxlib_torch.compressed``). Eager: the core reads and writes host memory directly;
-inside ``tf.function`` the Keras ``DistributedOptimizer`` reaches it through ``tf.py_function``."""
+(mirrors ``relaxlib_torch.compressed``): a TF op (``RelaxlibCompressedAllreduce``), so it runs
+eagerly and inside ``tf.function`` alike, with the residuals in TF variables. The Keras
+``DistributedOptimizer``'s algorithms, which work on host arrays, use :class:`HostErrorFeedback`."""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
 
-from relaxlib import basics, direct
+from relaxlib import compression, direct
 from relaxlib.basics import Average, Sum
 from relaxlib.compression import chunk_count
-from relaxlib.process_sets import global_process_set
+from relaxlib.process_sets import global_process_set, process_set_id
+from relaxlib_tf import mpi_ops
 
 
 def _buffer(array: np.ndarray) -> direct.Buffer:
     return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
 
 
-class ErrorFeedback:
-    """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket):
-    ``worker`` (the full tensor's residual of this rank's compression) and ``owner`` (the residual
-    of re-compressing the chunk this rank reduces), float32 host arrays. Keep one per tensor and
-    reuse it every step; save it with ``state_dict()`` to resume a run exactly."""
+class ErrorFeedback(tf.Module):
+    """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket), in TF
+    variables so that ``tf.train.Checkpoint`` saves it with the model: ``worker`` (the tensor's
+    residual of this rank's compression, one per element) and ``owner`` (the residual of
+    re-compressing the chunk this rank reduces). Keep one per tensor and pass it every step."""
+
+    def __init__(self, numel: int, process_set=global_process_set, name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.numel = numel
+        self.process_set = process_set
+        own = chunk_count(numel, process_set.size(), process_set.rank())
+        self.worker = tf.Variable(tf.zeros([numel], tf.float32), trainable=False, name="worker_error")
+        self.owner = tf.Variable(tf.zeros([own], tf.float32), trainable=False, name="owner_error")
+
+    def reset(self) -> None:
+        """Forgets the accumulated residuals."""
+        self.worker.assign(tf.zeros_like(self.worker))
+        self.owner.assign(tf.zeros_like(self.owner))
+
+
+def compressed_allreduce(tensor, codec: str = "uint8", state: ErrorFeedback | None = None, name: str | None = None,
+                         op=Average, process_set=global_process_set) -> tf.Tensor:
+    """Compressed all-reduce of a float32 tensor: ``codec`` is one of
+    ``relaxlib.compression.CODECS`` (``"fp16"``, ``"uint8"``, ``"sign"``), ``op`` Average or Sum,
+    ``state`` an :class:`ErrorFeedback` of the tensor's size for error feedback (its variables
+    are updated). Every rank of ``process_set`` gets the same result. Eager or in ``tf.function``;
+    its gradient is the all-reduce (same op) of the incoming gradient, as if it were exact."""
+    if op not in (Average, Sum):
+        raise ValueError("compressed all-reduce supports op=Average and op=Sum")
+    value = tf.convert_to_tensor(tensor)
+    if value.dtype != tf.float32:
+        raise TypeError(f"compressed all-reduce needs a float32 tensor, got {value.dtype.name}")
+    set_id = process_set_id(process_set)
+    if state is not None:
+        if state.numel != value.shape.num_elements() or process_set_id(state.process_set) != set_id:
+            raise ValueError(f"the error-feedback state holds {state.numel} elements of process set "
+                             f"{process_set_id(state.process_set)}; this tensor has {value.shape.num_elements()} "
+                             f"in set {set_id}")
+        worker, owner = state.worker, state.owner
+    else:
+        worker = owner = tf.zeros([0], tf.float32)
+    output, new_worker, new_owner = mpi_ops._ops.relaxlib_compressed_allreduce(
+        value, worker, owner, mpi_ops._name("compressed_allreduce", name, process_set),
+        codec=compression.codec_id(codec), reduce_op=op, process_set=set_id)
+    if state is not None:
+        state.worker.assign(new_worker)
+        state.owner.assign(new_owner)
+    return output
+
+
+@tf.RegisterGradient("RelaxlibCompressedAllreduce")
+def _compressed_allreduce_grad(op, grad, *residual_grads):
+    set_id = op.get_attr("process_set")
+    reduced = mpi_ops._ops.relaxlib_allreduce(grad, mpi_ops._name("compressed_allreduce.grad", None, set_id),
+                                              reduce_op=op.get_attr("reduce_op"), process_set=set_id)
+    return [reduced, None, None, None]
+
+
+class HostErrorFeedback:
+    """:class:`ErrorFeedback` in host arrays, for algorithms that work on numpy arrays (the Keras
+    optimizer's context): ``worker`` and ``owner`` float32 arrays; ``state_dict()`` saves them."""
 
     def __init__(self, numel: int, process_set=global_process_set) -> None:
         self.numel = numel
@@ -47,7 +105,7 @@ class ErrorFeedback:
         self.owner[:] = owner
 
 
-def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: ErrorFeedback | None, name: str,
+def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: HostErrorFeedback | None, name: str,
                                     average: bool = True, process_set=global_process_set) -> direct.DirectHandle:
     """Starts the compressed all-reduce of a flat float32 host array; ``wait()`` returns the result
     (a new array). With ``state`` its residuals are applied and updated (error feedback)."""
@@ -63,22 +121,3 @@ def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: ErrorFe
     return direct.flat_compressed_allreduce_async(_buffer(src), _buffer(out), name, codec, worker, owner,
                                                   average=average, process_set=process_set.process_set_id,
                                                   keepalive=(src, out, state), result=out)
-
-
-def compressed_allreduce(tensor, codec: str = "uint8", state: ErrorFeedback | None = None, name: str | None = None,
-                         op=Average, process_set=global_process_set) -> tf.Tensor:
-    """Compressed all-reduce of a float32 tensor (eager): ``codec`` is one of
-    ``relaxlib.compression.CODECS`` (``"fp16"``, ``"uint8"``, ``"sign"``), ``op`` Average or Sum,
-    ``state`` an :class:`ErrorFeedback` of the tensor's size for error feedback. Every rank of
-    ``process_set`` gets the same result."""
-    if not tf.executing_eagerly():
-        raise RuntimeError("relaxlib_tf.compressed_allreduce runs eagerly (wrap it in tf.py_function inside "
-                           "tf.function)")
-    if op not in (Average, Sum):
-        raise ValueError("compressed all-reduce supports op=Average and op=Sum")
-    value = tf.convert_to_tensor(tensor)
-    if value.dtype != tf.float32:
-        raise TypeError(f"compressed all-reduce needs a float32 tensor, got {value.dtype.name}")
-    label = basics.auto_name("compressed_allreduce", name, process_set)
-    handle = compressed_allreduce_flat_async(value.numpy(), codec, state, label, op == Average, process_set)
-    return tf.reshape(tf.constant(handle.wait()), value.shape)

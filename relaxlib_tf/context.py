@@ -165,7 +165,7 @@ class KerasContext(TrainingContext):
     def error_feedback(self, numel: int, group=None):
         if group is not None:
             raise NotImplementedError(f"error feedback over a group {UNSUPPORTED}")
-        return compressed.ErrorFeedback(numel)
+        return compressed.HostErrorFeedback(numel)
 
     def node_groups(self):
         raise NotImplementedError(f"hierarchical communication {UNSUPPORTED}")

@@ -35,6 +35,7 @@ class _AnnouncingOps:
         "relaxlib_allgather": (_core.REQ_ALLGATHER, 1), "relaxlib_grouped_allgather": (_core.REQ_ALLGATHER, 1),
         "relaxlib_broadcast": (_core.REQ_BROADCAST, 1), "relaxlib_reducescatter": (_core.REQ_REDUCESCATTER, 1),
         "relaxlib_grouped_reducescatter": (_core.REQ_REDUCESCATTER, 1), "relaxlib_alltoall": (_core.REQ_ALLTOALL, 2),
+        "relaxlib_compressed_allreduce": (_core.REQ_COMPRESSED_ALLREDUCE, 3),
     }
     _ANNOUNCED = re.compile(r"\[\w+Error\]")
 

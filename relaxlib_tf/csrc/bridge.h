@@ -83,6 +83,7 @@ struct Part {
   std::vector<int64_t> shape;  // storage for the request's shape
   bool allocated = false;
   std::vector<char> scratch;  // the output of an abandoned call (its context is gone)
+  std::vector<Tensor> extra;  // further buffers the engine writes (compressed all-reduce residuals)
   Status alloc_status;
   Status status;
 };

@@ -1,6 +1,7 @@
 // TensorFlow glue: the kernels of the Relaxlib* ops (defined in op_defs.cc). Each collective is an
 // AsyncOpKernel that turns its tensors into core requests, submits them and returns at once; the
 // core's completion callback (on the thread running the round) sets the op's status and calls TF's `done`.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -159,6 +160,63 @@ class AlltoallOp : public CollectiveKernel {
   }
 };
 
+// Compressed all-reduce with the residuals of error feedback owned by the caller (TF variables
+// in relaxlib_tf.ErrorFeedback): they are copied to their outputs, which the core updates in
+// place, so the op has no hidden state and runs inside tf.function like any other.
+class CompressedAllreduceOp : public CollectiveKernel {
+ public:
+  explicit CompressedAllreduceOp(OpKernelConstruction* c) : CollectiveKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("codec", &codec_));
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const int32_t type = RELAX_REQ_COMPRESSED_ALLREDUCE;
+    std::vector<std::string> names(1);
+    RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(3), "compressed_allreduce: tensor_name", &names[0]), done);
+    const Tensor& input = ctx->input(0);
+    const Tensor& worker = ctx->input(1);
+    const Tensor& owner = ctx->input(2);
+    const bool feedback = worker.NumElements() > 0 || owner.NumElements() > 0;
+    if (feedback && worker.NumElements() != input.NumElements()) {
+      RELAX_REJECT_IF_ERROR_ASYNC(ctx,
+                                  Invalid("compressed_allreduce '" + names[0] + "': the worker residual has " +
+                                          std::to_string(worker.NumElements()) + " elements, the tensor " +
+                                          std::to_string(input.NumElements())),
+                                  done, type, names, process_set_);
+    }
+    Tensor* outputs[3] = {nullptr, nullptr, nullptr};
+    for (int i = 0; i < 3; ++i) {
+      RELAX_REJECT_IF_ERROR_ASYNC(ctx, ctx->allocate_output(i, ctx->input(i).shape(), &outputs[i]), done, type,
+                                  names, process_set_);
+    }
+    for (int i = 1; i < 3; ++i) {
+      const size_t bytes = static_cast<size_t>(ctx->input(i).NumElements()) * sizeof(float);
+      if (bytes > 0) std::memcpy(DataPtr(*outputs[i]), DataPtr(ctx->input(i)), bytes);
+    }
+    auto call = NewCall(ctx, std::move(done), 1);
+    Part& p = call->parts[0];
+    p.input = input;
+    p.output = *outputs[0];
+    p.extra = {*outputs[1], *outputs[2]};
+    std::vector<relax_request_t> requests(1);
+    relax_request_t& r = requests[0];
+    RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(type, p, names[0], process_set_, &r), call->done, type, names,
+                                process_set_);
+    r.output = DataPtr(p.output);
+    relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
+    args.reduce_op = reduce_op_;
+    args.codec = codec_;
+    args.worker_error = feedback ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr;
+    args.owner_error = feedback && owner.NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr;
+    Submit(std::move(call), requests, false);
+  }
+
+ private:
+  int codec_ = 0;
+  int reduce_op_ = RELAX_OP_AVERAGE;
+};
+
 class BarrierOp : public CollectiveKernel {
  public:
   explicit BarrierOp(OpKernelConstruction* c) : CollectiveKernel(c) {}
@@ -261,6 +319,7 @@ REGISTER_KERNEL_BUILDER(Name("RelaxlibBroadcast").Device(DEVICE_CPU), BroadcastO
 REGISTER_KERNEL_BUILDER(Name("RelaxlibReducescatter").Device(DEVICE_CPU), ReducescatterOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibGroupedReducescatter").Device(DEVICE_CPU), GroupedReducescatterOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibAlltoall").Device(DEVICE_CPU), AlltoallOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibCompressedAllreduce").Device(DEVICE_CPU), CompressedAllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibBarrier").Device(DEVICE_CPU), BarrierOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibJoin").Device(DEVICE_CPU), JoinOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibSize").Device(DEVICE_CPU), SizeOp);

@@ -174,6 +174,26 @@ REGISTER_OP("RelaxlibAlltoall")
     })
     .Doc("Sends `splits[i]` rows of dim 0 to rank i (empty splits: equal parts) (relaxlib).");
 
+REGISTER_OP("RelaxlibCompressedAllreduce")
+    .Attr("codec: int")
+    .Attr("reduce_op: int")
+    .Attr("process_set: int = 0")
+    .Input("tensor: float")
+    .Input("worker_error: float")
+    .Input("owner_error: float")
+    .Input("tensor_name: string")
+    .Output("output: float")
+    .Output("new_worker_error: float")
+    .Output("new_owner_error: float")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 3));
+      for (int i = 0; i < 3; ++i) c->set_output(i, c->input(i));
+      return Status();
+    })
+    .Doc("Compressed all-reduce (average or sum) of a float32 tensor through `codec` (relaxlib). With "
+         "error feedback the residuals (worker: one per element; owner: this rank's chunk) come in as "
+         "inputs and leave updated as outputs; empty residual inputs turn error feedback off.");
+
 REGISTER_OP("RelaxlibBarrier")
     .Attr("process_set: int = 0")
     .Input("tensor_name: string")

@@ -29,8 +29,39 @@ def test_compressed_allreduce_matches_the_numpy_model_bitwise(codec, feedback):
         out = hvd.compressed_allreduce(tf.constant(xs[RANK]), codec=codec, state=state, name=f"tf.{codec}.{feedback}")
         np.testing.assert_array_equal(out.numpy(), model.step(xs))
         if feedback:
-            np.testing.assert_array_equal(state.worker, model.worker[RANK])
-            np.testing.assert_array_equal(state.owner, model.owner[RANK])
+            np.testing.assert_array_equal(state.worker.numpy(), model.worker[RANK])
+            np.testing.assert_array_equal(state.owner.numpy(), model.owner[RANK])
+
+
+def test_in_tf_function_with_a_checkpointed_state(tmp_path):
+    """The op runs inside tf.function (no py_function) with its residuals in variables; a
+    checkpoint restores them, and the resumed run continues bitwise where it left off."""
+    count = 257
+    model = Model("sign", count, True, SIZE)
+    state = hvd.ErrorFeedback(count)
+
+    @tf.function
+    def step(x):
+        return hvd.compressed_allreduce(x, codec="sign", state=state, name="tf.function.sign")
+
+    for s in range(2):
+        xs = [inputs(s, count, r) for r in range(SIZE)]
+        np.testing.assert_array_equal(step(tf.constant(xs[RANK])).numpy(), model.step(xs))
+    path = tf.train.Checkpoint(state=state).write(str(tmp_path / f"ef{RANK}"))
+    resumed = hvd.ErrorFeedback(count)
+    tf.train.Checkpoint(state=resumed).read(path).assert_consumed()
+    np.testing.assert_array_equal(resumed.worker.numpy(), model.worker[RANK])
+    xs = [inputs(2, count, r) for r in range(SIZE)]
+    out = hvd.compressed_allreduce(tf.constant(xs[RANK]), codec="sign", state=resumed, name="tf.function.sign")
+    np.testing.assert_array_equal(out.numpy(), model.step(xs))
+
+
+def test_gradient_is_the_all_reduce_of_the_incoming_gradient():
+    x = tf.Variable(tf.ones(6) * (RANK + 1))
+    with tf.GradientTape() as tape:
+        y = hvd.compressed_allreduce(x, codec="uint8", op=hvd.Sum, name="grad.check")
+        loss = tf.reduce_sum(y * float(RANK + 1))
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy(), np.full(6, SIZE * (SIZE + 1) / 2))
 
 
 def test_compressed_allreduce_keeps_the_shape_and_refuses_bad_input():
@@ -41,6 +72,20 @@ def test_compressed_allreduce_keeps_the_shape_and_refuses_bad_input():
         hvd.compressed_allreduce(tf.ones(4, tf.float64))
     with pytest.raises(ValueError, match="holds 5 elements"):
         hvd.compressed_allreduce(tf.ones(4), state=hvd.ErrorFeedback(5))
+
+
+def test_ranks_that_disagree_all_fail():
+    """A codec that differs between ranks, or a residual of the wrong size on one rank only, fails
+    the op on every rank with a message naming the problem (the others do not wait)."""
+    codec = "sign" if RANK == 0 else "uint8"
+    with pytest.raises(tf.errors.OpError, match="Mismatched compressed_allreduce codecs"):
+        hvd.compressed_allreduce(tf.ones(8), codec=codec, name="disagree.codec")
+    worker = tf.zeros([3 if RANK == 0 else 8])
+    with pytest.raises(tf.errors.OpError, match="worker residual has 3 elements"):
+        hvd.mpi_ops._ops.relaxlib_compressed_allreduce(tf.ones(8), worker, tf.zeros([8 // SIZE]),
+                                                       tf.constant("disagree.residual"), codec=3, reduce_op=0)
+    out = hvd.compressed_allreduce(tf.ones(8), codec="fp16", name="after.disagreement")  # still in step
+    np.testing.assert_array_equal(out.numpy(), np.ones(8))
 
 
 def dense_model(seed: int = 0) -> keras.Model:
