@@ -68,6 +68,7 @@ from relaxlib_tf.mpi_ops import (
     reducescatter,
     size_op,
 )
+from relaxlib_tf.relaxed import neighbor_average, partial_allreduce
 from relaxlib_tf.sync_batch_norm import SyncBatchNormalization
 
 HorovodInternalError = RelaxError
@@ -92,6 +93,7 @@ __all__ = [
     "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "engine_stats", "global_process_set",
     "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce", "grouped_reducescatter", "init",
     "is_homogeneous", "is_initialized", "join", "local_rank", "local_rank_op", "local_size", "local_size_op",
-    "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rank_op", "reducescatter",
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "neighbor_average", "partial_allreduce",
+    "rank", "rank_op", "reducescatter",
     "remove_process_set", "rocm_built", "shutdown", "size", "size_op", "start_timeline", "step_stats", "stop_timeline",
 ]

@@ -160,6 +160,89 @@ class AlltoallOp : public CollectiveKernel {
   }
 };
 
+// Neighbour and group averages: direct requests (the core's direct lane, not negotiated). The
+// rank lists and weights are copied by the core at submission; CHOCO's estimates, like the
+// compressed all-reduce's residuals, are copied to outputs that the core updates in place.
+class DirectAverageOp : public AsyncOpKernel {
+ public:
+  DirectAverageOp(OpKernelConstruction* c, int32_t type) : AsyncOpKernel(c), type_(type) {
+    if (type_ == RELAX_REQ_NEIGHBOR_AVERAGE) {
+      OP_REQUIRES_OK(c, c->GetAttr("codec", &codec_));
+      OP_REQUIRES_OK(c, c->GetAttr("consensus_step", &consensus_step_));
+    }
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const bool neighbors = type_ == RELAX_REQ_NEIGHBOR_AVERAGE;
+    std::string name;
+    RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(neighbors ? 6 : 3), "tensor_name", &name), done);
+    const Tensor& ranks = ctx->input(1);
+    const Tensor& weights = ctx->input(2);
+    if (ranks.dims() != 1 || weights.dims() != 1 || ranks.NumElements() != weights.NumElements()) {
+      RELAX_REQUIRES_OK_ASYNC(ctx,
+                              Invalid("'" + name + "': ranks and weights must be vectors of one length, got " +
+                                      ranks.shape().DebugString() + " and " + weights.shape().DebugString()),
+                              done);
+    }
+    if (neighbors && ctx->input(3).dims() != 0) {
+      RELAX_REQUIRES_OK_ASYNC(ctx, Invalid("'" + name + "': self_weight must be a scalar"), done);
+    }
+    const int outputs = neighbors ? 3 : 1;
+    std::vector<Tensor*> out(static_cast<size_t>(outputs), nullptr);
+    RELAX_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, ctx->input(0).shape(), &out[0]), done);
+    for (int i = 1; i < outputs; ++i) {  // the estimates: updated in place by the core
+      const Tensor& estimate = ctx->input(3 + i);
+      RELAX_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, estimate.shape(), &out[static_cast<size_t>(i)]), done);
+      const size_t bytes = static_cast<size_t>(estimate.NumElements()) * sizeof(float);
+      if (bytes > 0) std::memcpy(DataPtr(*out[static_cast<size_t>(i)]), DataPtr(estimate), bytes);
+    }
+    auto call = NewCall(ctx, std::move(done), 1);
+    Part& p = call->parts[0];
+    p.input = ctx->input(0);
+    p.output = *out[0];
+    for (int i = 1; i < outputs; ++i) p.extra.push_back(*out[static_cast<size_t>(i)]);
+    std::vector<relax_request_t> requests(1);
+    relax_request_t& r = requests[0];
+    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(type_, p, name, 0, &r), call->done);
+    r.output = DataPtr(p.output);
+    const auto* rank_data = static_cast<const int32_t*>(DataPtr(ranks));
+    const auto* weight_data = static_cast<const double*>(DataPtr(weights));
+    const int32_t count = static_cast<int32_t>(ranks.NumElements());
+    if (neighbors) {
+      relax_neighbor_average_args_t& a = r.args.neighbor_average;
+      a.npeers = count;
+      a.peers = rank_data;
+      a.weights = weight_data;
+      a.self_weight = ctx->input(3).scalar<double>()();
+      a.codec = codec_;
+      a.consensus_step = consensus_step_;
+      a.estimate_self = codec_ && p.extra[0].NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr;
+      a.estimate_peers = codec_ && p.extra[1].NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr;
+    } else {
+      relax_group_average_args_t& a = r.args.group_average;
+      a.nmembers = count;
+      a.members = rank_data;
+      a.weights = weight_data;
+    }
+    Submit(std::move(call), requests, false);
+  }
+
+ private:
+  int32_t type_;
+  int codec_ = 0;
+  float consensus_step_ = 1.0f;
+};
+
+class NeighborAverageOp : public DirectAverageOp {
+ public:
+  explicit NeighborAverageOp(OpKernelConstruction* c) : DirectAverageOp(c, RELAX_REQ_NEIGHBOR_AVERAGE) {}
+};
+
+class GroupAverageOp : public DirectAverageOp {
+ public:
+  explicit GroupAverageOp(OpKernelConstruction* c) : DirectAverageOp(c, RELAX_REQ_GROUP_AVERAGE) {}
+};
+
 // Compressed all-reduce with the residuals of error feedback owned by the caller (TF variables
 // in relaxlib_tf.ErrorFeedback): they are copied to their outputs, which the core updates in
 // place, so the op has no hidden state and runs inside tf.function like any other.
@@ -320,6 +403,8 @@ REGISTER_KERNEL_BUILDER(Name("RelaxlibReducescatter").Device(DEVICE_CPU), Reduce
 REGISTER_KERNEL_BUILDER(Name("RelaxlibGroupedReducescatter").Device(DEVICE_CPU), GroupedReducescatterOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibAlltoall").Device(DEVICE_CPU), AlltoallOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibCompressedAllreduce").Device(DEVICE_CPU), CompressedAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibNeighborAverage").Device(DEVICE_CPU), NeighborAverageOp);
+REGISTER_KERNEL_BUILDER(Name("RelaxlibGroupAverage").Device(DEVICE_CPU), GroupAverageOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibBarrier").Device(DEVICE_CPU), BarrierOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibJoin").Device(DEVICE_CPU), JoinOp);
 REGISTER_KERNEL_BUILDER(Name("RelaxlibSize").Device(DEVICE_CPU), SizeOp);

@@ -194,6 +194,57 @@ REGISTER_OP("RelaxlibCompressedAllreduce")
          "error feedback the residuals (worker: one per element; owner: this rank's chunk) come in as "
          "inputs and leave updated as outputs; empty residual inputs turn error feedback off.");
 
+// Shapes of the direct averages' rank lists and weights: vectors of one length.
+Status PeersAndWeights(InferenceContext* c, int peers, int weights) {
+  ShapeHandle ranks, values;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(peers), 1, &ranks));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(weights), 1, &values));
+  return c->Merge(ranks, values, &ranks);
+}
+
+REGISTER_OP("RelaxlibNeighborAverage")
+    .Attr("T: {float, double}")
+    .Attr("codec: int = 0")
+    .Attr("consensus_step: float = 1.0")
+    .Input("tensor: T")
+    .Input("peers: int32")
+    .Input("weights: double")
+    .Input("self_weight: double")
+    .Input("estimate_self: float")
+    .Input("estimate_peers: float")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .Output("new_estimate_self: float")
+    .Output("new_estimate_peers: float")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 6));
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 3));
+      TF_RETURN_IF_ERROR(PeersAndWeights(c, 1, 2));
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(4));
+      c->set_output(2, c->input(5));
+      return Status();
+    })
+    .Doc("self_weight * tensor + sum_k weights[k] * tensor@peers[k] over world ranks, point to point, not "
+         "negotiated (relaxlib). With a codec: CHOCO-gossip on the estimates, which come in as inputs "
+         "and leave updated as outputs (empty without a codec).");
+
+REGISTER_OP("RelaxlibGroupAverage")
+    .Attr("T: {float, double}")
+    .Input("tensor: T")
+    .Input("members: int32")
+    .Input("weights: double")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarNameAt(c, 3));
+      TF_RETURN_IF_ERROR(PeersAndWeights(c, 1, 2));
+      c->set_output(0, c->input(0));
+      return Status();
+    })
+    .Doc("sum_k weights[k] * tensor@members[k] over a group of world ranks (ascending, including this "
+         "one) on a cached sub-communicator, not negotiated (relaxlib's partial all-reduce).");
+
 REGISTER_OP("RelaxlibBarrier")
     .Attr("process_set: int = 0")
     .Input("tensor_name: string")

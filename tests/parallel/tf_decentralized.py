@@ -1,7 +1,8 @@
 """Model-averaging algorithms with the Keras 3 DistributedOptimizer on real ranks: one step of
 each mixing matches numpy (in model.fit, i.e. tf.function + py_function, and in an eager loop),
 ranks stopping at different steps join, async averaging converges to one model, and digits
-trains. Launched by tests/test_tf_parallel.py with 3 ranks.
+trains; and the averaging primitives as TF ops (eager and tf.function). Launched by
+tests/test_tf_parallel.py with 3 ranks.
 """
 
 import keras
@@ -10,8 +11,9 @@ import pytest
 import tensorflow as tf
 from sklearn.datasets import load_digits
 
+import relaxlib_tf
 import relaxlib_tf.keras as hvd
-from relaxlib import groups
+from relaxlib import direct, groups
 from relaxlib.algorithms import AsyncModelAverage, DeAR, Decentralized, PartialAllReduce
 
 hvd.init()
@@ -116,3 +118,68 @@ def test_unsupported_algorithms_are_named():
         hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=DeAR())
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=Decentralized(), backward_passes_per_step=2)
+
+
+# ---- the averaging primitives as TF ops ----
+
+LEFT, RIGHT = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_neighbor_average_op_mixes_with_both_neighbours(in_function, dtype):
+    x = tf.constant(np.arange(6) + 10.0 * RANK, dtype)
+
+    def average(value):
+        return relaxlib_tf.neighbor_average(value, [LEFT, RIGHT], [1 / 3, 1 / 3], 1 / 3, name=f"ring.op.{dtype.name}")
+
+    out = (tf.function(average) if in_function else average)(x)
+    expected = sum(np.arange(6) + 10.0 * r for r in (LEFT, RANK, RIGHT)) / 3
+    assert out.dtype == dtype and out.shape == x.shape
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+
+
+def buffer(array: np.ndarray) -> direct.Buffer:
+    return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
+
+
+def test_compressed_neighbor_average_op_equals_the_host_path_and_updates_the_estimates():
+    """CHOCO through the op (estimates in variables) against the core's host-array path on the
+    same inputs and estimates: identical results and estimates, bit for bit, over three steps."""
+    count, peers, weights = 50, [LEFT, RIGHT], [1 / 3, 1 / 3]
+    own = tf.Variable(tf.zeros([count])), tf.Variable(tf.zeros([2 * count]))
+    host_own, host_peers = np.zeros(count, np.float32), np.zeros(2 * count, np.float32)
+    for step in range(3):
+        x = np.random.default_rng(10 * step + RANK).standard_normal(count).astype(np.float32)
+        out = relaxlib_tf.neighbor_average(tf.constant(x), peers, weights, 1 / 3, name=f"choco.op.{step}",
+                                           codec="uint8", estimates=own, consensus_step=0.8)
+        result = np.empty_like(x)
+        direct.neighbor_average_async(buffer(x), buffer(result), f"choco.host.{step}", peers, weights, 1 / 3,
+                                      codec="uint8", estimate_self=buffer(host_own),
+                                      estimate_peers=buffer(host_peers), consensus_step=0.8).wait()
+        np.testing.assert_array_equal(out.numpy(), result)
+        np.testing.assert_array_equal(own[0].numpy(), host_own)
+        np.testing.assert_array_equal(own[1].numpy(), host_peers)
+    assert np.abs(host_own).sum() > 0  # the estimates moved
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_partial_allreduce_op_averages_within_the_group_only(in_function):
+    group = [0, 1] if RANK < 2 else [2]
+    x = tf.fill([3], float(RANK + 1))
+    def call(value):
+        return relaxlib_tf.partial_allreduce(value, group, name="group.op")
+
+    out = (tf.function(call) if in_function else call)(x)
+    expected = 1.5 if RANK < 2 else 3.0
+    np.testing.assert_allclose(out.numpy(), np.full(3, expected))
+
+
+def test_averaging_ops_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="2 ranks but 1 weights"):
+        relaxlib_tf.neighbor_average(tf.ones(2), [LEFT, RIGHT], [0.5], 0.5, name="bad.weights")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="vectors of one length"):
+        relaxlib_tf.mpi_ops._ops.relaxlib_group_average(tf.ones(2), tf.constant([RANK], tf.int32),
+                                                        tf.constant([0.5, 0.5], tf.float64), tf.constant("bad.group"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not a member of its group"):
+        relaxlib_tf.partial_allreduce(tf.ones(2), [(RANK + 1) % SIZE], name="not.mine")
