@@ -154,11 +154,23 @@ def group_average_async(src: Buffer, dst: Buffer, name: str, members: Sequence[i
 
 
 def flat_allreduce_async(src: Buffer, dst: Buffer, name: str, average: bool = True,
-                         keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
-    """Starts the all-reduce (mean, or sum) of a flat buffer over all ranks through the engine's
-    negotiated path: for bindings that hand algorithms plain host arrays (TensorFlow's context)."""
+                         keepalive: tuple[Any, ...] = (), result: Any = None, process_set: int = 0) -> DirectHandle:
+    """Starts the all-reduce (mean, or sum) of a flat buffer over ``process_set`` (an id) through
+    the engine's negotiated path: for bindings that hand algorithms plain host arrays (TensorFlow's
+    context)."""
     request, hold = _request(_core.REQ_ALLREDUCE, src, dst, name)
+    request.process_set = process_set
     _set_reduce(request.args.allreduce, 0 if average else 1)  # relax_reduce_op_t: Average, Sum
+    return _submit(request, name, hold + keepalive, result)
+
+
+def flat_broadcast_async(src: Buffer, dst: Buffer, root: int, name: str, keepalive: tuple[Any, ...] = (),
+                         result: Any = None, process_set: int = 0) -> DirectHandle:
+    """Starts the broadcast of ``root``'s flat buffer (``root`` a world rank of ``process_set``)
+    into ``dst`` on every member, through the engine's negotiated path."""
+    request, hold = _request(_core.REQ_BROADCAST, src, dst, name)
+    request.process_set = process_set
+    request.args.broadcast.root_rank = root
     return _submit(request, name, hold + keepalive, result)
 
 

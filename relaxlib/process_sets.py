@@ -153,3 +153,26 @@ def _reset_after_shutdown() -> None:
         if set_id != 0:
             ps.process_set_id = None
             del _registered[set_id]
+
+
+def _existing_or_added(ranks: list[int]) -> ProcessSet:
+    """The registered process set with exactly these ranks (the global one for every rank), else a
+    new one. Collective over all ranks; every rank holds the same registry, so all decide alike."""
+    if sorted(ranks) == list(range(basics.size())):
+        return global_process_set
+    for registered in _registered.values():
+        if registered.ranks == sorted(ranks):
+            return registered
+    return add_process_set(ranks)
+
+
+def node_process_sets(allgather_object) -> tuple[ProcessSet, ProcessSet | None, int]:
+    """Collective over all ranks: a process set per node (the ranks sharing this machine), one of
+    the node leaders (each node's lowest rank), and this rank's leader. Returns (this node's set,
+    the leaders' set on a leader else None, this node's leader). ``allgather_object`` is the
+    framework binding's (it gathers every rank's list of node-local ranks)."""
+    nodes = sorted(set(map(tuple, allgather_object(basics.local_ranks(), name="relax.nodes"))))
+    sets = {node: _existing_or_added(list(node)) for node in nodes}
+    leaders = _existing_or_added([node[0] for node in nodes])
+    mine = next(node for node in nodes if basics.rank() in node)
+    return sets[mine], leaders if basics.rank() == mine[0] else None, mine[0]

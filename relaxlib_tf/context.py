@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from relaxlib import basics, direct
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext, missing_capabilities
+from relaxlib.process_sets import global_process_set, node_process_sets, process_set_id
 from relaxlib_tf import compressed, functions
 
 UNSUPPORTED = "is not available for TensorFlow yet"
@@ -21,6 +22,8 @@ UNSUPPORTED = "is not available for TensorFlow yet"
 
 def _buffer(array: np.ndarray) -> direct.Buffer:
     return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
+
+
 
 
 def check_supported(algorithm: Algorithm) -> None:
@@ -34,11 +37,13 @@ def check_supported(algorithm: Algorithm) -> None:
 class KerasContext(TrainingContext):
     """Binds an Algorithm to a Keras 3 optimizer and the variables it trains."""
 
-    capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average"})
+    capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average",
+                              "group_allreduce", "async_broadcast", "node_groups"})
 
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
         check_supported(algorithm)
         self.applied = False  # whether this step's update went through the wrapped optimizer
+        self._nodes = None
         self._optimizer = optimizer  # the wrapped optimizer's own update (no communication)
         self._variables = list(variables)
         self._algorithm = algorithm
@@ -132,12 +137,10 @@ class KerasContext(TrainingContext):
                                           result=out)
 
     def allreduce_async(self, tensor, name: str, average: bool = True, group=None):
-        if group is not None:
-            raise NotImplementedError(f"all-reduce over a group {UNSUPPORTED}")
         src = np.ascontiguousarray(tensor).reshape(-1)
         out = np.empty_like(src)
         return direct.flat_allreduce_async(_buffer(src), _buffer(out), name, average, keepalive=(src, out),
-                                           result=out)
+                                           result=out, process_set=process_set_id(group))
 
     def wait(self, handle):
         return handle.wait()
@@ -152,23 +155,25 @@ class KerasContext(TrainingContext):
         raise NotImplementedError(f"reduce-scatter {UNSUPPORTED}")
 
     def broadcast_async(self, tensor, root: int, name: str, group=None):
-        raise NotImplementedError(f"asynchronous broadcast {UNSUPPORTED}")
+        src = np.ascontiguousarray(tensor).reshape(-1)
+        out = np.empty_like(src)
+        return direct.flat_broadcast_async(_buffer(src), _buffer(out), root, name, keepalive=(src, out), result=out,
+                                           process_set=process_set_id(group))
 
     def allgather_async(self, shard, name: str):
         raise NotImplementedError(f"allgather {UNSUPPORTED}")
 
     def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None):
-        if group is not None:
-            raise NotImplementedError(f"compressed all-reduce over a group {UNSUPPORTED}")
-        return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average)
+        return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average,
+                                                          process_set=group or global_process_set)
 
     def error_feedback(self, numel: int, group=None):
-        if group is not None:
-            raise NotImplementedError(f"error feedback over a group {UNSUPPORTED}")
-        return compressed.HostErrorFeedback(numel)
+        return compressed.HostErrorFeedback(numel, process_set=group or global_process_set)
 
     def node_groups(self):
-        raise NotImplementedError(f"hierarchical communication {UNSUPPORTED}")
+        if self._nodes is None:
+            self._nodes = node_process_sets(functions.allgather_object)
+        return self._nodes
 
     # -- optimizer --
 

@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from relaxlib import basics, direct, process_sets
+from relaxlib import direct, process_sets
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext
 from relaxlib_torch import compressed, functions, mpi_ops, relaxed
 
@@ -164,11 +164,7 @@ class TorchContext(TrainingContext):
 
     def node_groups(self):
         if self._nodes is None:
-            nodes = sorted(set(map(tuple, functions.allgather_object(basics.local_ranks(), name="relax.nodes"))))
-            sets = {node: process_sets.add_process_set(list(node)) for node in nodes}
-            leaders = process_sets.add_process_set([node[0] for node in nodes])
-            mine = next(node for node in nodes if basics.rank() in node)
-            self._nodes = (sets[mine], leaders if basics.rank() == mine[0] else None, mine[0])
+            self._nodes = process_sets.node_process_sets(functions.allgather_object)
         return self._nodes
 
     def allgather_async(self, shard: torch.Tensor, name: str):
