@@ -52,9 +52,10 @@ class KerasContext(TrainingContext):
         self.step_count = 0
         self.max_grad_norm = None
         self._grads: list = [None] * len(self._variables)
-        self._refs = [ParamRef(i, getattr(v, "path", None) or v.name, int(np.prod(v.shape)),
-                               np.dtype(v.dtype).itemsize, np.dtype(v.dtype).name)
-                      for i, v in enumerate(self._variables)]
+        # Keras variables name their dtype as a string, tf.Variables as a tf.DType: accept both.
+        dtypes = [np.dtype(tf.as_dtype(v.dtype).as_numpy_dtype) for v in self._variables]
+        self._refs = [ParamRef(i, getattr(v, "path", None) or v.name, int(np.prod(v.shape)), dtype.itemsize, dtype.name)
+                      for i, (v, dtype) in enumerate(zip(self._variables, dtypes))]
 
     def set_gradients(self, grads: list) -> None:
         """This step's gradients (numpy or tensors; None where a variable has none)."""

@@ -26,3 +26,9 @@ def test_keras_model_averaging_algorithms():
 def test_keras_compression_algorithms():
     run = run_pytest_on_ranks(2, "tf_compression.py", per_test_timeout=300)
     assert run.returncode == 0, run.report()
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_torch_and_keras_conformance(np_):
+    run = run_pytest_on_ranks(np_, "conformance.py", per_test_timeout=300)
+    assert run.returncode == 0, run.report()

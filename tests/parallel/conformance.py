@@ -1,0 +1,98 @@
+"""One algorithm, both frameworks: the same algorithm object drives relaxlib_torch's and the Keras
+DistributedOptimizer from the same initial weights with the same gradients on every rank, and
+the parameters agree after several steps.
+
+The "model" is the linear loss L(w) = sum_k <w_k, g_k>, whose gradient is g_k exactly (bitwise)
+in both frameworks, with g drawn per (rank, step): what differs between the runs is only the
+binding (hooks, flattening, contexts, optimizer glue), which is what this suite is about. Where
+the algorithm takes the step itself (compressed SGD steps, 1-bit Adam) the frameworks agree bit
+for bit; where the wrapped optimizer applies it (torch.optim.SGD vs keras.optimizers.SGD) they
+agree to float32 rounding. Launched by tests/test_tf_parallel.py with 2 and 4 ranks.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+
+import relaxlib_tf.keras as keras_hvd
+import relaxlib_torch as torch_hvd
+from relaxlib.algorithms import (
+    AllReduce,
+    CompressedScatterReduce,
+    Decentralized,
+    OneBitAdam,
+    PartialAllReduce,
+)
+
+torch_hvd.init()
+RANK, SIZE = torch_hvd.rank(), torch_hvd.size()
+SHAPES = [(5, 3), (3,), (3, 2), (7,)]
+STEPS = 6
+
+
+def initial_weights() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)  # the same on every rank
+    return [rng.standard_normal(shape).astype(np.float32) for shape in SHAPES]
+
+
+def gradients(step: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(100 * step + RANK)
+    return [(rng.standard_normal(shape) * (1 + i)).astype(np.float32) for i, shape in enumerate(SHAPES)]
+
+
+def run_torch(algorithm, optimizer: str) -> list[np.ndarray]:
+    params = [torch.nn.Parameter(torch.from_numpy(w.copy())) for w in initial_weights()]
+    inner = torch.optim.SGD(params, lr=0.05, momentum=0.9) if optimizer == "sgd" else torch.optim.Adam(params, lr=0.01)
+    opt = torch_hvd.DistributedOptimizer(inner, named_parameters=[(f"w{i}", p) for i, p in enumerate(params)],
+                                         algorithm=algorithm)
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = sum((p * torch.from_numpy(g)).sum() for p, g in zip(params, gradients(step)))
+        loss.backward()
+        opt.step()
+    if hasattr(algorithm, "average_now"):
+        algorithm.average_now()
+    return [p.detach().numpy().copy() for p in params]
+
+
+def run_keras(algorithm, optimizer: str) -> list[np.ndarray]:
+    variables = [tf.Variable(w.copy()) for w in initial_weights()]
+    inner = keras.optimizers.SGD(0.05, momentum=0.9) if optimizer == "sgd" else keras.optimizers.Adam(0.01)
+    opt = keras_hvd.DistributedOptimizer(inner, algorithm=algorithm)
+    for step in range(STEPS):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(v * g) for v, g in zip(variables, gradients(step))])
+        opt.apply(tape.gradient(loss, variables), variables)
+    if hasattr(algorithm, "average_now"):
+        algorithm.average_now()
+    return [v.numpy() for v in variables]
+
+
+CASES = {
+    "allreduce": (lambda: AllReduce(), "sgd", False),
+    "compressed-fp16": (lambda: CompressedScatterReduce("fp16"), "sgd", False),
+    "compressed-uint8": (lambda: CompressedScatterReduce("uint8"), "sgd", True),
+    "compressed-sign": (lambda: CompressedScatterReduce("sign"), "sgd", True),
+    "compressed-uint8-adam": (lambda: CompressedScatterReduce("uint8"), "adam", False),
+    "compressed-sign-hierarchical": (lambda: CompressedScatterReduce("sign", hierarchical=True), "sgd", True),
+    "onebit-adam": (lambda: OneBitAdam(warmup_steps=3), "adam", True),
+    "decentralized-ring": (lambda: Decentralized(topology="ring"), "sgd", False),
+    "decentralized-ring-uint8": (lambda: Decentralized(topology="ring", codec="uint8"), "sgd", False),
+    "partial-static": (lambda: PartialAllReduce(generator="static"), "sgd", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_torch_and_keras_end_with_the_same_parameters(case):
+    factory, optimizer, bitwise = CASES[case]
+    torch_weights = run_torch(factory(), optimizer)
+    keras_weights = run_keras(factory(), optimizer)
+    start = initial_weights()
+    for i, (mine, theirs, before) in enumerate(zip(torch_weights, keras_weights, start)):
+        assert not np.array_equal(mine, before), f"{case}: parameter {i} never moved"
+        if bitwise:
+            np.testing.assert_array_equal(mine, theirs, err_msg=f"{case}: parameter {i}")
+        else:
+            np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6, err_msg=f"{case}: parameter {i}")
