@@ -12,8 +12,10 @@ from mpi_launch import REPO, run_ranks
 pytestmark = pytest.mark.mpi
 
 
-def test_custom_algorithm_example_trains():
-    run = run_ranks(2, [sys.executable, str(REPO / "examples" / "custom_algorithm.py")], timeout=300)
+@pytest.mark.parametrize("framework", ["torch", "keras"])
+def test_custom_algorithm_example_trains_in_both_frameworks(framework):
+    run = run_ranks(2, [sys.executable, str(REPO / "examples" / "custom_algorithm.py"), "--framework", framework],
+                    timeout=300)
     assert run.returncode == 0, run.report()
     accuracy = float(re.search(r"after 10 epochs: ([0-9.]+)", run.outputs[0]).group(1))
     assert accuracy > 0.9, run.outputs[0]

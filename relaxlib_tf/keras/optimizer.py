@@ -118,6 +118,12 @@ class _DistributedMixin:
             self.iterations.assign_add(1)
         ctx.step_count += 1
 
+    def flush(self) -> None:
+        """Applies every update the algorithm deferred, so the variables are current (call it
+        before evaluating or saving; a no-op without an algorithm)."""
+        if self._relax_algorithm is not None and self._relax_context is not None:
+            self._relax_algorithm.flush(self._relax_context)
+
     def join(self) -> int:
         """This rank ran out of data (model-averaging algorithms): serves the peers that still
         train until every rank joined; returns the last step of any rank. Eager only."""
