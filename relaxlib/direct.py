@@ -139,6 +139,21 @@ def neighbor_average_async(src: Buffer, dst: Buffer, name: str, peers: Sequence[
     return _submit(request, name, hold + (peer_array, weight_array) + keepalive, result)
 
 
+def group_members_and_weights(name: str, group: Sequence[int], weights: Sequence[float] | None
+                              ) -> tuple[list[int], list[float]]:
+    """A partial all-reduce's members in ascending order with their weights: equal ones (the mean)
+    when ``weights`` is None, else ``weights`` given in ``group``'s order, reordered with it."""
+    members = sorted(int(r) for r in group)
+    if len(set(members)) != len(members):
+        raise ValueError(f"{name}: group {list(group)} repeats a rank")
+    if weights is None:
+        return members, [1.0 / len(members)] * len(members)
+    if len(weights) != len(members):
+        raise ValueError(f"{name}: {len(weights)} weights for a group of {len(members)} ranks")
+    by_rank = dict(zip((int(r) for r in group), weights))
+    return members, [float(by_rank[r]) for r in members]
+
+
 def group_average_async(src: Buffer, dst: Buffer, name: str, members: Sequence[int], weights: Sequence[float],
                         keepalive: tuple[Any, ...] = (), result: Any = None) -> DirectHandle:
     """Starts ``dst = sum_k weights[k] * src@members[k]`` over the world ranks ``members``

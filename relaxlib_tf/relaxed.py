@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from relaxlib import compression
+from relaxlib import compression, direct
 from relaxlib_tf import mpi_ops
 
 
@@ -49,16 +49,7 @@ def partial_allreduce(tensor, group: Sequence[int], name: str, weights: Sequence
     """The mean of ``tensor`` over the world ranks ``group`` (which must include this rank;
     ``weights`` per member for a weighted sum instead). Other ranks are untouched. Runs on a cached
     sub-communicator of the group (``RELAX_GROUP_CACHE_SIZE`` groups are kept, default 64)."""
-    members = sorted(int(r) for r in group)
-    if len(set(members)) != len(members):
-        raise ValueError(f"{name}: group {list(group)} repeats a rank")
-    if weights is None:
-        weights = [1.0 / len(members)] * len(members)
-    else:
-        if len(weights) != len(members):
-            raise ValueError(f"{name}: {len(weights)} weights for a group of {len(members)} ranks")
-        by_rank = dict(zip((int(r) for r in group), weights))
-        weights = [by_rank[r] for r in members]
+    members, weights = direct.group_members_and_weights(name, group, weights)
     ranks, values = _vectors(name, members, weights)
     return mpi_ops._ops.relaxlib_group_average(tf.convert_to_tensor(tensor), ranks, values,
                                                tf.constant(name, tf.string))

@@ -56,16 +56,7 @@ def partial_allreduce_async(tensor: torch.Tensor, group: Sequence[int], name: st
     ``weights`` per member for a weighted sum instead) into ``out`` or a new tensor. Other ranks
     are untouched. Runs on a cached sub-communicator of the group (``RELAX_GROUP_CACHE_SIZE``
     groups are kept, default 64)."""
-    members = sorted(int(r) for r in group)
-    if len(set(members)) != len(members):
-        raise ValueError(f"{name}: group {list(group)} repeats a rank")
-    if weights is None:
-        weights = [1.0 / len(members)] * len(members)
-    else:
-        if len(weights) != len(members):
-            raise ValueError(f"{name}: {len(weights)} weights for a group of {len(members)} ranks")
-        by_rank = dict(zip((int(r) for r in group), weights))
-        weights = [by_rank[r] for r in members]
+    members, weights = direct.group_members_and_weights(name, group, weights)
     src = tensor.detach().contiguous()
     out = _output(src, out)
     return direct.group_average_async(_buffer(src), _buffer(out), name, members, weights, keepalive=(src, out),
