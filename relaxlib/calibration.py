@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relaxlib import basics, compression, direct, perfmodel
+from relaxlib.direct import Buffer
 
 SMALL_BYTES = 8
 LARGE_BYTES = 32 << 20  # above RELAX_MPI_ALLREDUCE_MAX_BYTES on one node: the ring the model assumes
@@ -43,13 +44,9 @@ class Network:
             self.exchange_bytes_per_s = self.bandwidth_bytes_per_s
 
 
-def _buffer(values: np.ndarray) -> direct.Buffer:
-    return direct.Buffer(values.ctypes.data, values.size, values.dtype.name)
-
-
 def _allreduce_async(values: np.ndarray, name: str, average: bool = True) -> direct.DirectHandle:
     out = np.empty_like(values)
-    return direct.flat_allreduce_async(_buffer(values), _buffer(out), name, average, keepalive=(values, out),
+    return direct.flat_allreduce_async(Buffer.of(values), Buffer.of(out), name, average, keepalive=(values, out),
                                        result=out)
 
 
@@ -59,7 +56,7 @@ def _allreduce(values: np.ndarray, name: str, average: bool = True) -> np.ndarra
 
 def _reducescatter_async(values: np.ndarray, name: str) -> direct.DirectHandle:
     out = np.empty(-(-values.size // basics.size()), values.dtype)
-    return direct.flat_reducescatter_async(_buffer(values), _buffer(out), name, keepalive=(values, out), result=out)
+    return direct.flat_reducescatter_async(Buffer.of(values), Buffer.of(out), name, keepalive=(values, out), result=out)
 
 
 def _median_over_ranks(label: str, reps: int, warmups: int, run: Callable[[], object], per_run: int = 1) -> float:
@@ -109,7 +106,7 @@ def _timed_exchange(nbytes: int, reps: int, label: str) -> float:
 
     def run() -> None:
         if partner < basics.size():
-            direct.neighbor_average_async(_buffer(values), _buffer(out), label, [partner], [0.5], 0.5,
+            direct.neighbor_average_async(Buffer.of(values), Buffer.of(out), label, [partner], [0.5], 0.5,
                                           keepalive=(values, out)).wait()
 
     return _median_over_ranks(label, reps, 1, run)
@@ -183,8 +180,8 @@ def measure_compressed(network: Network, nbytes: int, codecs: tuple[str, ...] | 
     result = {}
     for codec in codecs if codecs is not None else tuple(compression.CODECS):
         def run(_values, label, codec=codec):
-            return direct.flat_compressed_allreduce_async(_buffer(values), _buffer(out), label, codec,
-                                                          _buffer(worker), _buffer(owner),
+            return direct.flat_compressed_allreduce_async(Buffer.of(values), Buffer.of(out), label, codec,
+                                                          Buffer.of(worker), Buffer.of(owner),
                                                           keepalive=(values, out, worker, owner)).wait()
         elapsed = _timed(4 * count, reps, f"relax.calibrate.codec.{codec}", run)
         wire = perfmodel.allreduce_time(n, compression.CODECS[codec].ratio * 4 * count, network.alpha_s,

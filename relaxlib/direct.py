@@ -34,6 +34,11 @@ class Buffer:
     count: int
     dtype: str = "float32"
 
+    @classmethod
+    def of(cls, array: Any) -> Buffer:
+        """The buffer of a contiguous numpy array (the caller keeps the array alive)."""
+        return cls(array.ctypes.data, array.size, array.dtype.name)
+
 
 class DirectHandle:
     """A started neighbour or group average; ``wait()`` blocks until it finished (raising the
@@ -123,10 +128,7 @@ def neighbor_average_async(src: Buffer, dst: Buffer, name: str, peers: Sequence[
     args.npeers = len(peers)
     args.peers = peer_array
     args.weights = weight_array
-    args.self_weight = self_weight
-    args.codec = 0
-    args.consensus_step = 1.0
-    args.estimate_self = args.estimate_peers = None
+    args.self_weight = self_weight  # without a codec the other arguments stay zero (ctypes zeroes them)
     if codec is not None:
         if estimate_self is None or (peers and estimate_peers is None):
             raise ValueError(f"{name}: a compressed neighbour average needs the estimate buffers")
@@ -200,9 +202,7 @@ def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tup
     request, hold = _request(_core.REQ_REDUCESCATTER, src, src, name)
     request.output = dst.address
     args = request.args.reducescatter
-    _set_reduce(args.reduce, 1)  # relax_reduce_op_t: Sum
-    args.ncounts = 0  # split evenly
-    args.recv_counts = None
+    _set_reduce(args.reduce, 1)  # relax_reduce_op_t: Sum; no recv_counts: split evenly
     return _submit(request, name, hold + keepalive, result)
 
 
@@ -220,7 +220,6 @@ def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: 
     args = request.args.compressed_allreduce
     args.reduce_op = 0 if average else 1  # relax_reduce_op_t: Average, Sum
     args.codec = codec_id(codec)
-    args.worker_error = args.owner_error = None
     if worker_error is not None and owner_error is not None:
         args.worker_error, args.owner_error = _floats(worker_error), _floats(owner_error)
     return _submit(request, name, hold + keepalive, result)

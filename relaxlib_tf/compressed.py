@@ -11,12 +11,16 @@ import tensorflow as tf
 from relaxlib import compression, direct
 from relaxlib.basics import Average, Sum
 from relaxlib.compression import chunk_count
+from relaxlib.direct import Buffer
 from relaxlib.process_sets import global_process_set, process_set_id
 from relaxlib_tf import mpi_ops
 
 
-def _buffer(array: np.ndarray) -> direct.Buffer:
-    return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
+def _check_state(state, numel: int, set_id: int, what: str) -> None:
+    """ValueError unless an error-feedback ``state`` fits a tensor of ``numel`` elements in set ``set_id``."""
+    if state.numel != numel or process_set_id(state.process_set) != set_id:
+        raise ValueError(f"{what}: the error-feedback state holds {state.numel} elements of process set "
+                         f"{process_set_id(state.process_set)}; this tensor has {numel} in set {set_id}")
 
 
 class ErrorFeedback(tf.Module):
@@ -53,10 +57,7 @@ def compressed_allreduce(tensor, codec: str = "uint8", state: ErrorFeedback | No
         raise TypeError(f"compressed all-reduce needs a float32 tensor, got {value.dtype.name}")
     set_id = process_set_id(process_set)
     if state is not None:
-        if state.numel != value.shape.num_elements() or process_set_id(state.process_set) != set_id:
-            raise ValueError(f"the error-feedback state holds {state.numel} elements of process set "
-                             f"{process_set_id(state.process_set)}; this tensor has {value.shape.num_elements()} "
-                             f"in set {set_id}")
+        _check_state(state, value.shape.num_elements(), set_id, "compressed_allreduce")
         worker, owner = state.worker, state.owner
     else:
         worker = owner = tf.zeros([0], tf.float32)
@@ -111,13 +112,10 @@ def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: HostErr
     (a new array). With ``state`` its residuals are applied and updated (error feedback)."""
     src = np.ascontiguousarray(flat, np.float32).reshape(-1)
     out = np.empty_like(src)
-    same_set = state is None or state.process_set.process_set_id == process_set.process_set_id
-    if state is not None and (state.numel != src.size or not same_set):
-        raise ValueError(f"{name}: the error-feedback state holds {state.numel} elements of process set "
-                         f"{state.process_set.process_set_id}; this tensor has {src.size} in set "
-                         f"{process_set.process_set_id}")
-    worker = _buffer(state.worker) if state is not None else None
-    owner = _buffer(state.owner) if state is not None else None
-    return direct.flat_compressed_allreduce_async(_buffer(src), _buffer(out), name, codec, worker, owner,
+    if state is not None:
+        _check_state(state, src.size, process_set_id(process_set), name)
+    worker = Buffer.of(state.worker) if state is not None else None
+    owner = Buffer.of(state.owner) if state is not None else None
+    return direct.flat_compressed_allreduce_async(Buffer.of(src), Buffer.of(out), name, codec, worker, owner,
                                                   average=average, process_set=process_set.process_set_id,
                                                   keepalive=(src, out, state), result=out)

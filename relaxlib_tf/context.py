@@ -14,16 +14,11 @@ import tensorflow as tf
 
 from relaxlib import basics, direct
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext, missing_capabilities
+from relaxlib.direct import Buffer
 from relaxlib.process_sets import global_process_set, node_process_sets, process_set_id
 from relaxlib_tf import compressed, functions
 
 UNSUPPORTED = "is not available for TensorFlow yet"
-
-
-def _buffer(array: np.ndarray) -> direct.Buffer:
-    return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
-
-
 
 
 def check_supported(algorithm: Algorithm) -> None:
@@ -127,20 +122,20 @@ class KerasContext(TrainingContext):
         out = np.empty_like(flat) if out is None or out.shape != flat.shape or out.dtype != flat.dtype else out
         own, theirs = estimates if estimates is not None else (None, None)
         return direct.neighbor_average_async(
-            _buffer(flat), _buffer(out), name, peers, weights, self_weight, codec=codec,
-            estimate_self=_buffer(own) if own is not None else None,
-            estimate_peers=_buffer(theirs) if theirs is not None else None, consensus_step=consensus_step,
+            Buffer.of(flat), Buffer.of(out), name, peers, weights, self_weight, codec=codec,
+            estimate_self=Buffer.of(own) if own is not None else None,
+            estimate_peers=Buffer.of(theirs) if theirs is not None else None, consensus_step=consensus_step,
             keepalive=(flat, out, own, theirs), result=out)
 
     def group_average_async(self, flat, name: str, members: list[int], weights: list[float], out=None):
         out = np.empty_like(flat) if out is None or out.shape != flat.shape or out.dtype != flat.dtype else out
-        return direct.group_average_async(_buffer(flat), _buffer(out), name, members, weights, keepalive=(flat, out),
-                                          result=out)
+        return direct.group_average_async(Buffer.of(flat), Buffer.of(out), name, members, weights,
+                                          keepalive=(flat, out), result=out)
 
     def allreduce_async(self, tensor, name: str, average: bool = True, group=None):
         src = np.ascontiguousarray(tensor).reshape(-1)
         out = np.empty_like(src)
-        return direct.flat_allreduce_async(_buffer(src), _buffer(out), name, average, keepalive=(src, out),
+        return direct.flat_allreduce_async(Buffer.of(src), Buffer.of(out), name, average, keepalive=(src, out),
                                            result=out, process_set=process_set_id(group))
 
     def wait(self, handle):
@@ -158,7 +153,7 @@ class KerasContext(TrainingContext):
     def broadcast_async(self, tensor, root: int, name: str, group=None):
         src = np.ascontiguousarray(tensor).reshape(-1)
         out = np.empty_like(src)
-        return direct.flat_broadcast_async(_buffer(src), _buffer(out), root, name, keepalive=(src, out), result=out,
+        return direct.flat_broadcast_async(Buffer.of(src), Buffer.of(out), root, name, keepalive=(src, out), result=out,
                                            process_set=process_set_id(group))
 
     def allgather_async(self, shard, name: str):

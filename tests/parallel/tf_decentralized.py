@@ -15,6 +15,7 @@ import relaxlib_tf
 import relaxlib_tf.keras as hvd
 from relaxlib import direct, groups
 from relaxlib.algorithms import AsyncModelAverage, DeAR, Decentralized, PartialAllReduce
+from relaxlib.direct import Buffer
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -139,10 +140,6 @@ def test_neighbor_average_op_mixes_with_both_neighbours(in_function, dtype):
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
 
 
-def buffer(array: np.ndarray) -> direct.Buffer:
-    return direct.Buffer(array.ctypes.data, array.size, array.dtype.name)
-
-
 def test_compressed_neighbor_average_op_equals_the_host_path_and_updates_the_estimates():
     """CHOCO through the op (estimates in variables) against the core's host-array path on the
     same inputs and estimates: identical results and estimates, bit for bit, over three steps."""
@@ -154,9 +151,9 @@ def test_compressed_neighbor_average_op_equals_the_host_path_and_updates_the_est
         out = relaxlib_tf.neighbor_average(tf.constant(x), peers, weights, 1 / 3, name=f"choco.op.{step}",
                                            codec="uint8", estimates=own, consensus_step=0.8)
         result = np.empty_like(x)
-        direct.neighbor_average_async(buffer(x), buffer(result), f"choco.host.{step}", peers, weights, 1 / 3,
-                                      codec="uint8", estimate_self=buffer(host_own),
-                                      estimate_peers=buffer(host_peers), consensus_step=0.8).wait()
+        direct.neighbor_average_async(Buffer.of(x), Buffer.of(result), f"choco.host.{step}", peers, weights, 1 / 3,
+                                      codec="uint8", estimate_self=Buffer.of(host_own),
+                                      estimate_peers=Buffer.of(host_peers), consensus_step=0.8).wait()
         np.testing.assert_array_equal(out.numpy(), result)
         np.testing.assert_array_equal(own[0].numpy(), host_own)
         np.testing.assert_array_equal(own[1].numpy(), host_peers)

@@ -93,9 +93,11 @@ void Executor::run(std::vector<Response>& responses, PendingMap& pending) {
         } catch (const std::exception& e) {
           status = Status::error(RELAX_ERR_INTERNAL, e.what());
         }
-        std::string phase = kind->name;
-        for (char& c : phase) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        trace({item}, phase.c_str(), start);
+        if (timeline_.active()) {  // the phase name costs an allocation: only when someone records it
+          std::string phase = kind->name;
+          for (char& c : phase) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+          trace({item}, phase.c_str(), start);
+        }
       }
       complete(item, status, -1, std::move(received_splits));
     }
