@@ -1,4 +1,4 @@
-"""Open MPI's shared-memory transport as relaxlib chooses it before initializing MPI."""
+"""Open MPI's shared-memory and TCP transports as relaxlib sets them up before initializing MPI."""
 
 import re
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 
 from mpi_launch import REPO, run_ranks
 
-SCRIPT = str(REPO / "tests" / "scripts" / "shm_transport.py")
+SCRIPT = str(REPO / "tests" / "scripts" / "mpi_transport.py")
 # the same rule the core applies (x86 guests report the flag); the decision itself is unit-tested in C++
 VIRTUAL_MACHINE = any(line.startswith("flags") and " hypervisor" in line
                       for line in Path("/proc/cpuinfo").read_text().splitlines())
@@ -20,13 +20,17 @@ pytestmark = [pytest.mark.mpi,
                                  reason="relaxlib chooses the shared-memory transport on Open MPI up to 4.x only")]
 
 
-def mechanism_on_every_rank(env: dict[str, str], *args: str) -> list[str]:
+def setting_on_every_rank(env: dict[str, str], *args: str, label: str = "MECHANISM") -> list[str]:
     run = run_ranks(2, [sys.executable, SCRIPT, *args], env=env, timeout=120)
     assert run.returncode == 0, run.report()
-    seen = [next((line for line in out.splitlines() if line.startswith(("MECHANISM=", "INIT-ERROR"))), "")
+    seen = [next((line for line in out.splitlines() if line.startswith((f"{label}=", "INIT-ERROR"))), "")
             for out in run.outputs]
     assert all(seen), run.report()
     return seen
+
+
+def mechanism_on_every_rank(env: dict[str, str], *args: str) -> list[str]:
+    return setting_on_every_rank(env, *args)
 
 
 @pytest.mark.parametrize("setting, preset, expected", [
@@ -68,3 +72,33 @@ def test_mpi_initialized_by_the_application_is_left_as_it_is():
 def test_invalid_setting_fails_init_on_every_rank_naming_it():
     seen = mechanism_on_every_rank({"RELAX_SHM_SINGLE_COPY": "sometimes"})
     assert all("RELAX_SHM_SINGLE_COPY=sometimes is not one of auto, on, off" in line for line in seen), seen
+
+
+# Ring segments across nodes are 16 MiB; each must fit in one eager message (tcp_transport.h).
+SEGMENT_PLUS_HEADER = str((16 << 20) + (64 << 10))
+
+
+@pytest.mark.parametrize("setting, segment, preset, expected", [
+    ("", "", "", SEGMENT_PLUS_HEADER),
+    ("auto", "4194304", "", str((4 << 20) + (64 << 10))),  # follows RELAX_RING_SEGMENT_BYTES
+    ("2000000", "", "", "2000000"),
+    ("off", "", "", "default"),
+    ("", "", "131072", "131072"),  # the user's own choice (mpirun --mca ...) is kept
+])
+def test_tcp_eager_limit(setting, segment, preset, expected):
+    env = {"RELAX_TCP_EAGER_LIMIT": setting, "RELAX_RING_SEGMENT_BYTES": segment}
+    if preset:  # (Open MPI reads an empty variable as 0)
+        env["OMPI_MCA_btl_tcp_eager_limit"] = preset
+    assert setting_on_every_rank(env, label="TCP_EAGER") == [f"TCP_EAGER={expected}"] * 2
+
+
+def test_a_tcp_send_size_in_a_parameter_file_is_kept(tmp_path):
+    params = tmp_path / "mca-params.conf"
+    params.write_text("btl_tcp_max_send_size = 262144\n")
+    env = {"OMPI_MCA_mca_base_param_files": str(params)}
+    assert setting_on_every_rank(env, label="TCP_EAGER") == ["TCP_EAGER=default"] * 2
+
+
+def test_invalid_tcp_eager_limit_fails_init_on_every_rank_naming_it():
+    seen = setting_on_every_rank({"RELAX_TCP_EAGER_LIMIT": "huge"}, label="TCP_EAGER")
+    assert all("RELAX_TCP_EAGER_LIMIT=huge is not auto, off or a byte count" in line for line in seen), seen

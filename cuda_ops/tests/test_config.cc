@@ -6,6 +6,7 @@
 #include "check.h"
 #include "engine/config.h"
 #include "transport/shm_transport.h"
+#include "transport/tcp_transport.h"
 
 using relax::EngineConfig;
 
@@ -91,4 +92,34 @@ TEST(shared_memory_collectives_are_on_for_one_node_and_off_across_nodes) {
   CHECK(error.find("RELAX_SHM_SLOT_BYTES=2000000000 is above the limit of 1 GiB") != std::string::npos);
   unsetenv("RELAX_SHM_COLLECTIVES");
   unsetenv("RELAX_SHM_SLOT_BYTES");
+}
+
+TEST(tcp_ring_segments_fit_in_one_eager_message_unless_turned_off) {
+  using relax::decide_tcp_eager_limit;
+  const int64_t auto_default = decide_tcp_eager_limit("auto", -1);
+  CHECK(auto_default > relax::kCrossNodeRingSegmentBytes);  // room for Open MPI's header
+  CHECK(auto_default - relax::kCrossNodeRingSegmentBytes <= (64 << 10));
+  CHECK(decide_tcp_eager_limit("auto", 4 << 20) > (4 << 20));
+  CHECK_EQ(decide_tcp_eager_limit("off", -1), int64_t{0});
+  CHECK_EQ(decide_tcp_eager_limit("1048576", -1), int64_t{1048576});
+  for (const char* bad : {"always", "-5", "12", "1e6", ""}) {
+    bool threw = false;
+    try {
+      decide_tcp_eager_limit(bad, -1);
+    } catch (const std::invalid_argument& e) {
+      threw = std::string(e.what()).find(std::string("RELAX_TCP_EAGER_LIMIT=") + bad + " ") != std::string::npos;
+    }
+    CHECK(threw);
+  }
+}
+
+TEST(tcp_eager_setting_from_environment_is_validated) {
+  std::string error;
+  setenv("RELAX_TCP_EAGER_LIMIT", "off", 1);
+  CHECK_EQ(EngineConfig::from_environment(error).tcp_eager_limit, std::string("off"));
+  CHECK(error.empty());
+  setenv("RELAX_TCP_EAGER_LIMIT", "huge", 1);
+  CHECK_EQ(EngineConfig::from_environment(error).tcp_eager_limit, std::string("auto"));
+  CHECK(error.find("RELAX_TCP_EAGER_LIMIT=huge") != std::string::npos);
+  unsetenv("RELAX_TCP_EAGER_LIMIT");
 }

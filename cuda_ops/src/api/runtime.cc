@@ -11,6 +11,7 @@
 #include "api/validate.h"
 #include "relax/relax.h"
 #include "transport/shm_transport.h"
+#include "transport/tcp_transport.h"
 #include "util/logging.h"
 
 #ifndef RELAX_VERSION_STRING
@@ -89,9 +90,11 @@ int initialize() {
   EngineConfig config = EngineConfig::from_environment(config_error);
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
   const std::string transport = prepare_shm_transport(config.shm_single_copy);
+  const std::string tcp = prepare_tcp_transport(config.tcp_eager_limit, config.ring_segment_bytes);
   Status s = rt.mpi.open();
   if (!s.is_ok()) return fail(s);
   RELAX_LOG(Debug, transport);
+  RELAX_LOG(Debug, tcp);
   config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size, rt.mpi.topology().host_size,
                                  static_cast<int>(std::thread::hardware_concurrency()));
   RELAX_LOG(Debug, "ring segment " << config.ring_segment_bytes << " B, MPI allreduce up to "

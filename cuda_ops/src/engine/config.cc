@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "transport/tcp_transport.h"
 #include "util/text.h"
 
 namespace relax {
@@ -63,6 +64,14 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_IDLE_SPIN_US", nullptr, c.idle_spin_us, 0.0, error);
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
   read_auto_on_off("RELAX_SHM_SINGLE_COPY", c.shm_single_copy, error);
+  if (const char* eager = lookup("RELAX_TCP_EAGER_LIMIT", nullptr)) {
+    try {
+      decide_tcp_eager_limit(eager, c.ring_segment_bytes);
+      c.tcp_eager_limit = eager;
+    } catch (const std::invalid_argument& e) {
+      add_error(error, e.what());
+    }
+  }
   std::string shm_collectives = c.shm_collectives ? "auto" : "off";
   read_auto_on_off("RELAX_SHM_COLLECTIVES", shm_collectives, error);
   c.shm_collectives = shm_collectives != "off";
@@ -87,7 +96,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
 
 void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int cores) {
   if (idle_spin_us < 0) idle_spin_us = (cores > 0 && host_ranks <= cores) ? 100.0 : 0.0;
-  if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : (16ll << 20);
+  if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : kCrossNodeRingSegmentBytes;
   if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
   if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
   if (!single_node) shm_collectives = false;  // (also when RELAX_LOCAL_SIZE pretends several nodes)

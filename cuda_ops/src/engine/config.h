@@ -24,6 +24,7 @@ struct EngineConfig {
   int64_t mpi_allgather_max_bytes = -1;         // RELAX_MPI_ALLGATHER_MAX_BYTES
   double idle_spin_us = -1;                     // RELAX_IDLE_SPIN_US
   std::string shm_single_copy = "auto";         // RELAX_SHM_SINGLE_COPY: auto | on | off (shm_transport.h)
+  std::string tcp_eager_limit = "auto";         // RELAX_TCP_EAGER_LIMIT: auto | off | bytes (tcp_transport.h)
   bool shm_collectives = true;                  // RELAX_SHM_COLLECTIVES: auto | off (shm_collectives.h)
   int64_t shm_min_bytes = 0;                    // RELAX_SHM_MIN_BYTES: smaller operations use MPI
   int64_t shm_slot_bytes = 1 << 20;             // RELAX_SHM_SLOT_BYTES: per rank and round (<= 1 GiB)
@@ -34,7 +35,7 @@ struct EngineConfig {
   // Fills the knobs left at -1, and keeps shared-memory collectives to single-node jobs. Measured on this project's machines: within one node (shared
   // memory) Open MPI's allreduce/allgather match our ring up to 16 MiB and 1 MiB ring segments
   // are fastest; across nodes (TCP) our ring beats Open MPI's algorithms from 1 MiB and needs
-  // 16 MiB segments (one rendezvous per segment stalls the stream).
+  // 16 MiB segments, each sent as one eager message (tcp_transport.h).
   // An idle engine polls for new submissions for idle_spin_us before it sleeps: waking a sleeping
   // thread costs 10-40 us on a virtual machine, more than a small collective. Polling only pays
   // when every rank on this machine has a core of its own, so it is off when ranks outnumber cores.

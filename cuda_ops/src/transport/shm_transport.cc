@@ -1,6 +1,5 @@
 #include "transport/shm_transport.h"
 
-#include <dlfcn.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "transport/open_mpi_params.h"
 #include "util/text.h"
 
 namespace relax {
@@ -28,69 +28,8 @@ namespace {
 // single copy into its own framework; we have not measured it there and leave it alone.
 constexpr const char* kVariable = "OMPI_MCA_btl_vader_single_copy_mechanism";
 
-bool is_mechanism_parameter(const std::string& name) {
-  return name == "btl_sm_single_copy_mechanism" || name == "btl_vader_single_copy_mechanism";
-}
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? std::string(v) : fallback;
-}
-
-// Open MPI's major version from the library actually loaded (callable before MPI_Init).
-int open_mpi_major_version() {
-  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-  int length = 0;
-  MPI_Get_library_version(text, &length);
-  const std::string version(text, static_cast<size_t>(std::max(0, length)));
-  const size_t v = version.find("Open MPI v");
-  return v == std::string::npos ? 0 : std::atoi(version.c_str() + v + 10);
-}
-
-// <prefix>/etc of the loaded libmpi, where a source or Spack build keeps its system parameter file.
-std::string library_sysconfdir() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&MPI_Init), &info) == 0 || !info.dli_fname) return "";
-  std::string path = info.dli_fname;
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash) + "/../etc";
-}
-
-// Whether one of Open MPI's parameter files (the user's, the system's, or those listed in
-// OMPI_MCA_mca_base_param_files) sets the mechanism: the environment would override it.
-bool set_in_parameter_files() {
-  std::vector<std::string> files;
-  const std::string listed = env_or("OMPI_MCA_mca_base_param_files", "");
-  if (!listed.empty()) {
-    size_t start = 0;
-    while (start <= listed.size()) {
-      const size_t end = std::min(listed.find(':', start), listed.size());
-      files.push_back(listed.substr(start, end - start));
-      start = end + 1;
-    }
-  } else {
-    files.push_back(env_or("HOME", "") + "/.openmpi/mca-params.conf");
-    files.push_back("/etc/openmpi/openmpi-mca-params.conf");  // Debian and Ubuntu packages
-    const std::string prefix = env_or("OPAL_PREFIX", "");
-    if (!prefix.empty()) files.push_back(prefix + "/etc/openmpi-mca-params.conf");
-    const std::string sysconf = library_sysconfdir();
-    if (!sysconf.empty()) files.push_back(sysconf + "/openmpi-mca-params.conf");
-  }
-  for (const std::string& path : files) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      const size_t first = line.find_first_not_of(" \t");
-      if (first == std::string::npos || line[first] == '#') continue;
-      const size_t equals = line.find('=', first);
-      if (equals == std::string::npos) continue;
-      std::string name = line.substr(first, equals - first);
-      name.erase(name.find_last_not_of(" \t") + 1);
-      if (is_mechanism_parameter(name)) return true;
-    }
-  }
-  return false;
-}
+const std::vector<std::string> kMechanismParameters = {"btl_sm_single_copy_mechanism",
+                                                     "btl_vader_single_copy_mechanism"};
 
 // x86 guests only: other architectures have no such flag, and `auto` keeps Open MPI's default.
 bool running_under_hypervisor() {
@@ -121,7 +60,7 @@ std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
     return "shared memory: Open MPI 5's default (relaxlib's transport choice covers Open MPI 4 only)";
   }
   const std::string user = env_or(kVariable, "");
-  const bool in_files = user.empty() && set_in_parameter_files();
+  const bool in_files = user.empty() && set_in_parameter_files(kMechanismParameters);
   const bool user_chose = !user.empty() || in_files;
   if (decide_shm_copy(setting, user_chose, running_under_hypervisor()) == ShmCopy::kCopyInOut) {
     setenv(kVariable, "none", 1);  // unset or empty: the user did not choose
