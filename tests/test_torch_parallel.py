@@ -46,9 +46,10 @@ def test_dear(np_):
     assert run.returncode == 0, run.report()
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_compressed_scatter_reduce(np_):
-    run = run_pytest_on_ranks(np_, "torch_compression.py")
+@pytest.mark.parametrize("np_, env", [(2, {}), (4, {}), (3, {"RELAX_SHM_COLLECTIVES": "off"})],
+                         ids=["np2", "np4", "np3-gather-streamed"])  # (the all-gather as it runs across nodes)
+def test_compressed_scatter_reduce(np_, env):
+    run = run_pytest_on_ranks(np_, "torch_compression.py", env=env)
     assert run.returncode == 0, run.report()
 
 

@@ -123,3 +123,25 @@ TEST(tcp_eager_setting_from_environment_is_validated) {
   CHECK(error.find("RELAX_TCP_EAGER_LIMIT=huge") != std::string::npos);
   unsetenv("RELAX_TCP_EAGER_LIMIT");
 }
+
+TEST(waits_yield_the_core_only_when_ranks_outnumber_cores_unless_set) {
+  EngineConfig own_cores;
+  own_cores.apply_topology_defaults(false, 2, 2);
+  CHECK(!own_cores.yield_while_waiting);
+  EngineConfig oversubscribed;
+  oversubscribed.apply_topology_defaults(false, 4, 2);
+  CHECK(oversubscribed.yield_while_waiting);
+  EngineConfig forced_off;
+  forced_off.wait_yield = "off";
+  forced_off.apply_topology_defaults(false, 4, 2);
+  CHECK(!forced_off.yield_while_waiting);
+  EngineConfig forced_on;
+  forced_on.wait_yield = "on";
+  forced_on.apply_topology_defaults(true, 1, 8);
+  CHECK(forced_on.yield_while_waiting);
+  std::string error;
+  setenv("RELAX_WAIT_YIELD", "sometimes", 1);
+  EngineConfig::from_environment(error);
+  CHECK(error.find("RELAX_WAIT_YIELD=sometimes is not one of auto, on, off") != std::string::npos);
+  unsetenv("RELAX_WAIT_YIELD");
+}

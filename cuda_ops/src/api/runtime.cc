@@ -99,7 +99,8 @@ int initialize() {
                                  static_cast<int>(std::thread::hardware_concurrency()));
   RELAX_LOG(Debug, "ring segment " << config.ring_segment_bytes << " B, MPI allreduce up to "
                                    << config.mpi_allreduce_max_bytes << " B, MPI allgather up to "
-                                   << config.mpi_allgather_max_bytes << " B, idle spin " << config.idle_spin_us << " us");
+                                   << config.mpi_allgather_max_bytes << " B, idle spin " << config.idle_spin_us << " us"
+                                   << (config.yield_while_waiting ? ", waits yield the core" : ""));
   register_finalize_hook();
   rt.engine = std::make_shared<Engine>(rt.mpi, rt.handles, config);
   rt.lane.reset();

@@ -1,5 +1,7 @@
 #include "collectives/collectives.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -12,6 +14,7 @@ namespace relax {
 namespace {
 
 constexpr int kRingTag = 7101;
+constexpr int kExchangeTag = 7102;
 constexpr int64_t kMaxMessageBytes = 1ll << 30;  // MPI counts are int: chunk larger transfers
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -115,8 +118,44 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
   }
   traffic_.bytes_sent += send_bytes;
   traffic_.bytes_received += recv_bytes;
-  return mpi_status(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                    "MPI_Waitall");
+  return wait_all(requests);
+}
+
+Status Collectives::wait_all(std::vector<MPI_Request>& requests) {
+  const int n = static_cast<int>(requests.size());
+  if (!config_.yield_while_waiting) return mpi_status(MPI_Waitall(n, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Testall");
+    if (done) return Status::ok();
+    sched_yield();
+  }
+}
+
+Status Collectives::wait_one(MPI_Request& request) {
+  if (!config_.yield_while_waiting) return mpi_status(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Test");
+    if (done) return Status::ok();
+    sched_yield();
+  }
+}
+
+Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
+  const int n = static_cast<int>(requests.size());
+  if (!config_.yield_while_waiting) {
+    return mpi_status(MPI_Waitany(n, requests.data(), &index, MPI_STATUS_IGNORE), "MPI_Waitany");
+  }
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Testany");
+    if (done) return Status::ok();  // (also with index MPI_UNDEFINED: nothing was pending)
+    sched_yield();
+  }
 }
 
 // Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from
@@ -154,19 +193,18 @@ Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count,
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
   }
   for (int64_t k = 0; k < nrecv; ++k) {
-    int rc = MPI_Wait(&recvs[static_cast<size_t>(k % window)], MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Wait");
+    Status waited = wait_one(recvs[static_cast<size_t>(k % window)]);
+    if (!waited.is_ok()) return waited;
     const int64_t n = std::min(seg, recv_count - k * seg);
     reduce_pair(result + k * seg * esize, own + k * seg * esize, slot(k), n, dtype, op);
     if (k + window < nrecv) {
-      rc = post(k + window);
+      const int rc = post(k + window);
       if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
     }
   }
   traffic_.bytes_sent += send_count * static_cast<int64_t>(esize);
   traffic_.bytes_received += recv_count * static_cast<int64_t>(esize);
-  return mpi_status(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
-                    "MPI_Waitall");
+  return wait_all(sends);
 }
 
 Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts,
@@ -334,6 +372,89 @@ Status Collectives::alltoallv(const void* in, const std::vector<int64_t>& send_c
     if (!st.is_ok()) return st;
   }
   return Status::ok();
+}
+
+Status Collectives::streamed_exchange(const std::vector<uint8_t*>& send, const std::vector<int64_t>& send_bytes,
+                                      const std::vector<uint8_t*>& recv, const std::vector<int64_t>& recv_bytes,
+                                      const std::function<void(int)>& produce,
+                                      const std::function<void(int)>& consume, bool in_rank_order) {
+  const size_t me = static_cast<size_t>(rank_);
+  for (int r = 0; r < size_; ++r) {
+    const size_t j = static_cast<size_t>(r);
+    if (send_bytes[j] > kMaxMessageBytes || recv_bytes[j] > kMaxMessageBytes) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT, "streamed_exchange: a message above 1 GiB");
+    }
+  }
+  std::vector<MPI_Request> receives(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  std::vector<MPI_Request> sends(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  std::vector<bool> consumed(static_cast<size_t>(size_), false);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    int rc = MPI_Irecv(recv[static_cast<size_t>(r)], static_cast<int>(recv_bytes[static_cast<size_t>(r)]), MPI_BYTE,
+                       r, kExchangeTag, comm_, &receives[static_cast<size_t>(r)]);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
+  }
+  produce(rank_);
+  if (send[me] != recv[me] && send_bytes[me] > 0) std::memcpy(recv[me], send[me], static_cast<size_t>(send_bytes[me]));
+  int next = 0;  // in rank order: the next message to consume
+  // Consumes what has arrived (in rank order: up to the first message still missing), after
+  // blocking for one message when `wait`.
+  auto drain = [&](bool wait) -> Status {
+    if (in_rank_order) {
+      while (next < size_) {
+        MPI_Request& request = receives[static_cast<size_t>(next)];
+        int done = 1;
+        if (request != MPI_REQUEST_NULL) {
+          Status st = wait ? wait_one(request) : mpi_status(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+          if (!st.is_ok()) return st;
+        }
+        if (!done) break;
+        consume(next++);
+        wait = false;  // one blocking wait per call; then whatever else is already there
+      }
+      return Status::ok();
+    }
+    if (!consumed[me]) {
+      consumed[me] = true;
+      consume(rank_);
+    }
+    for (;;) {
+      int index = MPI_UNDEFINED, done = 0;
+      Status st = wait ? wait_any(receives, index)
+                       : mpi_status(MPI_Testany(size_, receives.data(), &index, &done, MPI_STATUS_IGNORE), "MPI_Testany");
+      if (!st.is_ok()) return st;
+      if (index == MPI_UNDEFINED) return Status::ok();  // nothing pending, or nothing arrived yet
+      consumed[static_cast<size_t>(index)] = true;
+      consume(index);
+      wait = false;
+    }
+  };
+  for (int s = 1; s < size_; ++s) {
+    const int to = mod(rank_ + s, size_);
+    const size_t j = static_cast<size_t>(to);
+    produce(to);
+    int rc = MPI_Isend(send[j], static_cast<int>(send_bytes[j]), MPI_BYTE, to, kExchangeTag, comm_, &sends[j]);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
+    Status st = drain(false);  // also lets MPI progress the transfers under way
+    if (!st.is_ok()) return st;
+  }
+  for (;;) {
+    const bool left = in_rank_order ? next < size_
+                                    : std::any_of(receives.begin(), receives.end(),
+                                                  [](MPI_Request r) { return r != MPI_REQUEST_NULL; }) ||
+                                          !consumed[me];
+    if (!left) break;
+    Status st = drain(true);
+    if (!st.is_ok()) return st;
+  }
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    sent += send_bytes[static_cast<size_t>(r)];
+    received += recv_bytes[static_cast<size_t>(r)];
+  }
+  count_traffic(sent, received);
+  return wait_all(sends);
 }
 
 }  // namespace relax

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct CollectiveConfig {
   int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
   int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
   double shm_spin_us = 0;                     // barrier polling before yielding the core
+  // Point-to-point waits poll and yield the core between polls instead of MPI's busy wait (which
+  // starves a rank sharing the core with the waiting one). Set when ranks outnumber cores.
+  bool yield_while_waiting = false;
 };
 
 class Collectives {
@@ -73,12 +77,30 @@ class Collectives {
   Status alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
                    const std::vector<int64_t>& recv_counts, size_t element_size);
 
+  // One message to every rank and one from every rank, streamed so that local work overlaps the
+  // transfers: `produce(peer)` fills `send[peer]` just before it is sent (peers in the order
+  // rank+1, rank+2, ...: every rank sends to a different peer at a time), and `consume(peer)`
+  // runs once `recv[peer]` has arrived: in rank order when `in_rank_order` (a reduction whose
+  // bits must not depend on arrival order), else as messages arrive. The own message is
+  // produced first, copied from send[rank] to recv[rank] if they differ and consumed like the
+  // others. Each message is at most 1 GiB. Point-to-point MPI, never shared memory.
+  Status streamed_exchange(const std::vector<uint8_t*>& send, const std::vector<int64_t>& send_bytes,
+                           const std::vector<uint8_t*>& recv, const std::vector<int64_t>& recv_bytes,
+                           const std::function<void(int)>& produce, const std::function<void(int)>& consume,
+                           bool in_rank_order);
+  // Whether a collective of `bytes` runs through shared memory (every rank decides alike).
+  bool uses_shared_memory(int64_t bytes) const { return shared_memory(bytes) != nullptr; }
+
  private:
   Status exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
                              int64_t recv_count, int32_t dtype, int32_t op);
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // MPI_Waitall / MPI_Wait / MPI_Waitany, or their polite forms (config.yield_while_waiting).
+  Status wait_all(std::vector<MPI_Request>& requests);
+  Status wait_one(MPI_Request& request);
+  Status wait_any(std::vector<MPI_Request>& requests, int& index);
   void set_up_shared_memory();
   // The shared-memory collectives for an operation of `bytes` (all ranks decide alike), or null.
   ShmCollectives* shared_memory(int64_t bytes) const;

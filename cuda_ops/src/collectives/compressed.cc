@@ -71,41 +71,41 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   uint8_t* own_encoded = scratch.data() + s_at + static_cast<size_t>(mine) * 4;
   uint8_t* gathered = scratch.data() + gathered_at;
 
-  // 1. v = x + e (x itself without error feedback), encoded chunk by chunk (or marked when not
-  // finite).
-  bool finite;
-  if (op.worker_error) {
-    finite = add_and_check(op.input, op.worker_error, op.count, v);
-  } else {
-    v = const_cast<float*>(op.input);  // only read from here on
-    finite = all_finite(v, op.count);
-  }
-  std::vector<int64_t> send_counts(static_cast<size_t>(n)), send_offsets(static_cast<size_t>(n));
-  int64_t at = 0;
+  // 1-3. Each destination's chunk: v = x + e (x itself without error feedback), encoded (or
+  // marked when not finite) just before it is sent to its owner; the owner sums what it receives
+  // in rank order (the bits do not depend on arrival order) while later chunks are in flight.
+  if (!op.worker_error) v = const_cast<float*>(op.input);  // only read from here on
+  std::vector<int64_t> send_offsets = block_offsets(chunk_bytes);
+  std::vector<uint8_t*> send_chunks(static_cast<size_t>(n)), recv_chunks(static_cast<size_t>(n));
+  std::vector<int64_t> recv_counts(static_cast<size_t>(n), my_bytes);
   for (int r = 0; r < n; ++r) {
     const size_t j = static_cast<size_t>(r);
-    send_offsets[j] = at;
-    send_counts[j] = chunk_bytes[j];
-    write_marker(send + at, finite ? -1 : world_ranks[static_cast<size_t>(me)]);
-    if (finite) codec.encode(v + offsets[j], counts[j], send + at + kMarker);
-    at += chunk_bytes[j];
+    send_chunks[j] = send + send_offsets[j];
+    recv_chunks[j] = received + static_cast<int64_t>(r) * my_bytes;
   }
-  // 2. Chunk j to its owner j.
-  std::vector<int64_t> recv_counts(static_cast<size_t>(n), my_bytes);
-  Status st = collectives.alltoallv(send, send_counts, received, recv_counts, 1);
-  if (!st.is_ok()) return st;
-  // 3. The owner reduces, adds its error and re-encodes.
+  const int32_t me_world = world_ranks[static_cast<size_t>(me)];
+  auto encode_chunk = [&](int r) {
+    const size_t j = static_cast<size_t>(r);
+    float* chunk = v + offsets[j];
+    const bool finite = op.worker_error ? add_and_check(op.input + offsets[j], op.worker_error + offsets[j], counts[j], chunk)
+                                        : all_finite(chunk, counts[j]);
+    write_marker(send_chunks[j], finite ? -1 : me_world);
+    if (finite) codec.encode(chunk, counts[j], send_chunks[j] + kMarker);
+  };
   int32_t poisoned_by = -1;
   std::memset(s, 0, static_cast<size_t>(mine) * 4);
-  for (int r = 0; r < n; ++r) {
-    const uint8_t* chunk = received + static_cast<int64_t>(r) * my_bytes;
+  auto reduce_chunk = [&](int r) {
+    const uint8_t* chunk = recv_chunks[static_cast<size_t>(r)];
     const int32_t marker = read_marker(chunk);
     if (marker >= 0) {
       if (poisoned_by < 0 || marker < poisoned_by) poisoned_by = marker;
-      continue;
+      return;
     }
-    codec.decode_add(chunk + kMarker, mine, s);
-  }
+    if (poisoned_by < 0) codec.decode_add(chunk + kMarker, mine, s);
+  };
+  Status st = collectives.streamed_exchange(send_chunks, chunk_bytes, recv_chunks, recv_counts, encode_chunk,
+                                            reduce_chunk, /*in_rank_order=*/true);
+  if (!st.is_ok()) return st;
   if (op.average) {
     const float inverse = 1.0f / static_cast<float>(n);
     for (int64_t i = 0; i < mine; ++i) s[i] *= inverse;
@@ -115,23 +115,38 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   }
   write_marker(own_encoded, poisoned_by);
   if (poisoned_by < 0) codec.encode(s, mine, own_encoded + kMarker);
-  // 4. Everyone gets every owner's encoded chunk, and decodes all of them.
-  st = collectives.allgatherv(own_encoded, gathered, chunk_bytes, 1);
-  if (!st.is_ok()) return st;
+  // 4. Everyone gets every owner's encoded chunk and decodes it: through shared memory in one
+  // collective, otherwise each chunk as soon as it arrives. A chunk marked by its owner fails the
+  // operation on every rank (the output may then hold some decoded chunks).
   const std::vector<int64_t> gathered_offsets = block_offsets(chunk_bytes);
   int32_t failed_by = -1;
-  for (int r = 0; r < n; ++r) {
-    const int32_t marker = read_marker(gathered + gathered_offsets[static_cast<size_t>(r)]);
+  auto decode_chunk = [&](int r) {
+    const size_t j = static_cast<size_t>(r);
+    const uint8_t* chunk = gathered + gathered_offsets[j];
+    const int32_t marker = read_marker(chunk);
     if (marker >= 0 && (failed_by < 0 || marker < failed_by)) failed_by = marker;
+    if (failed_by < 0) codec.decode(chunk + kMarker, counts[j], op.output + offsets[j]);
+  };
+  if (collectives.uses_shared_memory(gathered_total)) {
+    st = collectives.allgatherv(own_encoded, gathered, chunk_bytes, 1);
+    if (!st.is_ok()) return st;
+    for (int r = 0; r < n; ++r) {  // every marker first: the output stays untouched on failure
+      const int32_t marker = read_marker(gathered + gathered_offsets[static_cast<size_t>(r)]);
+      if (marker >= 0 && (failed_by < 0 || marker < failed_by)) failed_by = marker;
+    }
+    for (int r = 0; r < n && failed_by < 0; ++r) decode_chunk(r);
+  } else {
+    std::vector<uint8_t*> own_to_all(static_cast<size_t>(n), own_encoded), gathered_chunks(static_cast<size_t>(n));
+    std::vector<int64_t> own_bytes(static_cast<size_t>(n), my_bytes);
+    for (int r = 0; r < n; ++r) gathered_chunks[static_cast<size_t>(r)] = gathered + gathered_offsets[static_cast<size_t>(r)];
+    st = collectives.streamed_exchange(own_to_all, own_bytes, gathered_chunks, chunk_bytes, [](int) {}, decode_chunk,
+                                       /*in_rank_order=*/false);
+    if (!st.is_ok()) return st;
   }
   if (failed_by >= 0) {
     return Status::error(RELAX_ERR_INVALID_ARGUMENT,
                          "non-finite values (NaN or Inf) in the input of rank " + std::to_string(failed_by) +
                              "; a compressed all-reduce cannot encode them (error-feedback state unchanged)");
-  }
-  for (int r = 0; r < n; ++r) {
-    const size_t j = static_cast<size_t>(r);
-    codec.decode(gathered + gathered_offsets[j] + kMarker, counts[j], op.output + offsets[j]);
   }
   // 5. Error feedback, now that the operation succeeded everywhere.
   if (op.worker_error) {

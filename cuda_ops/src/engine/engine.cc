@@ -44,6 +44,7 @@ CollectiveConfig collective_config(const EngineConfig& c) {
   // Barrier waits poll this long before yielding the core; not when ranks share cores.
   constexpr double kShmBarrierSpinUs = 50.0;
   cc.shm_spin_us = c.idle_spin_us > 0 ? kShmBarrierSpinUs : 0.0;
+  cc.yield_while_waiting = c.yield_while_waiting;
   return cc;
 }
 
