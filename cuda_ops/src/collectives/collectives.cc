@@ -394,14 +394,20 @@ Status Collectives::streamed_exchange(const std::vector<uint8_t*>& send, const s
                        r, kExchangeTag, comm_, &receives[static_cast<size_t>(r)]);
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
   }
-  produce(rank_);
-  if (send[me] != recv[me] && send_bytes[me] > 0) std::memcpy(recv[me], send[me], static_cast<size_t>(send_bytes[me]));
+  // The own message is produced once the first transfer is under way: that one overlaps it.
+  bool own_ready = false;
+  auto produce_own = [&] {
+    produce(rank_);
+    if (send[me] != recv[me] && send_bytes[me] > 0) std::memcpy(recv[me], send[me], static_cast<size_t>(send_bytes[me]));
+    own_ready = true;
+  };
   int next = 0;  // in rank order: the next message to consume
   // Consumes what has arrived (in rank order: up to the first message still missing), after
   // blocking for one message when `wait`.
   auto drain = [&](bool wait) -> Status {
     if (in_rank_order) {
       while (next < size_) {
+        if (next == rank_ && !own_ready) break;
         MPI_Request& request = receives[static_cast<size_t>(next)];
         int done = 1;
         if (request != MPI_REQUEST_NULL) {
@@ -414,7 +420,7 @@ Status Collectives::streamed_exchange(const std::vector<uint8_t*>& send, const s
       }
       return Status::ok();
     }
-    if (!consumed[me]) {
+    if (own_ready && !consumed[me]) {
       consumed[me] = true;
       consume(rank_);
     }
@@ -435,9 +441,11 @@ Status Collectives::streamed_exchange(const std::vector<uint8_t*>& send, const s
     produce(to);
     int rc = MPI_Isend(send[j], static_cast<int>(send_bytes[j]), MPI_BYTE, to, kExchangeTag, comm_, &sends[j]);
     if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
+    if (s == 1) produce_own();
     Status st = drain(false);  // also lets MPI progress the transfers under way
     if (!st.is_ok()) return st;
   }
+  if (!own_ready) produce_own();  // (a single rank)
   for (;;) {
     const bool left = in_rank_order ? next < size_
                                     : std::any_of(receives.begin(), receives.end(),

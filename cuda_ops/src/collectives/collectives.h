@@ -82,8 +82,8 @@ class Collectives {
   // rank+1, rank+2, ...: every rank sends to a different peer at a time), and `consume(peer)`
   // runs once `recv[peer]` has arrived: in rank order when `in_rank_order` (a reduction whose
   // bits must not depend on arrival order), else as messages arrive. The own message is
-  // produced first, copied from send[rank] to recv[rank] if they differ and consumed like the
-  // others. Each message is at most 1 GiB. Point-to-point MPI, never shared memory.
+  // produced second (once the first transfer is under way), copied from send[rank] to recv[rank] if they
+  // differ and consumed like the others. Each message is at most 1 GiB. Point-to-point MPI, never shared memory.
   Status streamed_exchange(const std::vector<uint8_t*>& send, const std::vector<int64_t>& send_bytes,
                            const std::vector<uint8_t*>& recv, const std::vector<int64_t>& recv_bytes,
                            const std::function<void(int)>& produce, const std::function<void(int)>& consume,
