@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+from relaxlib_launch.mpirun_command import free_port, mpirun_argv, mpirun_environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collectives_report import (  # noqa: E402
@@ -273,11 +272,6 @@ def run_worker(args: argparse.Namespace) -> None:
 
 # ---- driver ---------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: str, rep: int, net=None) -> dict:
     out = os.path.join(out_dir, f"{lib}.{rep}.json")
@@ -292,15 +286,9 @@ def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: s
         env[key] = value
     if net is not None:
         env.update(MASTER_ADDR=net.addresses[0], GLOO_SOCKET_IFNAME="eth0")
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
-            code = net.run(net.mpirun_command(args.np, export=["MASTER_ADDR", "GLOO_SOCKET_IFNAME"]
-                                              + ([setting.partition("=")[0]] if setting else [])) + worker,
-                           timeout=args.timeout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        exported = ["MASTER_ADDR", "GLOO_SOCKET_IFNAME"] + ([setting.partition("=")[0]] if setting else [])
+        code = net.run(net.mpirun_command(args.np, export=exported, env=env) + worker,
+                       timeout=args.timeout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     else:
         code = subprocess.run(mpirun_argv(args.np, worker, extra_args=args.mpi_args.split()), env=env,
                               capture_output=True, text=True, timeout=args.timeout).returncode

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import time
 import traceback
 from pathlib import Path
 
-from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+from relaxlib_launch.mpirun_command import free_port, mpirun_argv, mpirun_environment
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -254,11 +253,6 @@ def run_worker(args) -> None:
 
 
 # ---- driver ---------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_argv(args, mode: str, result_dir: str) -> list[str]:

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 
 from relaxlib_launch.mpirun_command import mpirun_argv
 
@@ -226,8 +227,11 @@ exec ip netns exec "$ns" env TMPDIR="{self._tmp_root}/$ns" sh -c "$*"
                 proc.wait()
             self.helper_pids.remove(proc.pid)
 
-    def mpirun_command(self, np_: int | None = None, export: list[str] | None = None) -> list[str]:
-        """mpirun arguments that place rank i in namespace i and keep MPI on the shaped links."""
+    def mpirun_command(self, np_: int | None = None, export: list[str] | None = None,
+                       env: Mapping[str, str] | None = None) -> list[str]:
+        """mpirun arguments that place rank i in namespace i and keep MPI on the shaped links.
+        The ranks get the variables named in ``export`` and every RELAX_*/PYTHON*/OMP_* one that
+        is set in ``env`` (the environment mpirun will run with; default: this process's)."""
         np_ = np_ or self.nranks
         if np_ > self.nranks:
             raise ValueError(f"{np_} ranks need {np_} namespaces; this network has {self.nranks}")
@@ -237,8 +241,9 @@ exec ip netns exec "$ns" env TMPDIR="{self._tmp_root}/$ns" sh -c "$*"
                # 4 MB socket buffers: simultaneous traffic both ways over a 1 Gbit tbf link measured
                # 600 Mbit/s per direction with the defaults, 745 with these (raw TCP: 990).
                "btl_tcp_sndbuf": "4194304", "btl_tcp_rcvbuf": "4194304"}
-        names = set(export or []) | {k for k in os.environ if k.startswith(("RELAX_", "PYTHON", "OMP_"))}
-        exported = [name for name in sorted(names | {"PATH", "LD_LIBRARY_PATH"}) if name in os.environ]
+        env = os.environ if env is None else env
+        names = set(export or []) | {k for k in env if k.startswith(("RELAX_", "PYTHON", "OMP_"))}
+        exported = [name for name in sorted(names | {"PATH", "LD_LIBRARY_PATH"}) if name in env]
         return mpirun_argv(np_, hosts=hosts, mca=mca, export=exported)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+from relaxlib_launch.mpirun_command import free_port, mpirun_argv, mpirun_environment
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -208,11 +207,6 @@ def run_worker(args) -> None:
 
 # ---- driver ---------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def worker_argv(args, result: str) -> list[str]:
     argv = [sys.executable, __file__, "--worker", "--result", result]
@@ -239,9 +233,8 @@ def launch(args, np_: int, result: str) -> int:
         with ShapedNetwork(np_, bandwidth_mbit=args.bandwidth) as net:
             env["MASTER_ADDR"] = net.addresses[0]
             env["GLOO_SOCKET_IFNAME"] = "eth0"  # the hostname resolves to each namespace's own loopback
-            exported = ["PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"]
-            os.environ.update({k: env[k] for k in exported})
-            cmd = net.mpirun_command(np_, export=exported) + worker_argv(args, result)
+            exported = ["MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"]
+            cmd = net.mpirun_command(np_, export=exported, env=env) + worker_argv(args, result)
             return net.run(cmd, env=env, timeout=1800)
     env["MASTER_ADDR"] = "127.0.0.1"
     cmd = mpirun_argv(np_, worker_argv(args, result), oversubscribe=True,

@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from relaxlib_launch.mpirun_command import mpirun_environment
+from relaxlib_launch.mpirun_command import free_port, mpirun_environment
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -74,11 +73,6 @@ def print_accuracy_table(results: dict[str, dict | None]) -> None:
               f"{r['ms_per_step']:>8.2f}  {WHAT[mode]}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def run_shaped(modes: list[str], args: argparse.Namespace, workdir: Path) -> dict[str, dict | None] | None:
     """Part 2: every mode (and DDP) on the wide model behind shaped links; None if not possible here."""
@@ -98,9 +92,8 @@ def run_shaped(modes: list[str], args: argparse.Namespace, workdir: Path) -> dic
             env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                                      MASTER_ADDR=net.addresses[0], MASTER_PORT=str(free_port()),
                                      GLOO_SOCKET_IFNAME="eth0")  # the hostname resolves to a namespace's loopback
-            exported = ["PYTHONPATH", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"]
-            os.environ.update({k: env[k] for k in exported})  # mpirun_command exports what is set here
-            command = net.mpirun_command(args.np, export=exported) + [
+            exported = ["MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"]
+            command = net.mpirun_command(args.np, export=exported, env=env) + [
                 sys.executable, str(HERE / "torch_digits.py"), "--epochs", str(args.epochs), "--algorithm", mode,
                 "--summary", str(summary), *WIDE_MODEL]
             code = net.run(command, env=env, timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

@@ -12,6 +12,7 @@ small shared machine (``--bind-to none``, ``--oversubscribe`` beyond the cores,
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 
 BIND_NONE = ("--bind-to", "none")
@@ -68,3 +69,10 @@ def mpirun_environment(base: Mapping[str, str] | None = None, **overrides: str) 
         env.update(ROOT_VARIABLES)
     env.update(overrides)
     return env
+
+
+def free_port() -> int:
+    """A TCP port free on this machine right now (for MASTER_PORT and similar rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

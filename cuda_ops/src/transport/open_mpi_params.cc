@@ -9,6 +9,25 @@
 
 namespace relax {
 
+std::string EnvironmentChoice::prepare(const std::string& settings,
+                                       const std::function<std::string(EnvironmentChoice&)>& decide) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int mpi_ready = 0;
+  MPI_Initialized(&mpi_ready);
+  if (mpi_ready || (done_ && settings_ == settings)) return description_;
+  for (const std::string& name : set_) unsetenv(name.c_str());  // the settings changed: decide again
+  set_.clear();
+  description_ = decide(*this);
+  settings_ = settings;
+  done_ = true;
+  return description_;
+}
+
+void EnvironmentChoice::set(const std::string& name, const std::string& value) {
+  setenv(name.c_str(), value.c_str(), 1);
+  set_.push_back(name);
+}
+
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return (v && *v) ? std::string(v) : fallback;

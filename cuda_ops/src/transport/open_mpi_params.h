@@ -3,10 +3,36 @@
 // relaxlib's transport defaults without overriding the user's own tuning.
 #pragma once
 
+#include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace relax {
+
+// One choice of Open MPI parameters relaxlib makes through the environment before MPI_Init (the
+// shared-memory copy mode, the TCP eager limit). It runs when the library loads, so that an
+// application initializing MPI itself after the import gets it too, and again in init. A later
+// call with other settings first takes back the variables the earlier one set; once MPI is
+// initialized nothing changes. setenv runs on the thread initializing relaxlib; like MPI_Init's
+// own setenv calls it would race with another thread reading the environment at that moment.
+class EnvironmentChoice {
+ public:
+  explicit EnvironmentChoice(std::string when_mpi_was_ready) : description_(std::move(when_mpi_was_ready)) {}
+
+  // Runs `decide` unless MPI is initialized or `settings` equal the last call's; `decide` sets
+  // variables through set() and returns a sentence for the log, which prepare returns.
+  std::string prepare(const std::string& settings, const std::function<std::string(EnvironmentChoice&)>& decide);
+  // setenv, remembered so that the next decision can unset it.
+  void set(const std::string& name, const std::string& value);
+
+ private:
+  std::mutex mutex_;
+  bool done_ = false;
+  std::string settings_;
+  std::string description_;
+  std::vector<std::string> set_;
+};
 
 // The value of environment variable `name`, or `fallback` when it is unset or empty.
 std::string env_or(const char* name, const std::string& fallback);

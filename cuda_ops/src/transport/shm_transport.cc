@@ -2,10 +2,8 @@
 
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -50,11 +48,8 @@ namespace {
 // message. Inside this project's virtual machine that page walk cost more than a second memcpy:
 // on 2 ranks MPI_Allreduce of 1 MiB took 125 us with CMA and 73 us copying through shared memory
 // (more figures in docs/performance.md).
-// setenv runs before MPI_Init, on the thread initializing relaxlib; like MPI_Init's own setenv
-// calls it would race with another thread reading the environment at that moment.
 // `setting` has been validated by the caller.
-std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
-  set_variable = false;
+std::string apply_shm_copy(const std::string& setting, EnvironmentChoice& choice) {
 #ifdef OPEN_MPI
   if (open_mpi_major_version() >= 5) {
     return "shared memory: Open MPI 5's default (relaxlib's transport choice covers Open MPI 4 only)";
@@ -63,8 +58,7 @@ std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
   const bool in_files = user.empty() && set_in_parameter_files(kMechanismParameters);
   const bool user_chose = !user.empty() || in_files;
   if (decide_shm_copy(setting, user_chose, running_under_hypervisor()) == ShmCopy::kCopyInOut) {
-    setenv(kVariable, "none", 1);  // unset or empty: the user did not choose
-    set_variable = true;
+    choice.set(kVariable, "none");  // unset or empty: the user did not choose
     return std::string("shared memory: copy-in/copy-out (") + kVariable + "=none; " +
            (setting == "off" ? "RELAX_SHM_SINGLE_COPY=off" : "virtual machine") + ")";
   }
@@ -73,38 +67,16 @@ std::string apply_shm_copy(const std::string& setting, bool& set_variable) {
   return "shared memory: Open MPI's default single-copy mechanism";
 #else
   (void)setting;
+  (void)choice;
   return "shared memory: MPI's default (not Open MPI)";
 #endif
-}
-
-struct Prepared {
-  std::mutex mutex;
-  bool done = false;
-  std::string setting;
-  std::string description = "shared memory: as configured by whoever initialized MPI";
-  bool set_variable = false;
-};
-
-Prepared& prepared() {
-  static Prepared p;
-  return p;
 }
 
 }  // namespace
 
 std::string prepare_shm_transport(const std::string& setting) {
-  Prepared& p = prepared();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  int mpi_ready = 0;
-  MPI_Initialized(&mpi_ready);
-  if (mpi_ready || (p.done && p.setting == setting)) return p.description;
-#ifdef OPEN_MPI
-  if (p.set_variable) unsetenv(kVariable);  // the setting changed since the load: decide again
-#endif
-  p.description = apply_shm_copy(setting, p.set_variable);
-  p.setting = setting;
-  p.done = true;
-  return p.description;
+  static EnvironmentChoice choice("shared memory: as configured by whoever initialized MPI");
+  return choice.prepare(setting, [&](EnvironmentChoice& c) { return apply_shm_copy(setting, c); });
 }
 
 namespace {

@@ -2,9 +2,8 @@
 
 #include <mpi.h>
 
-#include <cstdlib>
-#include <mutex>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "transport/open_mpi_params.h"
@@ -38,34 +37,18 @@ namespace {
 const std::vector<std::string> kParameters = {"btl_tcp_eager_limit", "btl_tcp_max_send_size"};
 #endif
 
-// What this process set, so that a later call with another setting can decide again.
-struct Prepared {
-  std::mutex mutex;
-  bool done = false;
-  std::string setting;
-  int64_t segment = 0;
-  std::string description = "TCP: as configured by whoever initialized MPI";
-  bool set_variables = false;
-};
-
-Prepared& prepared() {
-  static Prepared p;
-  return p;
-}
-
-// setenv runs before MPI_Init, on the thread initializing relaxlib (see shm_transport.cc).
-std::string apply(const std::string& setting, int64_t segment, bool& set_variables) {
-  set_variables = false;
+// decide_tcp_eager_limit throws for a bad setting: init reports it, the load-time call ignores it.
+std::string apply(const std::string& setting, int64_t segment, EnvironmentChoice& choice) {
   const int64_t limit = decide_tcp_eager_limit(setting, segment);
 #ifdef OPEN_MPI
   if (limit == 0) return "TCP: Open MPI's default eager limit (RELAX_TCP_EAGER_LIMIT=off)";
   if (user_chose_parameter(kParameters)) return "TCP: the eager limit and send size the user set for Open MPI";
   const std::string value = std::to_string(limit);
-  for (const std::string& name : kParameters) setenv(("OMPI_MCA_" + name).c_str(), value.c_str(), 1);
-  set_variables = true;
+  for (const std::string& name : kParameters) choice.set("OMPI_MCA_" + name, value);
   return "TCP: ring segments sent eagerly (OMPI_MCA_btl_tcp_eager_limit=" + value + ")";
 #else
   (void)limit;
+  (void)choice;
   return "TCP: MPI's defaults (not Open MPI)";
 #endif
 }
@@ -73,21 +56,9 @@ std::string apply(const std::string& setting, int64_t segment, bool& set_variabl
 }  // namespace
 
 std::string prepare_tcp_transport(const std::string& setting, int64_t ring_segment_bytes) {
-  Prepared& p = prepared();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  int mpi_ready = 0;
-  MPI_Initialized(&mpi_ready);
-  if (mpi_ready || (p.done && p.setting == setting && p.segment == ring_segment_bytes)) return p.description;
-#ifdef OPEN_MPI
-  if (p.set_variables) {  // the setting changed since the load: decide again
-    for (const std::string& name : kParameters) unsetenv(("OMPI_MCA_" + name).c_str());
-  }
-#endif
-  p.description = apply(setting, ring_segment_bytes, p.set_variables);
-  p.setting = setting;
-  p.segment = ring_segment_bytes;
-  p.done = true;
-  return p.description;
+  static EnvironmentChoice choice("TCP: as configured by whoever initialized MPI");
+  return choice.prepare(setting + " " + std::to_string(ring_segment_bytes),
+                        [&](EnvironmentChoice& c) { return apply(setting, ring_segment_bytes, c); });
 }
 
 namespace {
