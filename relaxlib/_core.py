@@ -179,6 +179,8 @@ ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ct
 DONE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p)
 
 _SIGNATURES = {
+    "relax_init_rendezvous": ([ctypes.c_int32], ctypes.c_int),
+    "relax_was_initialized": ([], ctypes.c_int),
     "relax_init": ([], ctypes.c_int),
     "relax_shutdown": ([], ctypes.c_int),
     "relax_is_initialized": ([], ctypes.c_int),

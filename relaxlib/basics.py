@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 
@@ -80,7 +81,9 @@ _configure_logging()
 
 
 def init(comm=None, process_sets=None) -> None:
-    """Initializes relaxlib (and MPI, unless the application already did). Idempotent.
+    """Initializes relaxlib (and MPI, unless the application already did). Idempotent: as in
+    Horovod, it also does nothing after a peer's shutdown stopped this rank's engine (collectives
+    keep raising ShutdownError); re-initializing takes shutdown() then init() on every rank.
 
     ``comm`` is accepted for Horovod compatibility; only ``None`` or MPI's world communicator is
     supported. ``process_sets`` registers ProcessSet objects (the same list on every rank);
@@ -89,6 +92,7 @@ def init(comm=None, process_sets=None) -> None:
     global _atexit_registered
     if comm is not None and not _is_world_communicator(comm):
         raise NotImplementedError("relaxlib.init(comm=...) supports only the world communicator for now")
+    _wait_for_every_rank_to_init()
     _core.check(_core.lib().relax_init())
     if not _atexit_registered:
         atexit.register(shutdown)
@@ -103,6 +107,29 @@ def init(comm=None, process_sets=None) -> None:
             except ValueError as exc:
                 raise ValueError(f"relaxlib could not register process_sets entry number {index} ({ps}): "
                                  f"{exc}") from None
+
+
+def _wait_for_every_rank_to_init() -> None:
+    """Waits, in slices that let signal handlers run, until every rank is in init() when init
+    must create communicators with them (MPI already initialized). A re-initialization gives up
+    after RELAX_INIT_TIMEOUT seconds (default 120; 0 waits forever): the peers may have finished."""
+    lib = _core.lib()
+    again = bool(lib.relax_was_initialized())
+    text = os.environ.get("RELAX_INIT_TIMEOUT", "120")
+    try:
+        timeout = float(text)
+        if timeout < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"RELAX_INIT_TIMEOUT={text} is not a number of seconds >= 0") from None
+    started = time.monotonic()
+    while lib.relax_init_rendezvous(_core.WAIT_SLICE_MS) == _core.PENDING:
+        if again and timeout > 0 and time.monotonic() - started >= timeout:
+            from relaxlib.errors import StalledError
+            raise StalledError(
+                f"init(): not every rank called init() within RELAX_INIT_TIMEOUT={timeout:g} s. Re-initializing "
+                "after a shutdown is collective: every rank must call init() again, and some have finished or "
+                "stopped using relaxlib.")
 
 
 def _is_world_communicator(comm) -> bool:

@@ -40,7 +40,36 @@ def test_op_timeout_fails_a_missing_submission_on_every_rank():
     assert all("AFTER-STALL-OK" in out for out in run.outputs), run.report()
 
 
-@pytest.mark.parametrize("mode", ["allreduce", "allgather", "async", "neighbour", "tf-eager", "tf-function"])
+def test_ranks_waiting_for_each_others_operations_fail_as_a_deadlock_on_every_rank():
+    """No timeout configured: every rank blocked on an operation another rank never submits is a
+    deadlock the engine can see (nothing can complete), so every rank gets StalledError naming who
+    submitted what, and collectives work afterwards."""
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "deadlock.py"), "order"], timeout=120,
+                    env={"RELAX_DEADLOCK_TIME": "2", "RELAX_STALL_CHECK_TIME": "0"})
+    assert run.returncode == 0, run.report()
+    assert all("DEADLOCK-ERROR-OK" in out and "AFTER-OK" in out for out in run.outputs), run.report()
+
+
+def test_reinitializing_waits_for_a_late_rank_and_gives_up_on_a_finished_one():
+    """init() after shutdown creates communicators with every rank: it must wait for a rank that
+    re-initializes late, and fail (RELAX_INIT_TIMEOUT) instead of blocking in MPI forever when a
+    rank has finished."""
+    again = run_ranks(2, [sys.executable, str(SCRIPTS / "reinit.py"), "again"], timeout=120)
+    assert again.returncode == 0 and all("REINIT-OK" in out for out in again.outputs), again.report()
+    gone = run_ranks(2, [sys.executable, str(SCRIPTS / "reinit.py"), "peer-gone"], timeout=120,
+                     env={"RELAX_INIT_TIMEOUT": "3"})
+    assert gone.returncode == 0, gone.report()
+    assert "REINIT-TIMEOUT-OK" in gone.outputs[0] and "RANK-1-DONE" in gone.outputs[1], gone.report()
+
+
+def test_a_rank_slow_to_submit_is_not_taken_for_a_deadlock():
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "deadlock.py"), "slow"], timeout=120,
+                    env={"RELAX_DEADLOCK_TIME": "2", "RELAX_STALL_CHECK_TIME": "0"})
+    assert run.returncode == 0, run.report()
+    assert all("NO-FALSE-DEADLOCK-OK" in out and "AFTER-OK" in out for out in run.outputs), run.report()
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "allgather", "async", "neighbour", "reinit", "tf-eager", "tf-function"])
 def test_ctrl_c_during_a_blocked_wait_raises_keyboard_interrupt(mode, tmp_path):
     """Rank 0 waits on an operation rank 1 has not submitted (sync collectives, a handle from an
     async one, a point-to-point neighbour average, a TensorFlow op eagerly and in a tf.function);

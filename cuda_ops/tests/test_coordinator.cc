@@ -262,6 +262,44 @@ TEST(stall_report_names_missing_ranks_and_aborts_fail_everywhere) {
   CHECK_EQ(c.pending_count(), size_t{0});
 }
 
+TEST(every_rank_blocked_with_nothing_ready_fails_all_pending_naming_who_submitted) {
+  Coordinator c(3, 16);
+  auto m = round_of(3);
+  m[0].descriptors = {tensor("a", {1})};
+  m[1].descriptors = {tensor("b", {1})};
+  m[2].descriptors = {tensor("b", {1})};
+  CHECK(c.process(m, 0.0).empty());
+  auto some_blocked = round_of(3);
+  some_blocked[0].flags = some_blocked[1].flags = relax::kFlagBlocked;
+  CHECK(c.process(some_blocked, 1.0).empty());  // rank 2 may still submit 'a'
+  CHECK_EQ(c.pending_count(), size_t{2});
+  auto all_blocked = round_of(3);
+  for (auto& message : all_blocked) message.flags = relax::kFlagBlocked;
+  auto r = c.process(all_blocked, 2.0);
+  CHECK_EQ(r.size(), size_t{2});
+  for (const Response& response : r) {
+    CHECK(response.kind == Response::Kind::Error);
+    CHECK_EQ(response.status, static_cast<int32_t>(RELAX_ERR_STALLED));
+    CHECK(contains(response.message, "'a' submitted by ranks [0], not by [1, 2]"));
+    CHECK(contains(response.message, "'b' submitted by ranks [1, 2], not by [0]"));
+  }
+  CHECK_EQ(c.pending_count(), size_t{0});
+}
+
+TEST(blocked_ranks_whose_request_becomes_ready_are_not_deadlocked) {
+  Coordinator c(2, 16);
+  auto m = round_of(2);
+  m[0].descriptors = {tensor("a", {1}), tensor("late", {1})};
+  c.process(m, 0.0);
+  auto m2 = round_of(2);
+  m2[0].flags = m2[1].flags = relax::kFlagBlocked;
+  m2[1].descriptors = {tensor("a", {1})};  // arrives in the round both say they are blocked
+  auto r = c.process(m2, 1.0);
+  CHECK_EQ(r.size(), size_t{1});
+  CHECK(r[0].kind == Response::Kind::Execute);
+  CHECK_EQ(c.pending_count(), size_t{1});  // 'late' waits for the next round's verdict
+}
+
 TEST(shutdown_flag_is_seen_by_everyone) {
   Coordinator c(2, 4);
   auto m = round_of(2);

@@ -3,7 +3,8 @@ SIGINT to rank 0. Rank 0 must raise KeyboardInterrupt while rank 1 is still away
 it took, and exit; rank 1 (which then submits) must get an error instead of waiting forever.
 
     interrupt.py <mode> <signal-file>
-        mode: allreduce | allgather | async | neighbour (torch), tf-eager | tf-function (TensorFlow)
+        mode: allreduce | allgather | async | neighbour | reinit (torch), tf-eager | tf-function (TensorFlow)
+        (reinit: rank 0 shuts down and calls init() again, which waits for rank 1 to do the same)
 
 The test writes the time it sent the signal to <signal-file>; rank 0 writes its pid next to it.
 """
@@ -38,6 +39,9 @@ if hvd.rank() == 0:
             hvd.allreduce(torch.ones(4), name="blocked")
         elif mode == "allgather":
             hvd.allgather(torch.ones(4), name="blocked")
+        elif mode == "reinit":
+            hvd.shutdown()
+            hvd.init()
         elif mode == "async":
             hvd.synchronize(hvd.broadcast_async(torch.ones(4), root_rank=1, name="blocked"))
         else:

@@ -18,6 +18,7 @@ else:
         print("PEER-SHUTDOWN-OK", flush=True)
     # rank and size stay usable (e.g. for a final `if hvd.rank() == 0: save()`); collectives fail.
     assert hvd.is_initialized() and hvd.rank() == 1 and hvd.size() == 2
+    hvd.init()  # as in Horovod, changes nothing: the engine stays stopped with its reason
     try:
         hvd.allreduce(torch.ones(1), name="after")
         raise SystemExit("expected ShutdownError")

@@ -210,6 +210,16 @@ typedef void* (*relax_alloc_fn)(void* user, int32_t ndim, const int64_t* shape);
 typedef void (*relax_done_fn)(void* user, relax_handle_t handle, int32_t status, const char* message);
 
 /* ---- runtime ---- */
+/* Waits up to timeout_ms for every rank to reach initialization, when relax_init would create
+ * communicators collectively with ranks that may never come (MPI already initialized: a
+ * re-initialization after shutdown, or an application that initialized MPI itself). Returns
+ * RELAX_OK (also when there is nothing to wait for), or RELAX_PENDING to be called again, so the
+ * caller can handle signals and give up (the rendezvous stays posted for a later call). */
+RELAX_API int relax_init_rendezvous(int32_t timeout_ms);
+/* Whether this process already initialized relaxlib once (a later relax_init re-initializes). */
+RELAX_API int relax_was_initialized(void);
+/* Starts relaxlib on this rank (collective). Does nothing until relax_shutdown when already
+ * initialized, also when a peer's shutdown stopped the engine (as Horovod's init). */
 RELAX_API int relax_init(void);
 RELAX_API int relax_shutdown(void);
 RELAX_API int relax_is_initialized(void);

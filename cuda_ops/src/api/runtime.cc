@@ -1,6 +1,7 @@
 // The C ABI behind relax.h: initialization and shutdown, request submission (with local
 // rejections announced to the other members), waits and handles. The rest: runtime_services.cc.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
 #include "util/logging.h"
+#include "util/types.h"
 
 #ifndef RELAX_VERSION_STRING
 #define RELAX_VERSION_STRING "0.1.0"
@@ -83,9 +85,9 @@ void register_finalize_hook() {
 int initialize() {
   Runtime& rt = runtime();
   std::lock_guard<std::mutex> lock(rt.mutex);
-  if (rt.engine && rt.engine->running()) return RELAX_OK;
-  if (rt.engine) rt.engine->stop();  // a previous engine that stopped (shutdown by a peer): join its thread
-  rt.engine.reset();  // now, even if a caller still holds it
+  // Also when a peer's shutdown stopped the engine, as in Horovod: collectives keep failing
+  // with that reason until this rank calls shutdown() and init() again, like every other rank.
+  if (rt.engine) return RELAX_OK;
   std::string config_error;
   EngineConfig config = EngineConfig::from_environment(config_error);
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
@@ -118,6 +120,7 @@ int initialize() {
     if (!t.is_ok()) RELAX_LOG(Warning, t.message);
   }
   rt.engine->start();
+  rt.initialized_once = true;
   RELAX_LOG(Debug, "initialized: rank " << rt.mpi.topology().rank << " of " << rt.mpi.topology().size);
   return RELAX_OK;
 }
@@ -259,7 +262,7 @@ int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t coun
     local.done = done;
     local.user = users ? users[i] : nullptr;
   }
-  for (int32_t i = 0; i < count; ++i) locals[static_cast<size_t>(i)].handle = rt.handles.create();
+  for (int32_t i = 0; i < count; ++i) locals[static_cast<size_t>(i)].handle = rt.handles.create(true);
   std::vector<relax_handle_t> created;
   for (const LocalRequest& l : locals) created.push_back(l.handle);
   Status s = engine->submit(process_set, std::move(locals), driver == nullptr);
@@ -278,6 +281,30 @@ int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t coun
 using relax::runtime;
 
 extern "C" {
+
+int relax_init_rendezvous(int32_t timeout_ms) {
+  relax::Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  if (rt.engine) return RELAX_OK;  // relax_init has nothing to do
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return RELAX_OK;  // MPI_Init comes first / relax_init reports it
+  if (rt.rendezvous == MPI_REQUEST_NULL) MPI_Ibarrier(MPI_COMM_WORLD, &rt.rendezvous);
+  const double until = relax::steady_seconds() + std::max(timeout_ms, 0) * 1e-3;
+  for (;;) {
+    int done = 0;
+    MPI_Test(&rt.rendezvous, &done, MPI_STATUS_IGNORE);  // sets the request to MPI_REQUEST_NULL when done
+    if (done) return RELAX_OK;
+    if (relax::steady_seconds() >= until) return RELAX_PENDING;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+int relax_was_initialized(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  return runtime().initialized_once ? 1 : 0;
+}
 
 int relax_init(void) { return relax::initialize(); }
 

@@ -57,6 +57,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   if (op_timeout > 0 && (c.stall_shutdown_seconds <= 0 || op_timeout < c.stall_shutdown_seconds)) {
     c.stall_shutdown_seconds = op_timeout;
   }
+  read("RELAX_DEADLOCK_TIME", nullptr, c.deadlock_seconds, 0.0, error);
   read("RELAX_RING_WINDOW", nullptr, c.ring_receive_window, int64_t{2}, error);
   read("RELAX_GROUP_CACHE_SIZE", nullptr, c.group_cache_capacity, int64_t{0}, error);
   read("RELAX_MPI_ALLREDUCE_MAX_BYTES", nullptr, c.mpi_allreduce_max_bytes, int64_t{0}, error);

@@ -15,6 +15,7 @@ struct EngineConfig {
   int64_t cache_capacity = 1024;                // RELAX_CACHE_CAPACITY
   double stall_check_seconds = 60.0;            // RELAX_STALL_CHECK_TIME (0 disables)
   double stall_shutdown_seconds = 0.0;          // RELAX_STALL_SHUTDOWN_TIME (0 = never)
+  double deadlock_seconds = 5.0;                // RELAX_DEADLOCK_TIME (0 disables; see coordinator.h)
   bool joined_ranks_gather_nothing = false;     // RELAX_JOINED_RANKS=contribute-nothing (else Horovod's error)
   // Transport-dependent knobs: -1 = choose by topology (apply_topology_defaults).
   int64_t ring_segment_bytes = -1;              // RELAX_RING_SEGMENT_BYTES

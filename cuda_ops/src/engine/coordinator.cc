@@ -296,6 +296,10 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
   }
   for (uint64_t seq : done) entries_.erase(seq);
 
+  bool all_blocked = true;
+  for (const RankMessage& m : messages) all_blocked = all_blocked && (m.flags & kFlagBlocked);
+  if (all_blocked && responses.empty() && !entries_.empty()) fail_deadlocked(responses);
+
   if (joined_count_ == size_) {
     Response response;
     response.kind = Response::Kind::JoinDone;
@@ -308,6 +312,49 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
     last_joined_ = -1;
   }
   return responses;
+}
+
+void Coordinator::fail_deadlocked(std::vector<Response>& responses) {
+  std::string pending;
+  constexpr int kNamed = 8;
+  int named = 0;
+  for (const auto& [seq, entry] : entries_) {
+    (void)seq;
+    if (named++ == kNamed) {
+      pending += "; and " + std::to_string(entries_.size() - kNamed) + " more";
+      break;
+    }
+    std::vector<int> submitted, missing;
+    for (int r = 0; r < size_; ++r) {
+      if (entry.tensor.per_rank[static_cast<size_t>(r)]) {
+        submitted.push_back(r);
+      } else if (!joined_[static_cast<size_t>(r)]) {
+        missing.push_back(r);
+      }
+    }
+    pending += std::string(pending.empty() ? "" : "; ") + request_type_name(entry.tensor.first().type) + " '" +
+               entry.tensor.name + "' submitted by ranks " + rank_list(world_ranks_of(submitted)) + ", not by " +
+               rank_list(world_ranks_of(missing));
+  }
+  const std::string message =
+      "Deadlock: every rank has been waiting for a collective for RELAX_DEADLOCK_TIME without anything "
+      "completing, and none of the pending operations was submitted by every rank, so none can complete: " +
+      pending +
+      ". The ranks ran collectives in different orders or one skipped an operation (for example after an "
+      "exception on some ranks only); names of unnamed operations count calls, so they differ too.";
+  for (auto& [seq, entry] : entries_) {
+    (void)seq;
+    Response response;
+    response.kind = Response::Kind::Error;
+    response.status = RELAX_ERR_STALLED;
+    response.type = entry.tensor.first().type;
+    response.message = message;
+    response.joined = joined_;
+    response.tensors.push_back(std::move(entry.tensor));
+    responses.push_back(std::move(response));
+  }
+  entries_.clear();
+  seq_by_name_.clear();
 }
 
 std::vector<StallInfo> Coordinator::stalled(double now, double age) const {

@@ -18,6 +18,10 @@ namespace relax {
 enum RoundFlags : uint32_t {
   kFlagShutdown = 1u << 0,  // this rank is shutting down
   kFlagJoin = 1u << 1,      // this rank called join() this round
+  // A thread of this rank has waited for a negotiated request for RELAX_DEADLOCK_TIME, and the
+  // rank has submitted and completed nothing since. When every member says so and nothing is
+  // ready, no member can ever submit what the others wait for: every pending request fails.
+  kFlagBlocked = 1u << 2,
 };
 
 // What one rank says in one negotiation round.
@@ -105,6 +109,9 @@ class Coordinator {
   void add_to_cache(const Descriptor& d);
   Response make_response(std::vector<Entry*>& members);
 
+  // Every member is blocked and nothing completed: fails every pending request, naming who
+  // submitted each and who did not.
+  void fail_deadlocked(std::vector<Response>& responses);
   int world_rank(int rank) const;
   std::vector<int> world_ranks_of(const std::vector<int>& ranks) const;
 

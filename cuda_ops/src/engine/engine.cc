@@ -26,7 +26,7 @@ bool is_membership(const Response& r) {
 bool made_progress(const std::vector<RankMessage>& messages, const std::vector<Response>& responses) {
   if (!responses.empty()) return true;
   for (const RankMessage& m : messages) {
-    if (m.flags || !m.cached.empty() || !m.descriptors.empty() || !m.stall_aborts.empty()) return true;
+    if ((m.flags & ~kFlagBlocked) || !m.cached.empty() || !m.descriptors.empty() || !m.stall_aborts.empty()) return true;
   }
   return false;
 }
@@ -132,6 +132,7 @@ Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, b
       }
     }
     const double now = steady_seconds();
+    last_submission_.store(now);
     for (LocalRequest& r : requests) {
       active_keys_.insert(request_key(process_set, r.desc.name));
       r.enqueued_at = now;
@@ -229,6 +230,7 @@ EngineStats Engine::stats() const {
 RankMessage Engine::announce(ProcessSetState& set, bool stopping, double now) {
   RankMessage mine;
   if (stopping) mine.flags |= kFlagShutdown;
+  if (blocked_) mine.flags |= kFlagBlocked;
   for (LocalRequest& r : set.fresh) {
     if (request_kind(r.desc.type)->lane == Lane::kJoin) {
       mine.flags |= kFlagJoin;
@@ -444,6 +446,17 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
   for (auto& entry : sets_) fail_set(*entry.second, status, message);
 }
 
+// Whether a thread here has waited for a negotiated request for RELAX_DEADLOCK_TIME while this
+// rank submitted and completed nothing (a rank whose threads all wait cannot submit anything).
+bool Engine::blocked_too_long() const {
+  const double limit = config_.deadlock_seconds;
+  if (limit <= 0 || !any_set_busy()) return false;
+  const double now = steady_seconds();
+  const WaitState wait = handles_.wait_state(now);
+  if (!wait.waiting) return false;
+  return now - std::max({wait.since, wait.last_completion, last_submission_.load()}) >= limit;
+}
+
 bool Engine::any_set_busy() const {
   for (const auto& entry : sets_) {
     if (entry.second->busy()) return true;
@@ -531,6 +544,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
                      "process set " + std::to_string(id) + " was removed before this request ran");
     }
   }
+  blocked_ = blocked_too_long();
   const double now = seconds_since_start();
   if (timeline_.marks_cycles()) timeline_.instant("CYCLE_START", steady_seconds());
   const double round_start = steady_seconds();

@@ -85,6 +85,7 @@ class Engine {
  private:
   void loop();
   bool any_set_busy() const;
+  bool blocked_too_long() const;
   void spin_while_idle();
   void wait_for_work();
   bool round_due();
@@ -117,6 +118,7 @@ class Engine {
   std::condition_variable cv_;
   std::vector<std::pair<int32_t, LocalRequest>> incoming_;
   std::atomic<uint64_t> submissions_{0};  // counts submit() calls, for the lock-free idle poll
+  std::atomic<double> last_submission_{0};  // steady seconds of the latest submit()
   std::unordered_set<std::string> active_keys_;  // request_key(set, name) of pending requests
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
@@ -136,6 +138,7 @@ class Engine {
   std::map<int32_t, std::unique_ptr<ProcessSetState>> sets_;
   int32_t next_set_id_ = 1;
   std::vector<RankMessage> driver_messages_;
+  bool blocked_ = false;  // this step's rounds carry kFlagBlocked
   std::atomic<double> throttle_ms_{0};
   std::atomic<bool> busy_{false};            // some set has pending requests after the last round
   std::atomic<bool> finished_{false};        // a round decided that the engine stops

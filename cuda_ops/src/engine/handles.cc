@@ -3,13 +3,39 @@
 #include <algorithm>
 #include <chrono>
 
+#include "util/types.h"
+
 namespace relax {
 
-relax_handle_t HandleTable::create() {
+relax_handle_t HandleTable::create(bool negotiated) {
   std::lock_guard<std::mutex> lock(mutex_);
   const relax_handle_t h = next_++;
-  states_.emplace(h, HandleState{});
+  HandleState state;
+  state.negotiated = negotiated;
+  states_.emplace(h, std::move(state));
   return h;
+}
+
+void HandleTable::enter_wait(bool negotiated) {
+  if (!negotiated) return;
+  const double now = steady_seconds();
+  if (negotiated_waiters_ == 0 && now - last_wait_exit_ > kWaitGapSeconds) wait_started_ = now;
+  ++negotiated_waiters_;
+}
+
+void HandleTable::leave_wait(bool negotiated) {
+  if (!negotiated) return;
+  --negotiated_waiters_;
+  last_wait_exit_ = steady_seconds();
+}
+
+WaitState HandleTable::wait_state(double now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  WaitState w;
+  w.waiting = negotiated_waiters_ > 0 || now - last_wait_exit_ < kWaitGapSeconds;
+  w.since = wait_started_;
+  w.last_completion = last_completion_;
+  return w;
 }
 
 void HandleTable::complete(relax_handle_t h, int32_t status, const std::string& message, int64_t result,
@@ -23,6 +49,7 @@ void HandleTable::complete(relax_handle_t h, int32_t status, const std::string& 
     it->second.message = message;
     it->second.result = result;
     it->second.received_splits = std::move(received_splits);
+    last_completion_ = steady_seconds();
   }
   cv_.notify_all();
 }
@@ -38,10 +65,13 @@ int HandleTable::wait(relax_handle_t h) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = states_.find(h);
   if (it == states_.end()) return RELAX_ERR_UNKNOWN_HANDLE;
+  const bool negotiated = it->second.negotiated;
+  enter_wait(negotiated);
   cv_.wait(lock, [&] {
     it = states_.find(h);
     return it == states_.end() || it->second.done;
   });
+  leave_wait(negotiated);
   return it == states_.end() ? RELAX_ERR_UNKNOWN_HANDLE : it->second.status;
 }
 
@@ -49,10 +79,13 @@ int HandleTable::wait_for(relax_handle_t h, int32_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = states_.find(h);
   if (it == states_.end()) return RELAX_ERR_UNKNOWN_HANDLE;
+  const bool negotiated = it->second.negotiated;
+  enter_wait(negotiated);
   const bool finished = cv_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), [&] {
     it = states_.find(h);
     return it == states_.end() || it->second.done;
   });
+  leave_wait(negotiated);
   if (!finished) return RELAX_PENDING;
   return it == states_.end() ? RELAX_ERR_UNKNOWN_HANDLE : it->second.status;
 }

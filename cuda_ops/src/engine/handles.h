@@ -18,11 +18,23 @@ struct HandleState {
   std::string message;
   int64_t result = -1;                   // join: last rank to join
   std::vector<int64_t> received_splits;  // alltoall
+  bool negotiated = false;               // an engine request (peers must submit it too)
+};
+
+// Whether a caller thread is blocked waiting for a negotiated request, for the engine's deadlock
+// check: `since` is when that wait began (a waiter that comes back within kWaitGapSeconds, as
+// an interruptible wait in slices does, keeps waiting), `last_completion` the latest completion
+// of any request on this rank.
+struct WaitState {
+  bool waiting = false;
+  double since = 0;
+  double last_completion = 0;
 };
 
 class HandleTable {
  public:
-  relax_handle_t create();
+  // `negotiated`: the request goes through the engine's negotiation (waits on it count as blocked).
+  relax_handle_t create(bool negotiated = false);
   // Marks a handle done; wakes every waiter.
   void complete(relax_handle_t h, int32_t status, const std::string& message, int64_t result = -1,
                 std::vector<int64_t> received_splits = {});
@@ -37,12 +49,24 @@ class HandleTable {
   // Message pointer valid until release(h).
   const char* message(relax_handle_t h);
   void release(relax_handle_t h);
+  // Whether some thread is (still) waiting for a negotiated request, at steady time `now`.
+  WaitState wait_state(double now);
+
+  static constexpr double kWaitGapSeconds = 0.5;
 
  private:
+  // Under mutex_: a waiter enters or leaves a wait on a request (only negotiated ones count).
+  void enter_wait(bool negotiated);
+  void leave_wait(bool negotiated);
+
   std::mutex mutex_;
   std::condition_variable cv_;
   std::unordered_map<relax_handle_t, HandleState> states_;
   relax_handle_t next_ = 1;
+  int negotiated_waiters_ = 0;
+  double wait_started_ = 0;
+  double last_wait_exit_ = -1e300;
+  double last_completion_ = 0;
 };
 
 }  // namespace relax
