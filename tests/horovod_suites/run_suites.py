@@ -239,10 +239,11 @@ def collect(args, suite: str) -> list[str]:
 
 def run_job(args, suite: str, np_: int) -> dict:
     suite_path = Path(args.horovod) / SUITES[suite]
-    out_dir = Path(args.out) / f"{suite}-np{np_}-job"
+    mode = "job-aligned" if args.align_tests else "job"
+    out_dir = Path(args.out) / f"{suite}-np{np_}-{mode}"
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    env = build_env(out_dir, args.env)
+    env = build_env(out_dir, args.env + (["RELAX_SUITE_ALIGN=1"] if args.align_tests else []))
     cmd = mpirun_prefix(np_) + ["--output-filename", str(out_dir / "output")] + pytest_args(args) + \
         [str(suite_path)] + (["-k", args.k] if args.k else [])
     print(f"$ {' '.join(cmd)}    (cwd {suite_path.parent}; outer timeout {args.job_timeout}s)", flush=True)
@@ -258,7 +259,7 @@ def run_job(args, suite: str, np_: int) -> dict:
         print(f"(collection failed: {exc}); using the tests the ranks reported", flush=True)
         ids = sorted({t for r in per_rank for t in r})
     tests = {t: merge_ranks(t, per_rank) for t in ids}
-    return {"suite": suite, "np": np_, "mode": "job", "command": cmd, "returncode": rc, "timed_out": timed_out,
+    return {"suite": suite, "np": np_, "mode": mode, "command": cmd, "returncode": rc, "timed_out": timed_out,
             "elapsed_s": round(elapsed, 1), "ranks_finished": finished, "output_dir": str(out_dir), "tests": tests}
 
 
@@ -335,7 +336,7 @@ def print_run(run: dict) -> None:
 def rescore(run: dict) -> dict:
     """Recomputes a stored run's outcomes from the per-rank records it left in its output dirs."""
     np_, suite_file = run["np"], Path(SUITES[run["suite"]]).name
-    if run["mode"] == "job":
+    if run["mode"].startswith("job"):
         per_rank = outcomes_of(Path(run["output_dir"]), np_, bool(run.get("timed_out")), suite_file)
         run["tests"] = {t: merge_ranks(t, per_rank) for t in run["tests"]}
         return run
@@ -359,6 +360,9 @@ def main() -> int:
     parser.add_argument("--job-timeout", type=int, default=3600, help="outer seconds on a whole-suite mpirun")
     parser.add_argument("--json", help="write every result to this JSON file")
     parser.add_argument("-k", help="pytest -k expression")
+    parser.add_argument("--align-tests", action="store_true",
+                        help="job mode: every rank calls join() before each test (shim/relax_suite_plugin.py), so "
+                             "a test failing on some ranks only cannot leave the ranks in different tests")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
     parser.add_argument("--out", default="/tmp/horovod_suites", help="raw outputs (per rank) go here")
     parser.add_argument("--python", default=sys.executable)

@@ -8,6 +8,13 @@ refuses to run when ``import horovod`` does not resolve to the shim (e.g. a real
 tree on sys.path). SIGUSR1 makes a rank write every thread's Python stack to
 ``rank<R>.stacks`` (faulthandler, which works while the main thread is blocked in C), so
 run_suites.py can say where a hung job stood before it kills it.
+
+With ``RELAX_SUITE_ALIGN=1`` (run_suites.py ``--align-tests``) every rank calls ``join()`` before
+each test once relaxlib is initialized. A test that fails on some ranks only (an assertion on the
+rank's own block) otherwise leaves the ranks in different tests for the rest of the job; joining
+lets the ranks still inside the old test finish it (their remaining collectives complete or fail
+as they do beside a joined rank) and realigns the numbering of unnamed operations, so each test
+starts together, as in per-test mode, without an mpirun per test.
 """
 
 import faulthandler
@@ -69,6 +76,28 @@ def pytest_collection_finish(session):
 
 def pytest_runtest_logstart(nodeid, location):
     _write({"event": "start", "nodeid": nodeid})
+
+
+def _align_ranks():
+    """join() on every rank before a test, in whichever framework binding the suite imported."""
+    import relaxlib.basics as basics
+
+    if not basics.is_initialized():
+        return
+    binding = sys.modules.get("relaxlib_torch") or sys.modules.get("relaxlib_tf")
+    if binding is None:
+        return
+    started = time.time()
+    try:
+        binding.join()
+        _write({"event": "aligned", "seconds": round(time.time() - started, 3)})
+    except Exception as exc:  # noqa: BLE001 - a rank that shut relaxlib down cannot join; the test says so
+        _write({"event": "align-failed", "message": str(exc)[:300]})
+
+
+def pytest_runtest_setup(item):
+    if os.environ.get("RELAX_SUITE_ALIGN") == "1":
+        _align_ranks()
 
 
 def pytest_runtest_logreport(report):
