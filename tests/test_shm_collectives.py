@@ -38,6 +38,14 @@ def test_used_on_one_node_unless_switched_off(env, expected):
     assert segments(run_script(2, env)) == [f"SEGMENTS={expected}"] * 2
 
 
+@pytest.mark.parametrize("np_", [3, 4])
+def test_float_sums_are_in_rank_order_wherever_fusion_puts_a_tensor(np_):
+    """With three or more ranks the order of a float sum shows in its bits: each element must be
+    summed in rank order, whichever rank's block it lands in, so results do not change with the
+    fusion batching (the script compares alone / in place / fused with numpy)."""
+    assert segments(run_script(np_, {})) == ["SEGMENTS=1"] * np_
+
+
 def test_a_process_set_gets_its_own_segment():
     assert segments(run_script(3, {}, "subset")) == ["SEGMENTS=2", "SEGMENTS=2", "SEGMENTS=1"]
 

@@ -1,5 +1,7 @@
 """Runs allreduce, allgather and reducescatter on every rank, checks the exact results, and prints
-how many of relaxlib's shared-memory segments this process maps (SEGMENTS=<n>).
+how many of relaxlib's shared-memory segments this process maps (SEGMENTS=<n>). Float sums must
+equal numpy's sum in rank order bit for bit, alone, in place and fused behind another tensor
+(which moves each element to another owning rank).
 
     shm_collectives.py             the global set
     shm_collectives.py subset      a process set of ranks 0 and 1 (launch 3 ranks)
@@ -47,6 +49,19 @@ if not subset or hvd.rank() in process_set.ranks:
                 block = hvd.reducescatter(mine, op=hvd.Sum, name=f"rs.{count}.{dtype}", process_set=process_set)
                 start = sum(rows[:me])
                 assert torch.equal(block, expected[start:start + rows[me]]), ("reducescatter", count, dtype)
+    for count in (7, 70_001):
+        generator = torch.Generator().manual_seed(count)
+        values = [torch.randn(count, generator=generator) * 10.0 ** (3 * i) for i in range(hvd.size())]
+        expected = values[ranks[0]].numpy().copy()
+        for r in ranks[1:]:
+            expected = expected + values[r].numpy()  # float32, in rank order
+        mine = values[hvd.rank()]
+        alone = hvd.allreduce(mine, op=hvd.Sum, name=f"order.{count}", process_set=process_set)
+        in_place = hvd.allreduce_(mine.clone(), op=hvd.Sum, name=f"order.inplace.{count}", process_set=process_set)
+        _, fused = hvd.grouped_allreduce([torch.ones(count // 3 + 1), mine], op=hvd.Sum, name=f"order.fused.{count}",
+                                         process_set=process_set)
+        for label, result in (("alone", alone), ("in place", in_place), ("fused", fused)):
+            assert (result.numpy().view("int32") == expected.view("int32")).all(), ("rank-order sum", label, count)
 hvd.barrier()  # a rank that shuts down ends the job's collectives: wait for the subset
 names = {line.split()[-2] if line.endswith("(deleted)") else line.split()[-1]
          for line in Path("/proc/self/maps").read_text().splitlines() if "/relaxlib-" in line}

@@ -130,7 +130,7 @@ ShmCollectives::Reduction ShmCollectives::reduction(const void* src, std::vector
 }
 
 // Area j of a slot holds block j's elements of the round. Stages the other ranks' blocks, waits
-// for every rank, then reduces this rank's block (in cache-sized tiles) into `result`.
+// for every rank, then reduces this rank's block (in cache-sized tiles, in rank order) into `result`.
 void ShmCollectives::reduce_round(const Reduction& r, int64_t k, uint8_t* result, bool publish) {
   const int64_t area = r.window * r.esize;
   uint8_t* mine = slot(rank_, rounds_);
@@ -145,13 +145,22 @@ void ShmCollectives::reduce_round(const Reduction& r, int64_t k, uint8_t* result
   const size_t me = static_cast<size_t>(rank_);
   const int64_t own_bytes = in_round(r.counts[me], k, r.window) * r.esize;
   const uint8_t* own = r.in + (r.offsets[me] + k * r.window) * r.esize;
+  // Rank j's contribution to this block (this rank's own comes straight from its input).
+  const auto contribution = [&](int j, int64_t t) -> const uint8_t* {
+    return j == rank_ ? own + t : slot(j, rounds_) + rank_ * area + t;
+  };
   for (int64_t t = 0; t < own_bytes; t += kReduceTile) {
     const int64_t tile = std::min(kReduceTile, own_bytes - t) / r.esize;
-    const uint8_t* first = own + t;
-    for (int j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      reduce_pair(result + t, first, slot(j, rounds_) + rank_ * area + t, tile, r.dtype, r.op);
-      first = result + t;
+    // Summed in rank order, whichever rank owns the block: an element's result then does not
+    // depend on where fusion placed it, so runs that batch tensors differently agree bitwise.
+    // In place (result is the input), partial sums go to this rank's own area of its slot (free
+    // until the result is published there) so the input survives until its turn.
+    uint8_t* partial = result == own ? mine + rank_ * area + t : result + t;
+    const uint8_t* first = contribution(0, t);
+    for (int j = 1; j < size_; ++j) {
+      uint8_t* target = j == size_ - 1 ? result + t : partial;
+      reduce_pair(target, first, contribution(j, t), tile, r.dtype, r.op);
+      first = target;
     }
     scale_buffer(result + t, tile, r.dtype, r.postscale);
     if (publish) std::memcpy(mine + rank_ * area + t, result + t, static_cast<size_t>(tile * r.esize));
