@@ -183,6 +183,7 @@ _SIGNATURES = {
     "relax_was_initialized": ([], ctypes.c_int),
     "relax_init": ([], ctypes.c_int),
     "relax_shutdown": ([], ctypes.c_int),
+    "relax_finishing": ([], ctypes.c_int),
     "relax_is_initialized": ([], ctypes.c_int),
     "relax_rank": ([], ctypes.c_int),
     "relax_size": ([], ctypes.c_int),

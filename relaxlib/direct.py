@@ -254,13 +254,17 @@ class Termination:
         return self.final_step
 
 
-def serve_until_all_joined(last_step: int, run_step, idle_seconds: float = 0.0005) -> int:
+def serve_until_all_joined(last_step: int, run_step, idle_seconds: float = 0.0005, finishing: bool = False) -> int:
     """Keeps a rank that ran out of data in a deterministic relaxed schedule until every rank has
     joined: ``run_step(step)`` runs this rank's part of ``step`` (an average without a local
     update) and returns when it finished. A step runs once some peer is known to run it (its
     header is waiting) or once every rank joined and the step is not past the last rank's last
     step, so peers never wait for this rank and it never waits for a step nobody runs.
+    ``finishing``: this rank serves on its way out (shutdown) and submits no negotiated
+    operation again, so a peer's operation that waits only for finishing ranks fails at once.
     Returns the last step of any rank."""
+    if finishing:
+        _core.check(_core.lib().relax_finishing())
     termination = Termination(last_step)
     step = last_step + 1
     while True:

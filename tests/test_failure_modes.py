@@ -62,6 +62,14 @@ def test_reinitializing_waits_for_a_late_rank_and_gives_up_on_a_finished_one():
     assert "REINIT-TIMEOUT-OK" in gone.outputs[0] and "RANK-1-DONE" in gone.outputs[1], gone.report()
 
 
+@pytest.mark.parametrize("mode", ["decentralized-ring", "partial-static"])
+def test_a_collective_waiting_only_for_a_rank_that_finished_fails_instead_of_hanging(mode):
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "finished_rank_collective.py"), mode], timeout=120)
+    assert not run.timed_out and run.returncode == 0, run.report()
+    assert "RANK-1-FINISHED" in run.outputs[1], run.report()
+    assert all("FINISHED-RANK-ERROR-OK" in run.outputs[r] for r in (0, 2)), run.report()
+
+
 def test_a_rank_slow_to_submit_is_not_taken_for_a_deadlock():
     run = run_ranks(3, [sys.executable, str(SCRIPTS / "deadlock.py"), "slow"], timeout=120,
                     env={"RELAX_DEADLOCK_TIME": "2", "RELAX_STALL_CHECK_TIME": "0"})

@@ -300,6 +300,25 @@ TEST(blocked_ranks_whose_request_becomes_ready_are_not_deadlocked) {
   CHECK_EQ(c.pending_count(), size_t{1});  // 'late' waits for the next round's verdict
 }
 
+TEST(a_request_waiting_only_for_finishing_ranks_fails_and_others_wait) {
+  Coordinator c(3, 16);
+  auto m = round_of(3);
+  m[0].descriptors = {tensor("after", {1})};
+  m[2].descriptors = {tensor("after", {1})};
+  m[0].flags = relax::kFlagFinishing;  // rank 0 finishing: nothing it must still submit
+  m[1].descriptors = {tensor("other", {1})};
+  auto r = c.process(m, 0.0);
+  CHECK(r.empty());  // 'after' waits for rank 1, which still trains
+  auto m2 = round_of(3);
+  m2[1].flags = relax::kFlagFinishing;  // now rank 1 finishes too
+  r = c.process(m2, 1.0);
+  CHECK_EQ(r.size(), size_t{1});
+  CHECK(r[0].kind == Response::Kind::Error);
+  CHECK_EQ(r[0].status, static_cast<int32_t>(RELAX_ERR_SHUTDOWN));
+  CHECK(contains(r[0].message, "'after' cannot complete: ranks [1] finished training"));
+  CHECK_EQ(c.pending_count(), size_t{1});  // 'other' still waits for rank 2, which trains on
+}
+
 TEST(shutdown_flag_is_seen_by_everyone) {
   Coordinator c(2, 4);
   auto m = round_of(2);

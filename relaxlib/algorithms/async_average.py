@@ -115,8 +115,8 @@ class AsyncModelAverage(ModelAveraging):
         """This rank ran out of data: its model keeps being averaged until every rank joined.
         Returns the last step of any rank."""
         self._joined = True
-        self.pause()
-        return direct.serve_until_all_joined(self._last_step, lambda step: None)
+        self.pause()  # (collective rounds: this rank still submits until every rank paused)
+        return direct.serve_until_all_joined(self._last_step, lambda step: None, finishing=self._finishing)
 
 
 modes.register(modes.Mode("async", kind="async", caveat="averages every sync interval, not every step",

@@ -59,6 +59,7 @@ class ModelAveraging(Algorithm):
         self._averaged: Any = None
         self.averagings = 0  # averages this rank took part in with at least one peer
         self._joined = False
+        self._finishing = False  # joined by shutdown(): this rank submits no negotiated operation again
         basics.before_shutdown(self.finish)
 
     # -- one training step --
@@ -132,6 +133,7 @@ class ModelAveraging(Algorithm):
         joined: a rank that finishes early serves the others' remaining steps instead of stopping
         the engine under them."""
         if not self._joined:
+            self._finishing = True
             self.join(self._ctx)
 
     def join(self, ctx: TrainingContext) -> int:
@@ -140,11 +142,12 @@ class ModelAveraging(Algorithm):
         rank. Every rank calls it once its own steps are done."""
         self._joined = True
         self.flush(ctx)
+        finishing = self._finishing
         if not self._join_serves:
-            return direct.serve_until_all_joined(self._last_step, lambda step: None)
+            return direct.serve_until_all_joined(self._last_step, lambda step: None, finishing=finishing)
 
         def passive(step: int) -> None:
             self._average_step(ctx, step, update=False)
             self._last_step = step
 
-        return direct.serve_until_all_joined(self._last_step, passive)
+        return direct.serve_until_all_joined(self._last_step, passive, finishing=finishing)

@@ -222,6 +222,10 @@ RELAX_API int relax_was_initialized(void);
  * initialized, also when a peer's shutdown stopped the engine (as Horovod's init). */
 RELAX_API int relax_init(void);
 RELAX_API int relax_shutdown(void);
+/* This rank has entered shutdown: it may still serve relaxed averages on the direct lane, but it
+ * submits no negotiated request again, so requests only finishing ranks have not submitted fail
+ * on every rank (RELAX_ERR_SHUTDOWN) instead of waiting. No-op when not initialized. */
+RELAX_API int relax_finishing(void);
 RELAX_API int relax_is_initialized(void);
 RELAX_API int relax_rank(void);
 RELAX_API int relax_size(void);

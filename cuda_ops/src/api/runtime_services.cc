@@ -84,6 +84,12 @@ int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) 
   return RELAX_OK;
 }
 
+int relax_finishing(void) {
+  std::lock_guard<std::mutex> lock(runtime().mutex);
+  if (relax::Engine* engine = relax::current_engine()) engine->set_finishing();
+  return RELAX_OK;
+}
+
 int relax_direct_pending(void) {
   std::lock_guard<std::mutex> lock(runtime().mutex);
   if (!relax::current_engine()) return -relax::not_initialized();

@@ -49,7 +49,8 @@ Coordinator::Coordinator(int size, size_t cache_capacity, std::vector<int> world
       cache_capacity_(cache_capacity),
       world_ranks_(std::move(world_ranks)),
       joined_gather_nothing_(joined_gather_nothing),
-      joined_(static_cast<size_t>(size), false) {}
+      joined_(static_cast<size_t>(size), false),
+      finishing_(static_cast<size_t>(size), false) {}
 
 int Coordinator::world_rank(int rank) const {
   return world_ranks_.empty() ? rank : world_ranks_[static_cast<size_t>(rank)];
@@ -245,6 +246,7 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
       shutdown_ = true;
       shutdown_rank_ = r;
     }
+    if (m.flags & kFlagFinishing) finishing_[static_cast<size_t>(r)] = true;
     if ((m.flags & kFlagJoin) && !joined_[static_cast<size_t>(r)]) {
       joined_[static_cast<size_t>(r)] = true;
       ++joined_count_;
@@ -273,6 +275,8 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
     entries_.erase(it->second);
     seq_by_name_.erase(it);
   }
+
+  fail_left_to_finishing_ranks(responses);
 
   // Ready entries in first-announcement order; a group is emitted when all its members are ready.
   std::map<std::string, std::vector<Entry*>> ready_groups;
@@ -312,6 +316,39 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
     last_joined_ = -1;
   }
   return responses;
+}
+
+void Coordinator::fail_left_to_finishing_ranks(std::vector<Response>& responses) {
+  if (std::find(finishing_.begin(), finishing_.end(), true) == finishing_.end()) return;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    std::vector<int> missing;
+    bool only_finishing = true;
+    for (int r = 0; r < size_; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      if (e.tensor.per_rank[i] || joined_[i]) continue;
+      missing.push_back(r);
+      only_finishing = only_finishing && finishing_[i];
+    }
+    if (missing.empty() || !only_finishing) {
+      ++it;
+      continue;
+    }
+    Response response;
+    response.kind = Response::Kind::Error;
+    response.status = RELAX_ERR_SHUTDOWN;
+    response.type = e.tensor.first().type;
+    response.joined = joined_;
+    response.message = request_type_name(response.type) + " '" + e.tensor.name + "' cannot complete: ranks " +
+                       rank_list(world_ranks_of(missing)) +
+                       " finished training and are shutting down (still serving the relaxed averaging of ranks "
+                       "that train on), so they will not submit it. Run operations that need every rank before "
+                       "any rank calls shutdown() or exits.";
+    seq_by_name_.erase(e.tensor.name);
+    response.tensors.push_back(std::move(e.tensor));
+    responses.push_back(std::move(response));
+    it = entries_.erase(it);
+  }
 }
 
 void Coordinator::fail_deadlocked(std::vector<Response>& responses) {

@@ -22,7 +22,12 @@ enum RoundFlags : uint32_t {
   // rank has submitted and completed nothing since. When every member says so and nothing is
   // ready, no member can ever submit what the others wait for: every pending request fails.
   kFlagBlocked = 1u << 2,
+  // This rank is in shutdown(): it may still serve relaxed averages (direct lane) but submits no
+  // negotiated request again, so one only such ranks have not submitted fails at once.
+  kFlagFinishing = 1u << 3,
 };
+// Flags that stay set round after round (they do not count as progress).
+constexpr uint32_t kStandingFlags = kFlagBlocked | kFlagFinishing;
 
 // What one rank says in one negotiation round.
 struct RankMessage {
@@ -112,6 +117,8 @@ class Coordinator {
   // Every member is blocked and nothing completed: fails every pending request, naming who
   // submitted each and who did not.
   void fail_deadlocked(std::vector<Response>& responses);
+  // Fails the pending requests that only finishing ranks (kFlagFinishing) have not submitted.
+  void fail_left_to_finishing_ranks(std::vector<Response>& responses);
   int world_rank(int rank) const;
   std::vector<int> world_ranks_of(const std::vector<int>& ranks) const;
 
@@ -125,6 +132,7 @@ class Coordinator {
   std::unordered_map<std::string, uint32_t> cache_index_;
   bool joined_gather_nothing_ = false;
   std::vector<bool> joined_;
+  std::vector<bool> finishing_;
   int joined_count_ = 0;
   int last_joined_ = -1;
   bool shutdown_ = false;

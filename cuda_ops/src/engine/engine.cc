@@ -26,7 +26,7 @@ bool is_membership(const Response& r) {
 bool made_progress(const std::vector<RankMessage>& messages, const std::vector<Response>& responses) {
   if (!responses.empty()) return true;
   for (const RankMessage& m : messages) {
-    if ((m.flags & ~kFlagBlocked) || !m.cached.empty() || !m.descriptors.empty() || !m.stall_aborts.empty()) return true;
+    if ((m.flags & ~kStandingFlags) || !m.cached.empty() || !m.descriptors.empty() || !m.stall_aborts.empty()) return true;
   }
   return false;
 }
@@ -231,6 +231,7 @@ RankMessage Engine::announce(ProcessSetState& set, bool stopping, double now) {
   RankMessage mine;
   if (stopping) mine.flags |= kFlagShutdown;
   if (blocked_) mine.flags |= kFlagBlocked;
+  if (finishing_.load()) mine.flags |= kFlagFinishing;
   for (LocalRequest& r : set.fresh) {
     if (request_kind(r.desc.type)->lane == Lane::kJoin) {
       mine.flags |= kFlagJoin;

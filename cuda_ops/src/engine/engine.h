@@ -77,6 +77,9 @@ class Engine {
   // down, an MPI failure): other lanes of communication must fail too instead of waiting for a
   // peer that is gone. Set before start(); clear it before what it refers to is destroyed.
   void set_stop_listener(std::function<void(const std::string&)> listener);
+  // This rank entered shutdown() and will submit no negotiated request again (it may still serve
+  // relaxed averages): requests only such ranks have not submitted fail on every rank.
+  void set_finishing() { finishing_.store(true); }
   void set_fusion_threshold(int64_t bytes);
   void set_cycle_time_ms(double ms);
   EngineStats stats() const;
@@ -130,6 +133,7 @@ class Engine {
   double pending_cycle_time_ms_ = -1;
   std::string stop_reason_;  // why the engine stopped (for later submissions)
   std::atomic<bool> running_{false};
+  std::atomic<bool> finishing_{false};
   std::thread thread_;
 
   // Whoever holds cycle_mutex_ (the engine thread or a driving caller) runs rounds and owns the
