@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from pathlib import Path
@@ -182,6 +183,7 @@ _SIGNATURES = {
     "relax_init_rendezvous": ([ctypes.c_int32], ctypes.c_int),
     "relax_was_initialized": ([], ctypes.c_int),
     "relax_init": ([], ctypes.c_int),
+    "relax_note_wait": ([ctypes.c_int32], ctypes.c_int),
     "relax_shutdown": ([], ctypes.c_int),
     "relax_finishing": ([], ctypes.c_int),
     "relax_is_initialized": ([], ctypes.c_int),
@@ -292,6 +294,17 @@ def reject(request_type: int, names: list[str], process_set: int, message: str) 
     for request, name in zip(requests, encoded):
         request.type, request.name, request.process_set = request_type, name, process_set
     lib().relax_reject(requests, len(encoded), InvalidArgumentError.code, message.encode())
+
+
+@contextlib.contextmanager
+def blocked_waiting():
+    """Marks the calling thread as blocked on negotiated requests for the engine's deadlock
+    check while a framework runs them synchronously on its own (TensorFlow, eagerly)."""
+    lib().relax_note_wait(1)
+    try:
+        yield
+    finally:
+        lib().relax_note_wait(0)
 
 
 def wait_interruptibly(handle: int, wait_for=None) -> int:

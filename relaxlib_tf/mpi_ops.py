@@ -50,6 +50,9 @@ class _AnnouncingOps:
 
         def build(*args, **kwargs):
             try:
+                if tf.executing_eagerly():  # this thread waits until the op completed
+                    with _core.blocked_waiting():
+                        return op(*args, **kwargs)
                 return op(*args, **kwargs)
             except (TypeError, ValueError, tf.errors.InvalidArgumentError) as exc:
                 if not self._ANNOUNCED.search(str(exc)) and len(args) > name_position:

@@ -40,11 +40,14 @@ def test_op_timeout_fails_a_missing_submission_on_every_rank():
     assert all("AFTER-STALL-OK" in out for out in run.outputs), run.report()
 
 
-def test_ranks_waiting_for_each_others_operations_fail_as_a_deadlock_on_every_rank():
+@pytest.mark.parametrize("mode", ["order", "tf-order"])
+def test_ranks_waiting_for_each_others_operations_fail_as_a_deadlock_on_every_rank(mode):
     """No timeout configured: every rank blocked on an operation another rank never submits is a
     deadlock the engine can see (nothing can complete), so every rank gets StalledError naming who
-    submitted what, and collectives work afterwards."""
-    run = run_ranks(3, [sys.executable, str(SCRIPTS / "deadlock.py"), "order"], timeout=120,
+    submitted what, and collectives work afterwards (torch, and TensorFlow ops run eagerly)."""
+    if mode.startswith("tf-"):
+        pytest.importorskip("relaxlib_tf")
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "deadlock.py"), mode], timeout=120,
                     env={"RELAX_DEADLOCK_TIME": "2", "RELAX_STALL_CHECK_TIME": "0"})
     assert run.returncode == 0, run.report()
     assert all("DEADLOCK-ERROR-OK" in out and "AFTER-OK" in out for out in run.outputs), run.report()

@@ -276,6 +276,10 @@ RELAX_API int relax_wait(relax_handle_t handle);
  * in between (Ctrl-C, signal-based timeouts) while a peer has not submitted yet.
  */
 RELAX_API int relax_wait_for(relax_handle_t handle, int32_t timeout_ms);
+/* The calling thread starts (begin = 1) or stops (0) waiting for negotiated requests it submitted
+ * through a framework that waits on its own (TensorFlow running an op eagerly), so the
+ * deadlock check (RELAX_DEADLOCK_TIME) counts it as blocked like a relax_wait caller. */
+RELAX_API int relax_note_wait(int32_t begin);
 /*
  * Announces that this rank rejected `count` requests (one, or a group as relax_enqueue_group would
  * submit it) before they reached the core, e.g. a tensor type its framework binding cannot map.

@@ -405,6 +405,11 @@ int relax_wait_for(relax_handle_t handle, int32_t timeout_ms) {
   return runtime().handles.wait_for(handle, timeout_ms);
 }
 
+int relax_note_wait(int32_t begin) {
+  runtime().handles.note_external_wait(begin != 0);
+  return RELAX_OK;
+}
+
 int relax_handle_status(relax_handle_t handle) {
   relax::HandleState state;
   if (!runtime().handles.get(handle, state)) return RELAX_ERR_UNKNOWN_HANDLE;

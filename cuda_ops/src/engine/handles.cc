@@ -29,6 +29,15 @@ void HandleTable::leave_wait(bool negotiated) {
   last_wait_exit_ = steady_seconds();
 }
 
+void HandleTable::note_external_wait(bool begin) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (begin) {
+    enter_wait(true);
+  } else {
+    leave_wait(true);
+  }
+}
+
 WaitState HandleTable::wait_state(double now) {
   std::lock_guard<std::mutex> lock(mutex_);
   WaitState w;

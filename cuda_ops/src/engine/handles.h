@@ -51,6 +51,9 @@ class HandleTable {
   void release(relax_handle_t h);
   // Whether some thread is (still) waiting for a negotiated request, at steady time `now`.
   WaitState wait_state(double now);
+  // A caller blocked on negotiated requests outside wait()/wait_for() (a framework's own
+  // synchronous execution of an op, e.g. TensorFlow eagerly) says when it starts and stops.
+  void note_external_wait(bool begin);
 
   static constexpr double kWaitGapSeconds = 0.5;
 
