@@ -142,6 +142,16 @@ def test_averaging_rank_that_crashes_ends_the_job_instead_of_waiting():
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.parametrize("mode", ["decentralized-random", "partial-static", "async"])
+def test_ranks_that_catch_a_peers_crash_end_without_serving_it(mode):
+    """The others catch the error rank 1's crash gives them and exit normally: shutdown at exit
+    must not wait to serve averaging steps of a rank that is gone."""
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "averaging_early_exit.py"), mode, "crash-caught"], timeout=90)
+    assert not run.timed_out, run.report()
+    assert "rank 1 fails" in run.outputs[1], run.report()
+    assert all(f"RANK {r} CAUGHT" in run.outputs[r] for r in (0, 2)), run.report()
+
+
 @pytest.mark.parametrize("order", ["mpi4py-first", "relaxlib-first"])
 def test_coexists_with_mpi4py(order):
     run = run_ranks(2, [sys.executable, str(SCRIPTS / "with_mpi4py.py"), order], timeout=120)

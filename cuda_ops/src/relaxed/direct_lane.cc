@@ -465,7 +465,14 @@ bool DirectLane::header_pending() {
   return flag != 0;
 }
 
+// A join (a non-blocking maximum over every rank) cannot complete once a peer shut down.
+Status DirectLane::stopped_status() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stopping_ ? Status::error(RELAX_ERR_SHUTDOWN, stop_reason_) : Status::ok();
+}
+
 Status DirectLane::start_join(int64_t last_step) {
+  if (Status s = stopped_status(); !s.is_ok()) return s;
   if (join_request_ != MPI_REQUEST_NULL) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "a join is already pending");
   join_step_ = last_step;
   int rc = MPI_Iallreduce(&join_step_, &join_max_, 1, MPI_INT64_T, MPI_MAX, join_comm_, &join_request_);
@@ -474,6 +481,7 @@ Status DirectLane::start_join(int64_t last_step) {
 
 Status DirectLane::test_join(bool& done, int64_t& max_step) {
   if (join_request_ == MPI_REQUEST_NULL) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "no join is pending");
+  if (Status s = stopped_status(); !s.is_ok()) return s;
   int flag = 0;
   int rc = MPI_Test(&join_request_, &flag, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Test");

@@ -72,13 +72,14 @@ class DirectLane {
   // once all ranks joined.
   bool header_pending();
   Status start_join(int64_t last_step);
-  Status test_join(bool& done, int64_t& max_step);
+  Status test_join(bool& done, int64_t& max_step);  // both fail once a peer shut down (abort)
 
   // Bytes this rank's neighbour and group averages sent and received, and the lane's busy time.
   const Traffic& traffic() const { return traffic_; }
   int64_t busy_ns() const { return busy_ns_.load(); }
 
  private:
+  Status stopped_status();
   void loop();
   Status execute(LocalRequest& r);
   Status neighbor_average(LocalRequest& r);
