@@ -10,6 +10,7 @@
 #include "collectives/reduce.h"
 #include "engine/request_kind.h"
 #include "transport/mpi_context.h"
+#include "util/types.h"
 #include "util/logging.h"
 #include "util/text.h"
 
@@ -175,10 +176,8 @@ DirectLane::~DirectLane() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (join_request_ != MPI_REQUEST_NULL) {  // abandoned join: peers are gone or never joined
-    MPI_Cancel(&join_request_);
-    MPI_Request_free(&join_request_);
-  }
+  // An abandoned join (a peer crashed before joining) stays pending: a non-blocking collective
+  // can be neither cancelled nor freed (MPI_Cancel on it aborts the job).
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   if (join_comm_ != MPI_COMM_NULL) MPI_Comm_free(&join_comm_);
 }
@@ -472,22 +471,30 @@ Status DirectLane::stopped_status() {
 }
 
 Status DirectLane::start_join(int64_t last_step) {
-  if (Status s = stopped_status(); !s.is_ok()) return s;
   if (join_request_ != MPI_REQUEST_NULL) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "a join is already pending");
   join_step_ = last_step;
+  join_stopped_since_ = -1;
   int rc = MPI_Iallreduce(&join_step_, &join_max_, 1, MPI_INT64_T, MPI_MAX, join_comm_, &join_request_);
   return rc == MPI_SUCCESS ? Status::ok() : mpi_failure(rc, "MPI_Iallreduce");
 }
 
 Status DirectLane::test_join(bool& done, int64_t& max_step) {
   if (join_request_ == MPI_REQUEST_NULL) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "no join is pending");
-  if (Status s = stopped_status(); !s.is_ok()) return s;
   int flag = 0;
   int rc = MPI_Test(&join_request_, &flag, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Test");
   done = flag != 0;
-  if (done) max_step = join_max_;
-  return Status::ok();
+  if (done) {
+    max_step = join_max_;
+    return Status::ok();
+  }
+  // A peer that shut down cleanly joined first, so the join still completes (at once); one that
+  // crashed never will. Once the lane stopped, give the join a moment, then report the stop.
+  Status stopped = stopped_status();
+  if (stopped.is_ok()) return Status::ok();
+  constexpr double kJoinGraceSeconds = 1.0;
+  if (join_stopped_since_ < 0) join_stopped_since_ = steady_seconds();
+  return steady_seconds() - join_stopped_since_ < kJoinGraceSeconds ? Status::ok() : stopped;
 }
 
 }  // namespace relax

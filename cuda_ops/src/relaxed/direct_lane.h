@@ -94,6 +94,7 @@ class DirectLane {
   MPI_Request join_request_ = MPI_REQUEST_NULL;
   int64_t join_step_ = 0;
   int64_t join_max_ = 0;
+  double join_stopped_since_ = -1;  // steady seconds test_join first found the lane stopped
   int rank_ = 0;
   int size_ = 1;
   HandleTable& handles_;
