@@ -258,20 +258,13 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
     auto it = seq_by_name_.find(name);
     if (it == seq_by_name_.end()) continue;
     Entry& e = entries_[it->second];
-    std::vector<int> missing;
-    for (int r = 0; r < size_; ++r) {
-      if (!e.tensor.per_rank[static_cast<size_t>(r)] && !joined_[static_cast<size_t>(r)]) missing.push_back(r);
-    }
-    Response response;
-    response.kind = Response::Kind::Error;
-    response.status = RELAX_ERR_STALLED;
-    response.type = e.tensor.first().type;
-    response.message = "Stalled " + request_type_name(response.type) + " '" + name + "': ranks " +
-                       rank_list(world_ranks_of(missing)) +
-                       " never submitted it within RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME; one or more ranks "
-                       "may have skipped this operation or stopped.";
-    response.tensors.push_back(std::move(e.tensor));
-    responses.push_back(std::move(response));
+    std::vector<int> submitted, missing;
+    split_ranks(e, submitted, missing);
+    responses.push_back(error_for(e, RELAX_ERR_STALLED,
+                                  "Stalled " + request_type_name(e.tensor.first().type) + " '" + name + "': ranks " +
+                                      rank_list(world_ranks_of(missing)) +
+                                      " never submitted it within RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME; one or "
+                                      "more ranks may have skipped this operation or stopped."));
     entries_.erase(it->second);
     seq_by_name_.erase(it);
   }
@@ -318,35 +311,47 @@ std::vector<Response> Coordinator::process(const std::vector<RankMessage>& messa
   return responses;
 }
 
+void Coordinator::split_ranks(const Entry& e, std::vector<int>& submitted, std::vector<int>& missing) const {
+  for (int r = 0; r < size_; ++r) {
+    if (e.tensor.per_rank[static_cast<size_t>(r)]) {
+      submitted.push_back(r);
+    } else if (!joined_[static_cast<size_t>(r)]) {
+      missing.push_back(r);
+    }
+  }
+}
+
+Response Coordinator::error_for(Entry& e, int32_t status, std::string message) const {
+  Response response;
+  response.kind = Response::Kind::Error;
+  response.status = status;
+  response.type = e.tensor.first().type;
+  response.message = std::move(message);
+  response.joined = joined_;
+  response.tensors.push_back(std::move(e.tensor));
+  return response;
+}
+
 void Coordinator::fail_left_to_finishing_ranks(std::vector<Response>& responses) {
   if (std::find(finishing_.begin(), finishing_.end(), true) == finishing_.end()) return;
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
-    std::vector<int> missing;
-    bool only_finishing = true;
-    for (int r = 0; r < size_; ++r) {
-      const size_t i = static_cast<size_t>(r);
-      if (e.tensor.per_rank[i] || joined_[i]) continue;
-      missing.push_back(r);
-      only_finishing = only_finishing && finishing_[i];
-    }
+    std::vector<int> submitted, missing;
+    split_ranks(e, submitted, missing);
+    const bool only_finishing = std::all_of(missing.begin(), missing.end(),
+                                            [&](int r) { return finishing_[static_cast<size_t>(r)]; });
     if (missing.empty() || !only_finishing) {
       ++it;
       continue;
     }
-    Response response;
-    response.kind = Response::Kind::Error;
-    response.status = RELAX_ERR_SHUTDOWN;
-    response.type = e.tensor.first().type;
-    response.joined = joined_;
-    response.message = request_type_name(response.type) + " '" + e.tensor.name + "' cannot complete: ranks " +
-                       rank_list(world_ranks_of(missing)) +
-                       " finished training and are shutting down (still serving the relaxed averaging of ranks "
-                       "that train on), so they will not submit it. Run operations that need every rank before "
-                       "any rank calls shutdown() or exits.";
     seq_by_name_.erase(e.tensor.name);
-    response.tensors.push_back(std::move(e.tensor));
-    responses.push_back(std::move(response));
+    responses.push_back(error_for(
+        e, RELAX_ERR_SHUTDOWN,
+        request_type_name(e.tensor.first().type) + " '" + e.tensor.name + "' cannot complete: ranks " +
+            rank_list(world_ranks_of(missing)) +
+            " finished training and are shutting down (still serving the relaxed averaging of ranks that train "
+            "on), so they will not submit it. Run operations that need every rank before any rank calls "
+            "shutdown() or exits."));
     it = entries_.erase(it);
   }
 }
@@ -362,13 +367,7 @@ void Coordinator::fail_deadlocked(std::vector<Response>& responses) {
       break;
     }
     std::vector<int> submitted, missing;
-    for (int r = 0; r < size_; ++r) {
-      if (entry.tensor.per_rank[static_cast<size_t>(r)]) {
-        submitted.push_back(r);
-      } else if (!joined_[static_cast<size_t>(r)]) {
-        missing.push_back(r);
-      }
-    }
+    split_ranks(entry, submitted, missing);
     pending += std::string(pending.empty() ? "" : "; ") + request_type_name(entry.tensor.first().type) + " '" +
                entry.tensor.name + "' submitted by ranks " + rank_list(world_ranks_of(submitted)) + ", not by " +
                rank_list(world_ranks_of(missing));
@@ -381,14 +380,7 @@ void Coordinator::fail_deadlocked(std::vector<Response>& responses) {
       "exception on some ranks only); names of unnamed operations count calls, so they differ too.";
   for (auto& [seq, entry] : entries_) {
     (void)seq;
-    Response response;
-    response.kind = Response::Kind::Error;
-    response.status = RELAX_ERR_STALLED;
-    response.type = entry.tensor.first().type;
-    response.message = message;
-    response.joined = joined_;
-    response.tensors.push_back(std::move(entry.tensor));
-    responses.push_back(std::move(response));
+    responses.push_back(error_for(entry, RELAX_ERR_STALLED, message));
   }
   entries_.clear();
   seq_by_name_.clear();
@@ -402,13 +394,9 @@ std::vector<StallInfo> Coordinator::stalled(double now, double age) const {
     StallInfo info;
     info.name = entry.tensor.name;
     info.waited_seconds = now - entry.first_seen;
-    for (int r = 0; r < size_; ++r) {
-      if (entry.tensor.per_rank[static_cast<size_t>(r)]) {
-        info.submitted.push_back(world_rank(r));
-      } else if (!joined_[static_cast<size_t>(r)]) {
-        info.missing.push_back(world_rank(r));
-      }
-    }
+    split_ranks(entry, info.submitted, info.missing);
+    info.submitted = world_ranks_of(info.submitted);
+    info.missing = world_ranks_of(info.missing);
     result.push_back(std::move(info));
   }
   return result;

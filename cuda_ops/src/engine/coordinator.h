@@ -117,6 +117,10 @@ class Coordinator {
   // Every member is blocked and nothing completed: fails every pending request, naming who
   // submitted each and who did not.
   void fail_deadlocked(std::vector<Response>& responses);
+  // Set ranks that submitted `e`, and those that did not and have not joined.
+  void split_ranks(const Entry& e, std::vector<int>& submitted, std::vector<int>& missing) const;
+  // The error response for pending entry `e` (its tensor moves in); the caller erases the entry.
+  Response error_for(Entry& e, int32_t status, std::string message) const;
   // Fails the pending requests that only finishing ranks (kFlagFinishing) have not submitted.
   void fail_left_to_finishing_ranks(std::vector<Response>& responses);
   int world_rank(int rank) const;

@@ -10,9 +10,9 @@
 #include "collectives/reduce.h"
 #include "engine/request_kind.h"
 #include "transport/mpi_context.h"
-#include "util/types.h"
 #include "util/logging.h"
 #include "util/text.h"
+#include "util/types.h"
 
 namespace relax {
 namespace {
