@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,11 +106,12 @@ def _set_reduce(args: _core.ReduceArgs, reduce_op: int) -> None:
     args.prescale = args.postscale = 1.0
 
 
-def _submit(request: _core.Request, name: str, keepalive: tuple[Any, ...], result: Any) -> DirectHandle:
-    handle = _core.lib().relax_enqueue(ctypes.byref(request), _core.ALLOC_FN(), _core.DONE_FN(), None)
+def _submit(request: _core.Request, name: str, keepalive: tuple[Any, ...], result: Any, alloc: Any = None,
+            handle_type: type[DirectHandle] = DirectHandle) -> DirectHandle:
+    handle = _core.lib().relax_enqueue(ctypes.byref(request), alloc or _core.ALLOC_FN(), _core.DONE_FN(), None)
     if handle == 0:
         _core.raise_last_error()
-    return DirectHandle(handle, name, keepalive, result)
+    return handle_type(handle, name, keepalive + (alloc,), result)
 
 
 def neighbor_average_async(src: Buffer, dst: Buffer, name: str, peers: Sequence[int], weights: Sequence[float],
@@ -191,19 +192,63 @@ def flat_broadcast_async(src: Buffer, dst: Buffer, root: int, name: str, keepali
     return _submit(request, name, hold + keepalive, result)
 
 
+def chunk_count(count: int, size: int, rank: int) -> int:
+    """Elements of ``rank``'s chunk when ``count`` elements are split over ``size`` ranks as the
+    reduce-scatter splits them (sizes differ by at most one, the larger chunks first)."""
+    return count // size + (1 if rank < count % size else 0)
+
+
 def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tuple[Any, ...] = (),
-                             result: Any = None) -> DirectHandle:
-    """Starts the sum reduce-scatter of a flat buffer over all ranks through the negotiated path:
-    ``dst`` receives this rank's contiguous chunk (``src.count`` split into ``size()`` chunks whose
-    sizes differ by at most one, the larger ones first); it must hold at least that many elements."""
+                             result: Any = None, average: bool = False) -> DirectHandle:
+    """Starts the sum (or, with ``average``, mean) reduce-scatter of a flat buffer over all ranks
+    through the negotiated path: ``dst`` receives this rank's contiguous chunk (see
+    :func:`chunk_count`); it must hold at least that many elements."""
     if src.dtype != dst.dtype or src.dtype not in DTYPES:
         raise ValueError(f"{name}: reduce-scatter needs matching float32/float64 buffers, got {src.dtype} and "
                          f"{dst.dtype}")
     request, hold = _request(_core.REQ_REDUCESCATTER, src, src, name)
     request.output = dst.address
     args = request.args.reducescatter
-    _set_reduce(args.reduce, 1)  # relax_reduce_op_t: Sum; no recv_counts: split evenly
+    _set_reduce(args.reduce, 0 if average else 1)  # relax_reduce_op_t: Average, Sum; no recv_counts: even split
     return _submit(request, name, hold + keepalive, result)
+
+
+class _Gathered:
+    """The output of an all-gather, allocated when the engine knows its size (every rank's chunk)."""
+
+    def __init__(self, allocate: Callable[[int], tuple[int, Any]]) -> None:
+        self.owner: Any = None
+        self._allocate = allocate
+        self.callback = _core.ALLOC_FN(self._alloc)
+
+    def _alloc(self, _user: Any, ndim: int, shape: Any) -> int | None:
+        count = 1
+        for i in range(ndim):
+            count *= shape[i]
+        address, self.owner = self._allocate(count)
+        return address
+
+
+def flat_allgather_async(src: Buffer, name: str, allocate: Callable[[int], tuple[int, Any]],
+                         keepalive: tuple[Any, ...] = (), process_set: int = 0) -> DirectHandle:
+    """Starts the all-gather of a flat buffer over ``process_set`` (an id) through the negotiated
+    path: every member's buffer concatenated in rank order (their lengths may differ).
+    ``allocate(count)`` is called once the total is known and returns (address, owner) of a buffer
+    of ``count`` elements of ``src.dtype``; ``wait()`` returns that owner."""
+    if src.dtype not in DTYPES:
+        raise ValueError(f"{name}: dtype {src.dtype} is not supported; use one of {sorted(DTYPES)}")
+    request, hold = _request(_core.REQ_ALLGATHER, src, src, name)
+    request.output = None
+    request.process_set = process_set
+    gathered = _Gathered(allocate)
+    return _submit(request, name, hold + keepalive, gathered, alloc=gathered.callback, handle_type=_GatherHandle)
+
+
+class _GatherHandle(DirectHandle):
+    """A started all-gather; ``wait()`` returns the owner of the gathered buffer."""
+
+    def wait(self) -> Any:
+        return super().wait().owner
 
 
 def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: str,
