@@ -1,5 +1,5 @@
-"""One algorithm, both frameworks, timed: the step time of every advisor mode (except DeAR, which
-Keras cannot run) in PyTorch and in Keras 3 on the same MLP, batch and ranks, the ratio
+"""One algorithm, both frameworks, timed: the step time of every advisor mode in PyTorch and in
+Keras 3 on the same MLP, batch and ranks, the ratio
 Keras / torch, and what relaxlib adds to each framework's own step ('local': no relaxlib).
 Each (framework, mode) runs in its own mpirun job, the jobs alternate, and the
 report quotes medians over jobs of the median step time (max over ranks).
@@ -27,7 +27,7 @@ from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-MODES = ("local", "allreduce", "compressed-fp16", "compressed-uint8", "compressed-sign", "decentralized-ring",
+MODES = ("local", "allreduce", "dear", "compressed-fp16", "compressed-uint8", "compressed-sign", "decentralized-ring",
          "decentralized-random", "partial-static", "async")
 
 

@@ -33,7 +33,7 @@ class KerasContext(TrainingContext):
     """Binds an Algorithm to a Keras 3 optimizer and the variables it trains."""
 
     capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average",
-                              "group_allreduce", "async_broadcast", "node_groups"})
+                              "group_allreduce", "async_broadcast", "node_groups", "reduce_scatter", "allgather"})
 
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
         check_supported(algorithm)
@@ -62,8 +62,11 @@ class KerasContext(TrainingContext):
     def parameters(self) -> list[ParamRef]:
         return list(self._refs)
 
-    def forward_order(self):
-        return None
+    def forward_order(self) -> list[tuple[int, int]]:
+        """The variables in the order given: Keras lists a model's trainable variables layer by
+        layer in the order the layers were built, forward order for Sequential and functional
+        models. Without forward hooks a layer need not stay in one bucket: each variable is its own unit."""
+        return [(ref.index, ref.index) for ref in self._refs]
 
     def watch_buckets(self, buckets) -> None:
         raise NotImplementedError(f"forward hooks {UNSUPPORTED}")
@@ -117,6 +120,9 @@ class KerasContext(TrainingContext):
     def zeros(self, numel: int):
         return np.zeros(numel, np.float32)
 
+    def concat(self, tensors: list) -> np.ndarray:
+        return np.concatenate(tensors)
+
     def neighbor_average_async(self, flat, name: str, peers: list[int], weights: list[float], self_weight: float,
                                codec: str | None = None, estimates=None, consensus_step: float = 1.0, out=None):
         out = np.empty_like(flat) if out is None or out.shape != flat.shape or out.dtype != flat.dtype else out
@@ -148,7 +154,9 @@ class KerasContext(TrainingContext):
         return functions.broadcast_object(obj, root_rank=root)
 
     def reduce_scatter_async(self, flat, name: str):
-        raise NotImplementedError(f"reduce-scatter {UNSUPPORTED}")
+        out = np.empty(direct.chunk_count(flat.size, self.size, self.rank), flat.dtype)
+        return direct.flat_reducescatter_async(Buffer.of(flat), Buffer.of(out), name, keepalive=(flat, out),
+                                               result=out, average=True)
 
     def broadcast_async(self, tensor, root: int, name: str, group=None):
         src = np.ascontiguousarray(tensor).reshape(-1)
@@ -157,7 +165,13 @@ class KerasContext(TrainingContext):
                                            process_set=process_set_id(group))
 
     def allgather_async(self, shard, name: str):
-        raise NotImplementedError(f"allgather {UNSUPPORTED}")
+        src = np.ascontiguousarray(shard).reshape(-1)
+
+        def allocate(count: int) -> tuple[int, np.ndarray]:
+            out = np.empty(count, src.dtype)
+            return out.ctypes.data, out
+
+        return direct.flat_allgather_async(Buffer.of(src), name, allocate, keepalive=(src,))
 
     def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None):
         return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average,

@@ -133,6 +133,9 @@ class TorchContext(TrainingContext):
     def zeros(self, numel: int) -> torch.Tensor:
         return torch.zeros(numel, dtype=torch.float32)
 
+    def concat(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(tensors)
+
     def neighbor_average_async(self, flat: torch.Tensor, name: str, peers: list[int], weights: list[float],
                                self_weight: float, codec: str | None = None, estimates=None,
                                consensus_step: float = 1.0, out=None) -> direct.DirectHandle:

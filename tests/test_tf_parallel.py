@@ -28,6 +28,11 @@ def test_keras_compression_algorithms():
     assert run.returncode == 0, run.report()
 
 
+def test_keras_dear():
+    run = run_pytest_on_ranks(3, "tf_dear.py", per_test_timeout=300)  # 3 ranks: uneven reduce-scatter chunks
+    assert run.returncode == 0, run.report()
+
+
 @pytest.mark.parametrize("np_", [2, 4])
 def test_torch_and_keras_conformance(np_):
     run = run_pytest_on_ranks(np_, "conformance.py", per_test_timeout=300)

@@ -117,6 +117,10 @@ class TrainingContext(ABC):
     def zeros(self, numel: int) -> Any:
         """A new flat float32 tensor of zeros."""
 
+    @abstractmethod
+    def concat(self, tensors: list[Any]) -> Any:
+        """A new flat tensor: ``tensors`` (flat, one dtype) one after another."""
+
     # -- communication --
     @abstractmethod
     def reduce_scatter_async(self, flat: Any, name: str) -> Any:

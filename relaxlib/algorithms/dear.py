@@ -16,6 +16,12 @@ next hook.
 
 The update math is the wrapped optimizer's, applied per bucket with the hyper-parameters of its
 own step, so training is the same as with all-reduce (bitwise with two ranks).
+
+A binding without forward hooks (Keras) runs the same schedule up to the all-gathers and then
+applies the whole step in ``optimizer.step()``, in one optimizer call once every all-gather has
+landed: the reduce-scatters and all-gathers of all buckets still run back to back in the engine,
+but none of them overlaps backward or the next forward, and optimizer-wide features (global-norm
+clipping, moving averages, the iteration count) see one step, as with all-reduce.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ class DeAR(Algorithm):
     needs_model = True
 
     def requirements(self) -> frozenset[str]:
-        return frozenset({"forward_hooks", "reduce_scatter", "allgather"})
+        return frozenset({"reduce_scatter", "allgather"})  # forward hooks are used where the binding has them
 
     def __init__(self, fusion_mb: float = 25, tune: bool = False, tune_trials: int = 10, tune_steps: int = 4) -> None:
         if fusion_mb <= 0:
@@ -105,10 +111,14 @@ class DeAR(Algorithm):
         # forward proceeds, instead of waiting for each previous bucket's hook to start the next.
         for bucket in self._pending:
             self._start_allgather(ctx, bucket)
-        if self._leftover is not None:  # used outside any module: update before the next forward
+        if "forward_hooks" not in ctx.capabilities:
+            self.flush(ctx)
+        elif self._leftover is not None:  # used outside any module: update before the next forward
             self._apply(ctx, self._leftover)
 
     def flush(self, ctx: TrainingContext) -> None:
+        if "forward_hooks" not in ctx.capabilities:
+            self._apply_together(ctx)
         while self._pending:
             self._apply(ctx, self._pending[0])
 
@@ -134,6 +144,19 @@ class DeAR(Algorithm):
         full = ctx.wait(self._allgathers.pop(bucket))
         ctx.apply_update(self._buckets[bucket], self._snapshot, flat_grads=full)
         self._pending.remove(bucket)
+
+    def _apply_together(self, ctx: TrainingContext) -> None:
+        """Without forward hooks: every pending bucket's update in one optimizer call."""
+        if not self._pending:
+            return
+        for bucket in self._pending:
+            self._start_allgather(ctx, bucket)
+        indices, fulls = [], []
+        for bucket in self._pending:
+            fulls.append(ctx.wait(self._allgathers.pop(bucket)))
+            indices.extend(self._buckets[bucket])
+        self._pending = []
+        ctx.apply_update(indices, self._snapshot, flat_grads=ctx.concat(fulls))
 
     def _clip(self, ctx: TrainingContext) -> None:
         if not ctx.max_grad_norm:
@@ -162,7 +185,8 @@ class DeAR(Algorithm):
         self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
         self._ready = [0] * len(self._buckets)
         self._buffers = {}
-        ctx.watch_buckets(buckets)
+        if "forward_hooks" in ctx.capabilities:
+            ctx.watch_buckets(buckets)
 
     def _tuning_tick(self, ctx: TrainingContext) -> float | None:
         """Measures iteration times and moves the search on; returns a new fusion size when the

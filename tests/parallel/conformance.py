@@ -21,6 +21,7 @@ import relaxlib_torch as torch_hvd
 from relaxlib.algorithms import (
     AllReduce,
     CompressedScatterReduce,
+    DeAR,
     Decentralized,
     OneBitAdam,
     PartialAllReduce,
@@ -42,16 +43,29 @@ def gradients(step: int) -> list[np.ndarray]:
     return [(rng.standard_normal(shape) * (1 + i)).astype(np.float32) for i, shape in enumerate(SHAPES)]
 
 
+class Linear(torch.nn.Module):
+    """One parameter w; forward(g) = <w, g> (a module, so that DeAR's forward hooks see it)."""
+
+    def __init__(self, weight: np.ndarray) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.from_numpy(weight.copy()))
+
+    def forward(self, g: torch.Tensor) -> torch.Tensor:
+        return (self.w * g).sum()
+
+
 def run_torch(algorithm, optimizer: str) -> list[np.ndarray]:
-    params = [torch.nn.Parameter(torch.from_numpy(w.copy())) for w in initial_weights()]
+    model = torch.nn.ModuleList(Linear(w) for w in initial_weights())
+    params = [layer.w for layer in model]
     inner = torch.optim.SGD(params, lr=0.05, momentum=0.9) if optimizer == "sgd" else torch.optim.Adam(params, lr=0.01)
     opt = torch_hvd.DistributedOptimizer(inner, named_parameters=[(f"w{i}", p) for i, p in enumerate(params)],
-                                         algorithm=algorithm)
+                                         algorithm=algorithm, model=model if algorithm.needs_model else None)
     for step in range(STEPS):
         opt.zero_grad()
-        loss = sum((p * torch.from_numpy(g)).sum() for p, g in zip(params, gradients(step)))
+        loss = sum(layer(torch.from_numpy(g)) for layer, g in zip(model, gradients(step)))
         loss.backward()
         opt.step()
+    opt.flush()  # DeAR applies the last step's update before the next forward
     if hasattr(algorithm, "average_now"):
         algorithm.average_now()
     return [p.detach().numpy().copy() for p in params]
@@ -65,6 +79,7 @@ def run_keras(algorithm, optimizer: str) -> list[np.ndarray]:
         with tf.GradientTape() as tape:
             loss = tf.add_n([tf.reduce_sum(v * g) for v, g in zip(variables, gradients(step))])
         opt.apply(tape.gradient(loss, variables), variables)
+    opt.flush()
     if hasattr(algorithm, "average_now"):
         algorithm.average_now()
     return [v.numpy() for v in variables]
@@ -72,6 +87,8 @@ def run_keras(algorithm, optimizer: str) -> list[np.ndarray]:
 
 CASES = {
     "allreduce": (lambda: AllReduce(), "sgd", False),
+    "dear": (lambda: DeAR(fusion_mb=64 / (1 << 20)), "sgd", False),  # 64-byte buckets: several per model
+    "dear-adam": (lambda: DeAR(fusion_mb=64 / (1 << 20)), "adam", False),
     "compressed-fp16": (lambda: CompressedScatterReduce("fp16"), "sgd", False),
     "compressed-uint8": (lambda: CompressedScatterReduce("uint8"), "sgd", True),
     "compressed-sign": (lambda: CompressedScatterReduce("sign"), "sgd", True),

@@ -12,7 +12,7 @@ from compression_model import Model, inputs
 from sklearn.datasets import load_digits
 
 import relaxlib_tf as hvd
-from relaxlib.algorithms import Algorithm, CompressedScatterReduce, DeAR, OneBitAdam
+from relaxlib.algorithms import Algorithm, CompressedScatterReduce, OneBitAdam
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -169,8 +169,12 @@ def test_hierarchical_compression_trains_digits():
 
 
 def test_what_keras_cannot_run_is_named():
-    with pytest.raises(NotImplementedError, match="forward"):
-        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=DeAR())
+    class PerLayer(Algorithm):  # needs forward hooks, which Keras does not have
+        def requirements(self):
+            return frozenset({"forward_hooks"})
+
+    with pytest.raises(NotImplementedError, match="PerLayer needs hooks before each module's forward"):
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=PerLayer())
 
     class Plain(Algorithm):  # uses nothing optional: accepted
         def step(self, ctx):
