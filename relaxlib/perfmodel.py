@@ -34,7 +34,9 @@ class Workload:
     all-gather steps when calibrated apart (0: ``alpha_s``); ``exchange_bytes_per_s``: bandwidth
     of the whole-model point-to-point exchanges of decentralized and partial modes when
     calibrated apart (0: ``bandwidth_bytes_per_s``); ``codec_bytes_per_s``: encode + decode throughput per codec
-    (float32 bytes handled per second); ``batch``: samples per rank and iteration."""
+    (float32 bytes handled per second); ``batch``: samples per rank and iteration; ``hooks``:
+    whether the framework lets communication start during backward and end during the next
+    forward (PyTorch's hooks); without (Keras) every bucket is ready when backward ends."""
 
     ranks: int
     alpha_s: float
@@ -49,6 +51,7 @@ class Workload:
     sync_interval_s: float = 0.05
     reduce_scatter_alpha_s: float = 0.0  # α of a reduce-scatter / all-gather step (0: alpha_s)
     exchange_bytes_per_s: float = 0.0  # point-to-point bandwidth of model exchanges (0: bandwidth)
+    hooks: bool = True  # PyTorch's hooks: communication overlaps compute; Keras has none
 
     @property
     def model_bytes(self) -> float:
@@ -101,7 +104,10 @@ def pipeline_end(ready: list[float], costs: list[float]) -> float:
 
 
 def _ready_times(w: Workload, compute: float) -> list[float]:
-    """When each bucket's gradient is complete within a backward pass of ``compute`` seconds."""
+    """When each bucket's gradient is complete (to communication) within a backward pass of
+    ``compute`` seconds."""
+    if not w.hooks:
+        return [compute] * len(w.buckets)
     total = w.model_bytes or 1.0
     times, done = [], 0.0
     for b in w.buckets:
@@ -144,6 +150,8 @@ def predict_dear(w: Workload) -> Prediction:
     for b in forward_order:
         ag_end += reduce_scatter_time(n, b, a, bw)
         compute_end = max(compute_end, ag_end) + forward * b / total
+    if not w.hooks:  # the step applies every bucket: the next forward starts after the last all-gather
+        compute_end = ag_end + forward
     ag_exposed = compute_end - forward
     exposed = rs_exposed + ag_exposed
     return _lock_step(w, "dear", 2 * sum(rs), exposed, 2 * (n - 1) / n * w.model_bytes)

@@ -36,4 +36,5 @@ def advise(model, sample_batch, loss_fn=None, reps: int = 3, show: bool = True):
         backward.append(time.perf_counter() - middle)
     sizes = gradient_bytes(variables)
     batch = int(tf.shape(sample_batch)[0]) if hasattr(sample_batch, "shape") else 1
-    return advisor.advise(statistics.median(forward[1:]), statistics.median(backward[1:]), sizes, batch, show=show)
+    return advisor.advise(statistics.median(forward[1:]), statistics.median(backward[1:]), sizes, batch, show=show,
+                          hooks=False)  # Keras has no gradient or forward hooks: nothing overlaps compute

@@ -52,6 +52,17 @@ def test_dear_hides_allgather_behind_forward():
     assert p.step_s == pytest.approx(2.0 + 2 * rs)
 
 
+def test_without_hooks_nothing_overlaps_compute():
+    """Keras: every bucket is ready when backward ends and DeAR's step applies every bucket, so
+    all-reduce exposes all of its communication and DeAR's split saves nothing."""
+    allreduce = pm.predict_allreduce(workload(hooks=False))
+    assert allreduce.exposed_comm_s == pytest.approx(2 * 0.0606)
+    dear = pm.predict_dear(workload(hooks=False))
+    assert dear.exposed_comm_s == pytest.approx(4 * 0.0303)
+    assert dear.step_s == pytest.approx(allreduce.step_s)
+    assert pm.predict_dear(workload()).step_s < dear.step_s
+
+
 def test_compressed_costs_wire_and_codec():
     p = pm.predict_compressed(workload(), "uint8")
     ratio = CODECS["uint8"].ratio  # the core's encoded size, chunk header included

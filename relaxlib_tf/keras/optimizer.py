@@ -53,7 +53,8 @@ class _DistributedMixin:
         recorder.end_step()
         if recorder.advise_at and len(recorder) == recorder.advise_at - 1:
             recorder.advise_at = 0
-            predictions = advisor.advise_from_telemetry(recorder.records(), gradient_bytes(self._trainable_variables))
+            predictions = advisor.advise_from_telemetry(recorder.records(), gradient_bytes(self._trainable_variables),
+                                                        hooks=False)
             auto.finish_phase(predictions, runs_in_keras,
                               hard_exit=True)  # SystemExit would become an op error in a py_function
 
