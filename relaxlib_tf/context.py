@@ -1,10 +1,13 @@
-"""The TensorFlow implementation of relaxlib's TrainingContext, for Keras 3 optimizers.
+"""The TensorFlow implementations of relaxlib's TrainingContext, for Keras 3 optimizers.
 
-Algorithms see flat numpy arrays (host memory the core reads and writes directly); weights move
-between them and the Keras variables once per step. It runs eagerly: inside ``tf.function`` the
-Keras optimizer reaches it through ``tf.py_function``. Keras has no per-variable gradient hooks
-and no forward hooks, so an algorithm's communication starts when the optimizer applies the step
-(no overlap with backward) and DeAR, which needs forward hooks, is not available.
+``KerasContext`` hands algorithms flat numpy arrays (host memory the core reads and writes
+directly); weights move between them and the Keras variables once per step. It runs eagerly:
+inside ``tf.function`` the Keras optimizer reaches it through ``tf.py_function``.
+``relaxlib_tf.graph_context.KerasGraphContext`` runs an algorithm whose step can be traced
+(``Algorithm.traceable``, e.g. DeAR) as TensorFlow ops inside ``tf.function`` instead. Keras has
+no per-variable gradient hooks and no forward hooks: an algorithm's step starts when the
+optimizer applies it; only inside a traced step can TF's dataflow start a bucket's communication
+while backward still computes other layers.
 """
 
 from __future__ import annotations
@@ -29,16 +32,12 @@ def check_supported(algorithm: Algorithm) -> None:
                                   "Keras DistributedOptimizer does not offer (it runs in PyTorch)")
 
 
-class KerasContext(TrainingContext):
-    """Binds an Algorithm to a Keras 3 optimizer and the variables it trains."""
-
-    capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average",
-                              "group_allreduce", "async_broadcast", "node_groups", "reduce_scatter", "allgather"})
+class KerasBinding(TrainingContext):
+    """What both Keras contexts share: the variables, their order, the optimizer's
+    hyper-parameters and its update. Subclasses say how a flat tensor maps onto the variables."""
 
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
-        check_supported(algorithm)
         self.applied = False  # whether this step's update went through the wrapped optimizer
-        self._nodes = None
         self._optimizer = optimizer  # the wrapped optimizer's own update (no communication)
         self._variables = list(variables)
         self._algorithm = algorithm
@@ -53,11 +52,9 @@ class KerasContext(TrainingContext):
                       for i, (v, dtype) in enumerate(zip(self._variables, dtypes))]
 
     def set_gradients(self, grads: list) -> None:
-        """This step's gradients (numpy or tensors; None where a variable has none)."""
+        """This step's gradients (None where a variable has none)."""
         self._grads = list(grads)
         self.applied = False
-
-    # -- TrainingContext --
 
     def parameters(self) -> list[ParamRef]:
         return list(self._refs)
@@ -71,10 +68,61 @@ class KerasContext(TrainingContext):
     def watch_buckets(self, buckets) -> None:
         raise NotImplementedError(f"forward hooks {UNSUPPORTED}")
 
+    def _slices(self, indices: list[int], flat):
+        """(variable, the slice of ``flat`` shaped like it) for the variables of ``indices``."""
+        raise NotImplementedError
+
+    def snapshot(self):
+        """One parameter group in torch.optim's vocabulary: ``lr`` always; ``betas`` for Adam-like
+        optimizers; SGD's ``momentum``, ``dampening``, ``nesterov``, ``weight_decay`` only for a
+        Keras SGD whose step an algorithm may take over exactly (constant learning rate, no weight
+        decay, no clipping, no EMA): Keras' SGD then equals torch's (v = m v - lr g is -lr times
+        torch's buffer). Otherwise algorithms hand averaged gradients to the Keras optimizer."""
+        opt = self._optimizer
+        with tf.init_scope():  # host values, also while a step is traced
+            group = {"lr": float(np.asarray(opt.learning_rate))}
+        if hasattr(opt, "beta_1") and hasattr(opt, "beta_2"):
+            group["betas"] = (float(opt.beta_1), float(opt.beta_2))
+        import keras
+
+        plain = (isinstance(opt, keras.optimizers.SGD) and not opt.weight_decay and opt.clipnorm is None
+                 and opt.clipvalue is None and opt.global_clipnorm is None and not opt.use_ema
+                 and not isinstance(opt._learning_rate, keras.optimizers.schedules.LearningRateSchedule))
+        if plain:
+            group.update(momentum=float(opt.momentum), dampening=0.0, nesterov=bool(opt.nesterov), weight_decay=0.0,
+                         maximize=False)
+        return [group]
+
+    def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
+        """The wrapped Keras optimizer's update (it reads its own hyper-parameters, so ``snapshot``
+        is not needed): one call, so Keras counts one iteration."""
+        variables = [self._variables[i] for i in indices]
+        if flat_grads is not None:
+            grads = [value for _, value in self._slices(indices, flat_grads)]
+        else:
+            grads = [self._grads[i] for i in indices]
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        self.applied = True
+        if pairs:
+            self._optimizer.local_apply([tf.convert_to_tensor(g, dtype=v.dtype) for g, v in pairs],
+                                        [v for _, v in pairs])
+
+
+class KerasContext(KerasBinding):
+    """Binds an Algorithm to a Keras 3 optimizer and the variables it trains, on host arrays."""
+
+    capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average",
+                              "group_allreduce", "async_broadcast", "node_groups", "reduce_scatter", "allgather"})
+
+    def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
+        check_supported(algorithm)
+        super().__init__(optimizer, variables, algorithm)
+        self._nodes = None
+
     def _flatten(self, arrays, indices: list[int], out):
         total = sum(self._refs[i].numel for i in indices)
         dtype = np.dtype(self._refs[indices[0]].dtype) if indices else np.float32
-        if out is None or out.size != total or out.dtype != dtype:
+        if not isinstance(out, np.ndarray) or out.size != total or out.dtype != dtype:
             out = np.empty(total, dtype)
         offset = 0
         for i in indices:
@@ -184,37 +232,3 @@ class KerasContext(TrainingContext):
         if self._nodes is None:
             self._nodes = node_process_sets(functions.allgather_object)
         return self._nodes
-
-    # -- optimizer --
-
-    def snapshot(self):
-        """One parameter group in torch.optim's vocabulary: ``lr`` always; ``betas`` for Adam-like
-        optimizers; SGD's ``momentum``, ``dampening``, ``nesterov``, ``weight_decay`` only for a
-        Keras SGD whose step an algorithm may take over exactly (constant learning rate, no weight
-        decay, no clipping, no EMA): Keras' SGD then equals torch's (v = m v - lr g is -lr times
-        torch's buffer). Otherwise algorithms hand averaged gradients to the Keras optimizer."""
-        opt = self._optimizer
-        group = {"lr": float(np.asarray(opt.learning_rate))}
-        if hasattr(opt, "beta_1") and hasattr(opt, "beta_2"):
-            group["betas"] = (float(opt.beta_1), float(opt.beta_2))
-        import keras
-
-        plain = (isinstance(opt, keras.optimizers.SGD) and not opt.weight_decay and opt.clipnorm is None
-                 and opt.clipvalue is None and opt.global_clipnorm is None and not opt.use_ema
-                 and not isinstance(opt._learning_rate, keras.optimizers.schedules.LearningRateSchedule))
-        if plain:
-            group.update(momentum=float(opt.momentum), dampening=0.0, nesterov=bool(opt.nesterov), weight_decay=0.0,
-                         maximize=False)
-        return [group]
-
-    def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
-        variables = [self._variables[i] for i in indices]
-        if flat_grads is not None:
-            grads = [value for _, value in self._slices(indices, flat_grads)]
-        else:
-            grads = [self._grads[i] for i in indices]
-        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
-        self.applied = True
-        if pairs:
-            self._optimizer.local_apply([tf.convert_to_tensor(g, dtype=v.dtype) for g, v in pairs],
-                                        [v for _, v in pairs])

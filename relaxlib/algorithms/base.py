@@ -207,6 +207,10 @@ class Algorithm:
 
     name = "algorithm"
     needs_model = False
+    # Whether step() only chains the context's collectives and updates, reads no host value from
+    # them and does the same every step: a graph framework (TensorFlow inside tf.function) may
+    # then trace it once as ops instead of calling it on host arrays every step.
+    traceable = False
 
     def requirements(self) -> frozenset[str]:
         """The optional context capabilities (``CAPABILITIES``) this configuration uses; a binding

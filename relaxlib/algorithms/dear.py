@@ -49,6 +49,11 @@ class DeAR(Algorithm):
     def requirements(self) -> frozenset[str]:
         return frozenset({"reduce_scatter", "allgather"})  # forward hooks are used where the binding has them
 
+    @property
+    def traceable(self) -> bool:
+        """Every step the same ops, except while tuning (timed trials re-bucket between steps)."""
+        return not self.tune
+
     def __init__(self, fusion_mb: float = 25, tune: bool = False, tune_trials: int = 10, tune_steps: int = 4) -> None:
         if fusion_mb <= 0:
             raise ValueError("fusion_mb must be positive")

@@ -17,7 +17,9 @@ from relaxlib.basics import Average
 from relaxlib.process_sets import global_process_set
 from relaxlib_tf.advise import gradient_bytes
 from relaxlib_tf.compression import Compression
+from relaxlib_tf.context import KerasContext
 from relaxlib_tf.gradient_tape import GradientReducer, check_algorithm, runs_in_keras
+from relaxlib_tf.graph_context import KerasGraphContext, runs_in_graph
 
 
 class _DistributedMixin:
@@ -95,8 +97,11 @@ class _DistributedMixin:
         if tf.executing_eagerly():
             self._relax_algorithm_step(grads, variables)
             return
-        # Algorithms work on host arrays in Python: inside tf.function (model.fit) they run as a
-        # py_function, which executes eagerly in program order with the rest of the step.
+        if runs_in_graph(self._relax_algorithm):  # traced as TF ops into the step's graph
+            self._relax_algorithm_step(grads, variables, traced=True)
+            return
+        # Other algorithms work on host arrays in Python: inside tf.function (model.fit) they run
+        # as a py_function, which executes eagerly in program order with the rest of the step.
         missing = [g is None for g in grads]
         dense = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
 
@@ -106,14 +111,21 @@ class _DistributedMixin:
 
         tf.py_function(eager_step, dense, Tout=[])
 
-    def _relax_algorithm_step(self, grads, variables) -> None:
-        if self._relax_context is None:
-            from relaxlib_tf.context import KerasContext
-
-            self._relax_context = KerasContext(self, variables, self._relax_algorithm)
-            self._relax_algorithm.setup(self._relax_context)
-        ctx = self._relax_context
-        ctx.set_gradients([None if g is None else np.asarray(g) for g in grads])
+    def _relax_algorithm_step(self, grads, variables, traced: bool = False) -> None:
+        """One step of the algorithm on host arrays, or (``traced``) as ops of the traced step."""
+        if traced:
+            if self._relax_graph_context is None:
+                self._relax_graph_context = KerasGraphContext(self, variables, self._relax_algorithm)
+            ctx = self._relax_graph_context
+        else:
+            if self._relax_context is None:
+                self._relax_context = KerasContext(self, variables, self._relax_algorithm)
+            ctx = self._relax_context
+            grads = [None if g is None else np.asarray(g) for g in grads]
+        if not self._relax_set_up:
+            self._relax_algorithm.setup(ctx)
+            self._relax_set_up = True
+        ctx.set_gradients(grads)
         self._relax_algorithm.step(ctx)
         if not ctx.applied:  # the algorithm updated the variables itself: count the step as Keras would
             self.iterations.assign_add(1)
@@ -122,8 +134,9 @@ class _DistributedMixin:
     def flush(self) -> None:
         """Applies every update the algorithm deferred, so the variables are current (call it
         before evaluating or saving; a no-op without an algorithm)."""
-        if self._relax_algorithm is not None and self._relax_context is not None:
-            self._relax_algorithm.flush(self._relax_context)
+        ctx = self._relax_context or self._relax_graph_context
+        if self._relax_algorithm is not None and ctx is not None:
+            self._relax_algorithm.flush(ctx)
 
     def join(self) -> int:
         """This rank ran out of data (model-averaging algorithms): serves the peers that still
@@ -197,5 +210,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._relax_accumulators = None
     wrapped._relax_algorithm = relaxation
     wrapped._relax_context = None
+    wrapped._relax_graph_context = None
+    wrapped._relax_set_up = False
     wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped

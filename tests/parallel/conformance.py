@@ -71,14 +71,20 @@ def run_torch(algorithm, optimizer: str) -> list[np.ndarray]:
     return [p.detach().numpy().copy() for p in params]
 
 
-def run_keras(algorithm, optimizer: str) -> list[np.ndarray]:
+def run_keras(algorithm, optimizer: str, traced: bool = False) -> list[np.ndarray]:
+    """``traced``: each step inside tf.function (a traceable algorithm becomes TF ops)."""
     variables = [tf.Variable(w.copy()) for w in initial_weights()]
     inner = keras.optimizers.SGD(0.05, momentum=0.9) if optimizer == "sgd" else keras.optimizers.Adam(0.01)
     opt = keras_hvd.DistributedOptimizer(inner, algorithm=algorithm)
-    for step in range(STEPS):
+
+    def step(grads):
         with tf.GradientTape() as tape:
-            loss = tf.add_n([tf.reduce_sum(v * g) for v, g in zip(variables, gradients(step))])
+            loss = tf.add_n([tf.reduce_sum(v * g) for v, g in zip(variables, grads)])
         opt.apply(tape.gradient(loss, variables), variables)
+
+    run = tf.function(step) if traced else step
+    for s in range(STEPS):
+        run([tf.constant(g) for g in gradients(s)])
     opt.flush()
     if hasattr(algorithm, "average_now"):
         algorithm.average_now()
@@ -105,11 +111,15 @@ CASES = {
 def test_torch_and_keras_end_with_the_same_parameters(case):
     factory, optimizer, bitwise = CASES[case]
     torch_weights = run_torch(factory(), optimizer)
-    keras_weights = run_keras(factory(), optimizer)
+    keras_runs = {"eager": run_keras(factory(), optimizer)}
+    if factory().traceable:
+        keras_runs["traced"] = run_keras(factory(), optimizer, traced=True)
     start = initial_weights()
-    for i, (mine, theirs, before) in enumerate(zip(torch_weights, keras_weights, start)):
-        assert not np.array_equal(mine, before), f"{case}: parameter {i} never moved"
-        if bitwise:
-            np.testing.assert_array_equal(mine, theirs, err_msg=f"{case}: parameter {i}")
-        else:
-            np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6, err_msg=f"{case}: parameter {i}")
+    for how, keras_weights in keras_runs.items():
+        for i, (mine, theirs, before) in enumerate(zip(torch_weights, keras_weights, start)):
+            assert not np.array_equal(mine, before), f"{case}: parameter {i} never moved"
+            message = f"{case}, Keras {how}: parameter {i}"
+            if bitwise:
+                np.testing.assert_array_equal(mine, theirs, err_msg=message)
+            else:
+                np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6, err_msg=message)

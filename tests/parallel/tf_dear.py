@@ -1,5 +1,6 @@
 """DeAR in the Keras DistributedOptimizer on real ranks: bucketed reduce-scatter and all-gather
-through the core, the step applied by the wrapped Keras optimizer in one call. Trained on digits,
+through the core (host arrays in a custom loop, TF ops traced into model.fit's train function),
+the step applied by the wrapped Keras optimizer in one call. Trained on digits,
 the weights equal all-reduce's bit for bit (custom loop and model.fit, SGD with momentum and Adam
 with global-norm clipping, whose norm must span every bucket), also while DeAR tunes its bucket
 size; a model that differs between ranks fails on every rank with the mismatch named."""
@@ -62,6 +63,8 @@ def test_dear_trains_exactly_as_all_reduce(optimizer, use_fit):
                               .get_weights()[0]), "training did not move the weights"
     assert_same_weights(net, reference)
     assert int(opt.iterations.numpy()) == int(reference_opt.iterations.numpy())  # one Keras step per step
+    # model.fit traces DeAR's step into the train function as TF ops; a custom loop runs it eagerly
+    assert (opt._relax_graph_context is not None) == use_fit and (opt._relax_context is not None) != use_fit
 
 
 def test_dear_tuning_its_bucket_size_stays_exact():
@@ -73,14 +76,19 @@ def test_dear_tuning_its_bucket_size_stays_exact():
     assert_same_weights(net, reference)
 
 
-def test_a_model_that_differs_between_ranks_fails_on_every_rank():
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_model_that_differs_between_ranks_fails_on_every_rank(traced):
     keras.utils.set_random_seed(0)
     net = keras.Sequential([keras.Input((8,)), keras.layers.Dense(5 + RANK)])
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=DeAR())
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(net(tf.ones((2, 8))))
-    grads = tape.gradient(loss, net.trainable_variables)
-    with pytest.raises(relaxlib.MismatchError, match="Mismatched reducescatter shapes for 'dear.rs.0'"):
-        opt.apply(grads, net.trainable_variables)
-    out = hvd.allreduce(tf.ones(3), name="dear.after.mismatch")  # the job goes on
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(net(tf.ones((2, 8))))
+        opt.apply(tape.gradient(loss, net.trainable_variables), net.trainable_variables)
+
+    error = tf.errors.OpError if traced else relaxlib.MismatchError
+    with pytest.raises(error, match="Mismatched reducescatter shapes for 'dear.rs.0'"):
+        (tf.function(step) if traced else step)()
+    out = hvd.allreduce(tf.ones(3), name=f"dear.after.mismatch.{traced}")  # the job goes on
     np.testing.assert_array_equal(out.numpy(), np.ones(3))
