@@ -5,10 +5,12 @@ Each (framework, mode) runs in its own mpirun job, the jobs alternate, and the
 report quotes medians over jobs of the median step time (max over ranks).
 
     python benchmarks/framework_steps.py --np 2 --reps 3
+    python benchmarks/framework_steps.py --np 2 --reps 2 --width 512 --bandwidth 1000   (root)
 
-The ranks share this machine's memory (no shaped link): the figures say what each binding adds
-around the same core, not what a slow network would make of it. Writes
-benchmarks/results/framework_steps.json (or --out).
+By default the ranks share this machine's memory: the figures say what each binding adds around
+the same core. ``--bandwidth`` (Mbit/s per rank link) runs every job in network namespaces behind
+``tc tbf`` (benchmarks/netem.py), so communication costs what it would on that link. Writes
+benchmarks/results/framework_steps.json (framework_steps_<bandwidth>mbit.json; or --out).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--reps", type=int, default=3, help="jobs per (framework, mode), alternated")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per job")
+    parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
     parser.add_argument("--out", help="JSON report path")
     parser.add_argument("--worker", choices=["torch", "keras"], help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -137,16 +140,30 @@ def run_job(args, framework: str, mode: str) -> float | None:
         argv = [sys.executable, __file__, "--worker", framework, "--mode", mode, "--result", str(result),
                 "--width", str(args.width), "--layers", str(args.layers), "--batch-size", str(args.batch_size),
                 "--warmup", str(args.warmup), "--steps", str(args.steps)]
+        env = mpirun_environment(TF_CPP_MIN_LOG_LEVEL="3")
+        log = Path(tmp) / "job.log"
         try:
-            proc = subprocess.run(mpirun_argv(args.np, argv, oversubscribe=True), env=mpirun_environment(
-                TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True, text=True, timeout=args.timeout)
+            with log.open("w") as out:
+                code = launch(args, argv, env, out)
         except subprocess.TimeoutExpired:
             print(f"{framework} {mode}: timed out after {args.timeout} s")
             return None
-        if proc.returncode != 0 or not result.exists():
-            print(f"{framework} {mode}: failed\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        if code != 0 or not result.exists():
+            print(f"{framework} {mode}: failed\n{log.read_text()[-4000:]}")
             return None
         return json.loads(result.read_text())["step_s"]
+
+
+def launch(args, argv: list[str], env: dict, out) -> int:
+    """Runs one job's ranks, on this machine or (``--bandwidth``) on shaped links; returns the exit code."""
+    if not args.bandwidth:
+        return subprocess.run(mpirun_argv(args.np, argv, oversubscribe=True), env=env, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=args.timeout).returncode
+    from netem import ShapedNetwork
+
+    with ShapedNetwork(args.np, bandwidth_mbit=args.bandwidth) as net:
+        command = net.mpirun_command(args.np, export=["TF_CPP_MIN_LOG_LEVEL"], env=env) + argv
+        return net.run(command, timeout=args.timeout, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def main() -> None:
@@ -188,13 +205,16 @@ def main() -> None:
         print(f"{row['mode']:22s} {row['torch_ms']:9.2f} {row['keras_ms']:9.2f} {row['keras_over_torch']:12.2f} "
               f"{added}")
     report = {"benchmark": "framework_steps", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
-              "np": args.np, "reps": args.reps, "link": "shared memory (one machine)",
+              "np": args.np, "reps": args.reps,
+              "link": f"{args.bandwidth:g} Mbit/s per rank (tc tbf)" if args.bandwidth
+              else "shared memory (one machine)",
               "model": {"kind": "mlp", "width": args.width, "hidden_layers": args.layers,
                         "batch_per_rank": args.batch_size},
               "method": "each (framework, mode) in its own mpirun job, alternated; step time = median over steps "
                         "of the slowest rank's step; keras_over_torch = median of paired job ratios",
               "threads": "1 intra-op thread per rank in both frameworks", "results": rows}
-    out = Path(args.out) if args.out else RESULTS / "framework_steps.json"
+    suffix = f"_{int(args.bandwidth)}mbit" if args.bandwidth else ""
+    out = Path(args.out) if args.out else RESULTS / f"framework_steps{suffix}.json"
     out.write_text(json.dumps(report, indent=1))
     print(f"wrote {out}")
 

@@ -169,14 +169,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     over ranks once (one all-reduce per k batches; the optimizer steps every k-th call).
     ``compression``, ``sparse_as_dense``, ``op``, ``gradient_predivide_factor``: as for
     ``DistributedGradientTape``. ``algorithm``: None or ``AllReduce()`` (gradients all-reduced), or
-    a relaxation, which then owns the step: ``CompressedScatterReduce`` (not hierarchical),
+    a relaxation, which then owns the step: ``CompressedScatterReduce``,
     ``OneBitAdam``, the model-averaging ``Decentralized``, ``PartialAllReduce``,
-    ``AsyncModelAverage``, or your own ``Algorithm`` using what the Keras context offers. It runs
-    eagerly, inside ``model.fit`` through ``tf.py_function``, once per step after backward (Keras
-    has no gradient hooks, so nothing overlaps backward). For model averaging call
-    ``algorithm.average_now()`` at the end for identical models (``optimizer.join()`` when this
-    rank's data ends early; shutdown at exit joins otherwise). DeAR needs forward hooks and is
-    PyTorch-only; the error names what an algorithm lacks. An optimizer that has no variables yet is
+    ``AsyncModelAverage``, ``DeAR``, or your own ``Algorithm`` using what the Keras context offers
+    (the error names what an algorithm lacks). It runs once per step after backward (Keras has no
+    gradient or forward hooks): eagerly, and inside ``model.fit`` through ``tf.py_function``, or,
+    for a ``traceable`` algorithm (DeAR), traced into the step's graph as TF ops. For model
+    averaging call ``algorithm.average_now()`` at the end for identical models
+    (``optimizer.join()`` when this rank's data ends early; shutdown at exit joins otherwise).
+    An optimizer that has no variables yet is
     re-created from its config (as Horovod does); an already built one is converted in place,
     keeping its state."""
     if algorithm is None:
