@@ -95,14 +95,18 @@ class KerasBinding(TrainingContext):
 
     def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
         """The wrapped Keras optimizer's update (it reads its own hyper-parameters, so ``snapshot``
-        is not needed): one call, so Keras counts one iteration."""
+        is not needed). Keras counts an iteration per call: a second call in the same step takes
+        it back first, so the step count (Adam's bias correction, schedules) stays one per step;
+        global-norm clipping and moving averages still act per call, so algorithms make one."""
         variables = [self._variables[i] for i in indices]
         if flat_grads is not None:
             grads = [value for _, value in self._slices(indices, flat_grads)]
         else:
             grads = [self._grads[i] for i in indices]
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
-        self.applied = True
+        if pairs and self.applied:
+            self._optimizer.iterations.assign_sub(1)
+        self.applied = self.applied or bool(pairs)
         if pairs:
             self._optimizer.local_apply([tf.convert_to_tensor(g, dtype=v.dtype) for g, v in pairs],
                                         [v for _, v in pairs])

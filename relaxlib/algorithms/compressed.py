@@ -164,9 +164,10 @@ class CompressedScatterReduce(Algorithm):
             if coefficient < 1.0:
                 for g in averaged:
                     ctx.scale_(g, coefficient)
-        snapshot = ctx.snapshot()
-        for members, grads in zip(self._buckets, averaged):
-            ctx.apply_update(members, snapshot, flat_grads=grads)
+        # one optimizer call for every bucket: optimizer-wide state (Keras counts an iteration per
+        # call, global-norm clipping, moving averages) must see one step
+        ctx.apply_update([i for members in self._buckets for i in members], ctx.snapshot(),
+                         flat_grads=ctx.concat(averaged))
 
     def state_dict(self) -> dict:
         return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],

@@ -140,11 +140,15 @@ def test_sign_compresses_the_sgd_step_and_trains_digits():
     assert all(np.allclose(w, weights[0]) for w in weights)  # every rank holds the same model
 
 
-def test_uint8_with_adam_compresses_gradients():
-    _, reference, _ = train(None, keras.optimizers.Adam(0.005), epochs=3)
-    algorithm = CompressedScatterReduce(codec="uint8")
-    _, accuracy, _ = train(algorithm, keras.optimizers.Adam(0.005), epochs=3)
+@pytest.mark.parametrize("use_fit", [False, True])
+def test_uint8_with_adam_compresses_gradients(use_fit):
+    _, reference, _ = train(None, keras.optimizers.Adam(0.005), epochs=3, use_fit=use_fit)
+    algorithm = CompressedScatterReduce(codec="uint8", fusion_mb=4096 / (1 << 20))  # several buckets
+    _, accuracy, opt = train(algorithm, keras.optimizers.Adam(0.005), epochs=3, use_fit=use_fit)
     assert not algorithm.compresses_updates()
+    assert len(algorithm._buckets) > 1
+    batches = -(-1200 // SIZE // 32) if use_fit else 1200 // SIZE // 32
+    assert int(opt.iterations.numpy()) == 3 * batches  # Adam's step count: one per step, not per bucket
     assert accuracy >= reference - 0.02, (accuracy, reference)
 
 
