@@ -72,6 +72,14 @@ class KerasBinding(TrainingContext):
         """(variable, the slice of ``flat`` shaped like it) for the variables of ``indices``."""
         raise NotImplementedError
 
+    def set_params_from_flat(self, indices: list[int], flat) -> None:
+        for var, value in self._slices(indices, flat):
+            var.assign(value)
+
+    def add_to_params(self, indices: list[int], flat, alpha: float = 1.0) -> None:
+        for var, value in self._slices(indices, flat):
+            var.assign_add(value * alpha if alpha != 1.0 else value)
+
     def snapshot(self):
         """One parameter group in torch.optim's vocabulary: ``lr`` always; ``betas`` for Adam-like
         optimizers; SGD's ``momentum``, ``dampening``, ``nesterov``, ``weight_decay`` only for a
@@ -148,14 +156,6 @@ class KerasContext(KerasBinding):
             n = self._refs[i].numel
             yield self._variables[i], flat[offset:offset + n].reshape(self._variables[i].shape)
             offset += n
-
-    def set_params_from_flat(self, indices: list[int], flat) -> None:
-        for var, value in self._slices(indices, flat):
-            var.assign(value)
-
-    def add_to_params(self, indices: list[int], flat, alpha: float = 1.0) -> None:
-        for var, value in self._slices(indices, flat):
-            var.assign_add(value * alpha if alpha != 1.0 else value)
 
     def sum_of_squares(self, tensor) -> float:
         return float(np.dot(tensor.astype(np.float64), tensor.astype(np.float64)))

@@ -51,14 +51,6 @@ class KerasGraphContext(KerasBinding):
         for i, part in zip(indices, tf.split(flat, sizes)):
             yield self._variables[i], tf.reshape(part, self._variables[i].shape)
 
-    def set_params_from_flat(self, indices: list[int], flat) -> None:
-        for var, value in self._slices(indices, flat):
-            var.assign(value)
-
-    def add_to_params(self, indices: list[int], flat, alpha: float = 1.0) -> None:
-        for var, value in self._slices(indices, flat):
-            var.assign_add(value * alpha if alpha != 1.0 else value)
-
     def zeros(self, numel: int) -> tf.Tensor:
         return tf.zeros([numel], tf.float32)
 

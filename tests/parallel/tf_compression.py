@@ -5,11 +5,11 @@ exactly as torch's rule (fp16 equals all-reduce), digits trained with 1-bit comp
 algorithms the Keras context cannot run refused by naming what they lack."""
 
 import keras
+import keras_digits
 import numpy as np
 import pytest
 import tensorflow as tf
 from compression_model import Model, inputs
-from sklearn.datasets import load_digits
 
 import relaxlib_tf as hvd
 from relaxlib.algorithms import Algorithm, CompressedScatterReduce, OneBitAdam
@@ -95,23 +95,11 @@ def dense_model(seed: int = 0) -> keras.Model:
 
 def train(algorithm, optimizer, epochs: int, use_fit: bool = False, seed: int = 0):
     """Trains a small MLP on this rank's half of digits; returns (model, test accuracy)."""
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float32)
-    train_x, train_y, test_x, test_y = x[:1200], y[:1200], x[1200:], y[1200:]
-    mine_x, mine_y = train_x[RANK::SIZE], train_y[RANK::SIZE]
+    mine_x, mine_y, test_x, test_y = keras_digits.digits(RANK, SIZE)
     net = dense_model(seed)
     hvd.broadcast_variables(net.variables, root_rank=0)
     opt = hvd.DistributedOptimizer(optimizer, algorithm=algorithm)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    if use_fit:
-        net.compile(optimizer=opt, loss=loss)
-        net.fit(mine_x, mine_y, batch_size=32, epochs=epochs, verbose=0, shuffle=False)
-    else:
-        for _ in range(epochs):
-            for start in range(0, len(mine_x) - 31, 32):
-                with tf.GradientTape() as tape:
-                    value = loss(mine_y[start:start + 32], net(mine_x[start:start + 32]))
-                opt.apply(tape.gradient(value, net.trainable_variables), net.trainable_variables)
+    keras_digits.run(net, opt, mine_x, mine_y, epochs, use_fit)
     accuracy = float(np.mean(np.argmax(net(test_x).numpy(), axis=1) == test_y))
     return net, accuracy, opt
 

@@ -6,10 +6,10 @@ with global-norm clipping, whose norm must span every bucket), also while DeAR t
 size; a model that differs between ranks fails on every rank with the mismatch named."""
 
 import keras
+import keras_digits
 import numpy as np
 import pytest
 import tensorflow as tf
-from sklearn.datasets import load_digits
 
 import relaxlib
 import relaxlib_tf as hvd
@@ -27,23 +27,12 @@ OPTIMIZERS = {
 
 def train(algorithm, optimizer, use_fit: bool, epochs: int = 1):
     """A small MLP trained on this rank's share of digits; returns (model, optimizer)."""
-    x, y = load_digits(return_X_y=True)
-    x = (x[:1200] / 16.0).astype(np.float32)
-    mine_x, mine_y = x[RANK::SIZE], y[:1200][RANK::SIZE]
+    x, y, _, _ = keras_digits.digits(RANK, SIZE)
     keras.utils.set_random_seed(0)
     net = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
                             keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10)])
     opt = hvd.DistributedOptimizer(optimizer, algorithm=algorithm)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    if use_fit:
-        net.compile(optimizer=opt, loss=loss)
-        net.fit(mine_x, mine_y, batch_size=32, epochs=epochs, verbose=0, shuffle=False)
-    else:
-        for _ in range(epochs):
-            for start in range(0, len(mine_x) - 31, 32):
-                with tf.GradientTape() as tape:
-                    value = loss(mine_y[start:start + 32], net(mine_x[start:start + 32]))
-                opt.apply(tape.gradient(value, net.trainable_variables), net.trainable_variables)
+    keras_digits.run(net, opt, x, y, epochs, use_fit)
     return net, opt
 
 
