@@ -56,6 +56,24 @@ def test_dear_trains_exactly_as_all_reduce(optimizer, use_fit):
     assert (opt._relax_graph_context is not None) == use_fit and (opt._relax_context is not None) != use_fit
 
 
+def test_dear_traced_into_several_steps_per_execution_stays_exact():
+    """compile(steps_per_execution=4): Keras traces a loop of four train steps into one function,
+    so DeAR's ops (same names every step) run four times per call."""
+    results = []
+    for algorithm in (None, DeAR(fusion_mb=SMALL_BUCKETS_MB)):
+        x, y, _, _ = keras_digits.digits(RANK, SIZE)
+        keras.utils.set_random_seed(0)
+        net = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
+        opt = hvd.DistributedOptimizer(OPTIMIZERS["adam-global-clipnorm"](), algorithm=algorithm)
+        net.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    steps_per_execution=4)
+        net.fit(x, y, batch_size=32, epochs=2, verbose=0, shuffle=False)
+        results.append((net, int(opt.iterations.numpy())))
+    (reference, reference_steps), (net, steps) = results
+    assert steps == reference_steps
+    assert_same_weights(net, reference)
+
+
 def test_dear_tuning_its_bucket_size_stays_exact():
     """Re-bucketing between trials finishes the step first: nothing is lost or applied twice."""
     reference, _ = train(None, OPTIMIZERS["sgd-momentum"](), use_fit=False)
