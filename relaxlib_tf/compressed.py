@@ -23,6 +23,14 @@ def _check_state(state, numel: int, set_id: int, what: str) -> None:
                          f"{process_set_id(state.process_set)}; this tensor has {numel} in set {set_id}")
 
 
+def _saved_residuals(state: dict, memory) -> tuple[np.ndarray, np.ndarray]:
+    """(worker, owner) residuals of a saved ``state``, checked against the shapes of ``memory``'s."""
+    worker, owner = np.asarray(state["worker"], np.float32), np.asarray(state["owner"], np.float32)
+    if worker.shape != tuple(memory.worker.shape) or owner.shape != tuple(memory.owner.shape):
+        raise ValueError("error-feedback state does not match this tensor size / number of ranks")
+    return worker, owner
+
+
 class ErrorFeedback(tf.Module):
     """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket), in TF
     variables so that ``tf.train.Checkpoint`` saves it with the model: ``worker`` (the tensor's
@@ -41,6 +49,17 @@ class ErrorFeedback(tf.Module):
         """Forgets the accumulated residuals."""
         self.worker.assign(tf.zeros_like(self.worker))
         self.owner.assign(tf.zeros_like(self.owner))
+
+    def state_dict(self) -> dict:
+        """The residuals as numpy arrays (what algorithms' ``state_dict`` saves; a
+        ``tf.train.Checkpoint`` of this module saves the variables themselves)."""
+        return {"worker": self.worker.numpy(), "owner": self.owner.numpy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores residuals saved by ``state_dict`` (same tensor size and rank count)."""
+        worker, owner = _saved_residuals(state, self)
+        self.worker.assign(worker)
+        self.owner.assign(owner)
 
 
 def compressed_allreduce(tensor, codec: str = "uint8", state: ErrorFeedback | None = None, name: str | None = None,
@@ -99,9 +118,7 @@ class HostErrorFeedback:
 
     def load_state_dict(self, state: dict) -> None:
         """Restores residuals saved by ``state_dict`` (same tensor size and rank count)."""
-        worker, owner = np.asarray(state["worker"], np.float32), np.asarray(state["owner"], np.float32)
-        if worker.shape != self.worker.shape or owner.shape != self.owner.shape:
-            raise ValueError("error-feedback state does not match this tensor size / number of ranks")
+        worker, owner = _saved_residuals(state, self)
         self.worker[:] = worker
         self.owner[:] = owner
 

@@ -169,6 +169,9 @@ class KerasContext(KerasBinding):
         else:
             tensor += alpha * other
 
+    def copy_(self, tensor: np.ndarray, value) -> None:
+        tensor[...] = value
+
     def zeros(self, numel: int):
         return np.zeros(numel, np.float32)
 

@@ -15,23 +15,22 @@ from __future__ import annotations
 import tensorflow as tf
 
 from relaxlib.algorithms.base import Algorithm, missing_capabilities
-from relaxlib_tf import functions, mpi_ops
+from relaxlib_tf import compressed, functions, mpi_ops
 from relaxlib_tf.context import KerasBinding
 
 NOT_IN_A_GRAPH = "is not available while a step is traced (the algorithm is not traceable)"
 
 
-def runs_in_graph(algorithm: Algorithm) -> bool:
-    """Whether the Keras optimizer traces ``algorithm``'s step instead of running it in a
-    ``tf.py_function``: it says it is traceable and needs nothing this context lacks."""
-    return bool(getattr(algorithm, "traceable", False)) and not missing_capabilities(
-        algorithm, KerasGraphContext.capabilities)
+def runs_in_graph(algorithm: Algorithm, ctx: KerasGraphContext) -> bool:
+    """Whether the Keras optimizer traces ``algorithm``'s step with ``ctx`` instead of running it
+    in a ``tf.py_function``: it says it is traceable with ctx's optimizer and needs nothing ctx lacks."""
+    return algorithm.traceable(ctx) and not missing_capabilities(algorithm, ctx.capabilities)
 
 
 class KerasGraphContext(KerasBinding):
     """Binds an Algorithm to a Keras 3 optimizer inside a traced step (symbolic tensors)."""
 
-    capabilities = frozenset({"reduce_scatter", "allgather"})
+    capabilities = frozenset({"reduce_scatter", "allgather", "compressed_allreduce", "error_feedback"})
 
     # -- tensors --
 
@@ -51,8 +50,20 @@ class KerasGraphContext(KerasBinding):
         for i, part in zip(indices, tf.split(flat, sizes)):
             yield self._variables[i], tf.reshape(part, self._variables[i].shape)
 
-    def zeros(self, numel: int) -> tf.Tensor:
-        return tf.zeros([numel], tf.float32)
+    def zeros(self, numel: int) -> tf.Variable:
+        """A variable (created outside the traced function): state that outlives the trace."""
+        with tf.init_scope():
+            return tf.Variable(tf.zeros([numel], tf.float32), trainable=False)
+
+    def copy_(self, tensor: tf.Variable, value) -> None:
+        tensor.assign(value)
+
+    def snapshot(self):
+        """As the host context's, with the learning rate read in the step (a callback or
+        schedule may change it between steps; a host value would be frozen into the trace)."""
+        groups = super().snapshot()
+        groups[0]["lr"] = tf.cast(tf.convert_to_tensor(self._optimizer.learning_rate), tf.float32)
+        return groups
 
     def concat(self, tensors: list) -> tf.Tensor:
         return tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=0)
@@ -96,11 +107,19 @@ class KerasGraphContext(KerasBinding):
         with tf.init_scope():
             return functions.broadcast_object(obj, root_rank=root)
 
-    def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None):
-        raise NotImplementedError(f"compressed all-reduce {NOT_IN_A_GRAPH}")
+    def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True,
+                                   group=None) -> tf.Tensor:
+        if group is not None:
+            raise NotImplementedError(f"a group's compressed all-reduce {NOT_IN_A_GRAPH}")
+        return compressed.compressed_allreduce(flat, codec=codec, state=state, name=name,
+                                               op=mpi_ops.Average if average else mpi_ops.Sum)
 
-    def error_feedback(self, numel: int, group=None):
-        raise NotImplementedError(f"error feedback {NOT_IN_A_GRAPH}")
+    def error_feedback(self, numel: int, group=None) -> compressed.ErrorFeedback:
+        """Residuals in TF variables, created outside the traced function (once, at setup)."""
+        if group is not None:
+            raise NotImplementedError(f"a group's error feedback {NOT_IN_A_GRAPH}")
+        with tf.init_scope():
+            return compressed.ErrorFeedback(numel)
 
     def neighbor_average_async(self, flat, name: str, peers: list[int], weights: list[float], self_weight: float,
                                codec: str | None = None, estimates=None, consensus_step: float = 1.0, out=None):

@@ -130,6 +130,9 @@ class TorchContext(TrainingContext):
     def add_(self, tensor: torch.Tensor, other: torch.Tensor, alpha: float = 1.0) -> None:
         tensor.add_(other, alpha=alpha)
 
+    def copy_(self, tensor: torch.Tensor, value: torch.Tensor) -> None:
+        tensor.copy_(value)
+
     def zeros(self, numel: int) -> torch.Tensor:
         return torch.zeros(numel, dtype=torch.float32)
 

@@ -152,12 +152,13 @@ def test_ranks_that_catch_a_peers_crash_end_without_serving_it(mode):
     assert all(f"RANK {r} CAUGHT" in run.outputs[r] for r in (0, 2)), run.report()
 
 
-@pytest.mark.parametrize("mode", ["eager", "traced"])
-def test_keras_dear_rank_that_fails_ends_the_others_with_an_error(mode):
-    """DeAR in Keras (custom loop, and model.fit with the step traced as TF ops): the ranks waiting
-    in a reduce-scatter for a rank that raised get an error naming it instead of hanging."""
+@pytest.mark.parametrize("algorithm,mode", [("dear", "eager"), ("dear", "traced"), ("compressed-fp16", "traced")])
+def test_keras_algorithm_rank_that_fails_ends_the_others_with_an_error(algorithm, mode):
+    """DeAR and compressed scatter-reduce in Keras (custom loop, and model.fit with the step
+    traced as TF ops): the ranks waiting in a collective for a rank that raised get an error
+    naming it instead of hanging."""
     pytest.importorskip("relaxlib_tf")
-    run = run_ranks(3, [sys.executable, str(SCRIPTS / "keras_dear_rank_error.py"), mode], timeout=120)
+    run = run_ranks(3, [sys.executable, str(SCRIPTS / "keras_rank_error.py"), algorithm, mode], timeout=120)
     assert not run.timed_out, run.report()
     assert "RANK 1 ERROR RuntimeError: rank 1 fails" in run.outputs[1], run.report()
     for rank in (0, 2):

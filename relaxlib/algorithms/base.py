@@ -114,8 +114,13 @@ class TrainingContext(ABC):
         """``tensor += alpha * other`` in place."""
 
     @abstractmethod
+    def copy_(self, tensor: Any, value: Any) -> None:
+        """Overwrites ``tensor`` (from ``zeros``) with ``value`` in place."""
+
+    @abstractmethod
     def zeros(self, numel: int) -> Any:
-        """A new flat float32 tensor of zeros."""
+        """A new flat float32 tensor of zeros that an algorithm may keep as state from step to
+        step (in a traced TensorFlow step: a variable), updated with ``copy_``."""
 
     @abstractmethod
     def concat(self, tensors: list[Any]) -> Any:
@@ -207,10 +212,14 @@ class Algorithm:
 
     name = "algorithm"
     needs_model = False
-    # Whether step() only chains the context's collectives and updates, reads no host value from
-    # them and does the same every step: a graph framework (TensorFlow inside tf.function) may
-    # then trace it once as ops instead of calling it on host arrays every step.
-    traceable = False
+
+    def traceable(self, ctx: TrainingContext) -> bool:
+        """Whether this configuration's step(), with the optimizer of ``ctx`` (not set up yet),
+        only chains the context's collectives, ``flatten_*``, ``concat`` and updates, reads no
+        host value from them, keeps no tensor from one step to the next in Python and does the same
+        every step: a graph framework (TensorFlow inside tf.function) may then trace it once as
+        ops instead of calling it on host arrays every step."""
+        return False
 
     def requirements(self) -> frozenset[str]:
         """The optional context capabilities (``CAPABILITIES``) this configuration uses; a binding

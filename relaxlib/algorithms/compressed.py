@@ -83,19 +83,39 @@ class CompressedScatterReduce(Algorithm):
         self._started: dict[int, object] = {}
         self._local = self._leaders = None
         self._leader = 0
-        sgd = is_sgd(ctx.snapshot())
-        if self.compress == "update" and not sgd:
-            raise ValueError("CompressedScatterReduce(compress='update') needs an SGD optimizer (parameter groups "
-                             "with lr, momentum, dampening and nesterov); use compress='gradient' for others")
-        lossy = CODECS[self.codec].kind == "compressed"
-        self._updates = self.compress == "update" or (self.compress == "auto" and sgd and lossy)
-        self._momentum: list[object | None] = [None] * len(self._buckets)
+        self._ctx = ctx
+        snapshot = ctx.snapshot()
+        self._updates = self._compresses_updates_with(snapshot)
+        # SGD's momentum buffers (compressing SGD steps), as context state from the start: a traced
+        # step then reads and updates them in place every step
+        self._momentum: list[object | None] = [
+            ctx.zeros(sum(ctx.parameters()[i].numel for i in members))
+            if self._updates and snapshot[ctx.parameters()[members[0]].group]["momentum"] else None
+            for members in self._buckets]
+        self._momentum_started = [False] * len(self._buckets)
         if self.hierarchical:
             self._local, self._leaders, self._leader = ctx.node_groups()
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
         group = self._leaders if self.hierarchical else None
         self._memories = [ctx.error_feedback(sum(ctx.parameters()[i].numel for i in members), group=group)
                           if holds_state else None for members in self._buckets]
+
+    def _compresses_updates_with(self, snapshot: list[dict]) -> bool:
+        """Whether ``compress`` means SGD steps with this optimizer (ValueError if it cannot)."""
+        sgd = is_sgd(snapshot)
+        if self.compress == "update" and not sgd:
+            raise ValueError("CompressedScatterReduce(compress='update') needs an SGD optimizer (parameter groups "
+                             "with lr, momentum, dampening and nesterov); use compress='gradient' for others")
+        lossy = CODECS[self.codec].kind == "compressed"
+        return self.compress == "update" or (self.compress == "auto" and sgd and lossy)
+
+    def traceable(self, ctx: TrainingContext) -> bool:
+        """Over all ranks at once, the same ops every step, with the residuals and SGD's momentum
+        in context state. Not with node groups, ``max_grad_norm`` (a host norm) or, when SGD steps
+        are compressed, SGD's ``dampening`` (whose first step differs from the others)."""
+        snapshot = ctx.snapshot()
+        damped = self._compresses_updates_with(snapshot) and any(group["dampening"] for group in snapshot)
+        return not (self.hierarchical or ctx.max_grad_norm or damped)
 
     def compresses_updates(self) -> bool:
         """Whether this run compresses SGD steps (``compress="update"`` in effect) rather than gradients."""
@@ -121,10 +141,14 @@ class CompressedScatterReduce(Algorithm):
             grad = grad + hyper["weight_decay"] * ctx.flatten_params(members)
         momentum = hyper["momentum"]
         if momentum:
-            buffer = self._momentum[bucket]
-            # torch.optim.SGD starts the buffer at the first gradient, without dampening
-            buffer = grad * 1.0 if buffer is None else momentum * buffer + (1 - hyper["dampening"]) * grad
-            self._momentum[bucket] = buffer
+            if self._momentum[bucket] is None:  # momentum set after setup
+                self._momentum[bucket] = ctx.zeros(sum(ctx.parameters()[i].numel for i in members))
+            # torch.optim.SGD starts the buffer at the first gradient, without dampening (from
+            # zeros: momentum * 0 + 1 * grad is grad exactly)
+            dampening = hyper["dampening"] if self._momentum_started[bucket] else 0.0
+            buffer = momentum * self._momentum[bucket] + (1 - dampening) * grad
+            ctx.copy_(self._momentum[bucket], buffer)
+            self._momentum_started[bucket] = True
             grad = grad + momentum * buffer if hyper["nesterov"] else buffer
         return hyper["lr"] * grad
 
@@ -171,14 +195,20 @@ class CompressedScatterReduce(Algorithm):
 
     def state_dict(self) -> dict:
         return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],
-                "momentum": [m * 1.0 if m is not None else None for m in self._momentum]}
+                "momentum": [m * 1.0 if m is not None and started else None
+                             for m, started in zip(self._momentum, self._momentum_started)]}
 
     def load_state_dict(self, state: dict) -> None:
         for memory, saved in zip(self._memories, state["error_feedback"]):
             if memory is not None and saved is not None:
                 memory.load_state_dict(saved)
-        if "momentum" in state:
-            self._momentum = [m * 1.0 if m is not None else None for m in state["momentum"]]
+        for bucket, saved in enumerate(state.get("momentum", [])):
+            if saved is None:
+                continue
+            if self._momentum[bucket] is None:
+                self._momentum[bucket] = self._ctx.zeros(len(saved))
+            self._ctx.copy_(self._momentum[bucket], saved)
+            self._momentum_started[bucket] = True
 
 
 class OneBitAdam(Algorithm):

@@ -49,8 +49,7 @@ class DeAR(Algorithm):
     def requirements(self) -> frozenset[str]:
         return frozenset({"reduce_scatter", "allgather"})  # forward hooks are used where the binding has them
 
-    @property
-    def traceable(self) -> bool:
+    def traceable(self, ctx: TrainingContext) -> bool:
         """Every step the same ops, except while tuning (timed trials re-bucket between steps)."""
         return not self.tune
 

@@ -94,11 +94,12 @@ class _DistributedMixin:
         variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
         if not self.built:
             self.build(variables)
-        if tf.executing_eagerly():
-            self._relax_algorithm_step(grads, variables)
+        if tf.executing_eagerly():  # with the context the algorithm was set up with (its state lives there)
+            self._relax_algorithm_step(grads, variables, in_graph=self._relax_bound == "graph")
             return
-        if runs_in_graph(self._relax_algorithm):  # traced as TF ops into the step's graph
-            self._relax_algorithm_step(grads, variables, traced=True)
+        if self._relax_bound == "graph" or (self._relax_bound is None and runs_in_graph(
+                self._relax_algorithm, self._relax_contexts(variables)[1])):  # traced as TF ops into the step
+            self._relax_algorithm_step(grads, variables, in_graph=True)
             return
         # Other algorithms work on host arrays in Python: inside tf.function (model.fit) they run
         # as a py_function, which executes eagerly in program order with the rest of the step.
@@ -111,20 +112,24 @@ class _DistributedMixin:
 
         tf.py_function(eager_step, dense, Tout=[])
 
-    def _relax_algorithm_step(self, grads, variables, traced: bool = False) -> None:
-        """One step of the algorithm on host arrays, or (``traced``) as ops of the traced step."""
-        if traced:
-            if self._relax_graph_context is None:
-                self._relax_graph_context = KerasGraphContext(self, variables, self._relax_algorithm)
-            ctx = self._relax_graph_context
-        else:
-            if self._relax_context is None:
-                self._relax_context = KerasContext(self, variables, self._relax_algorithm)
-            ctx = self._relax_context
+    def _relax_contexts(self, variables) -> tuple[KerasContext, KerasGraphContext]:
+        """The host-array and the TF-op context of ``variables`` (created on first use)."""
+        if self._relax_context is None:
+            self._relax_context = KerasContext(self, variables, self._relax_algorithm)
+            self._relax_graph_context = KerasGraphContext(self, variables, self._relax_algorithm)
+        return self._relax_context, self._relax_graph_context
+
+    def _relax_algorithm_step(self, grads, variables, in_graph: bool = False) -> None:
+        """One step of the algorithm on host arrays, or (``in_graph``) as TF ops: symbolic while a
+        step is traced, eager otherwise. The first step sets the algorithm up with its context
+        and binds it there: its state (error-feedback residuals, ...) is host arrays or TF variables."""
+        host, graph = self._relax_contexts(variables)
+        ctx = graph if in_graph else host
+        if not in_graph:
             grads = [None if g is None else np.asarray(g) for g in grads]
-        if not self._relax_set_up:
+        if self._relax_bound is None:
             self._relax_algorithm.setup(ctx)
-            self._relax_set_up = True
+            self._relax_bound = "graph" if in_graph else "host"
         ctx.set_gradients(grads)
         self._relax_algorithm.step(ctx)
         if not ctx.applied:  # the algorithm updated the variables itself: count the step as Keras would
@@ -134,14 +139,14 @@ class _DistributedMixin:
     def flush(self) -> None:
         """Applies every update the algorithm deferred, so the variables are current (call it
         before evaluating or saving; a no-op without an algorithm)."""
-        ctx = self._relax_context or self._relax_graph_context
-        if self._relax_algorithm is not None and ctx is not None:
-            self._relax_algorithm.flush(ctx)
+        if self._relax_algorithm is not None and self._relax_bound is not None:
+            self._relax_algorithm.flush(self._relax_graph_context if self._relax_bound == "graph"
+                                        else self._relax_context)
 
     def join(self) -> int:
         """This rank ran out of data (model-averaging algorithms): serves the peers that still
         train until every rank joined; returns the last step of any rank. Eager only."""
-        if self._relax_algorithm is None or self._relax_context is None:
+        if self._relax_algorithm is None or self._relax_bound != "host":
             raise RuntimeError("optimizer.join() is for model-averaging algorithms after at least one step; "
                                "with all-reduce use relaxlib_tf.join()")
         return self._relax_algorithm.join(self._relax_context)
@@ -174,7 +179,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``AsyncModelAverage``, ``DeAR``, or your own ``Algorithm`` using what the Keras context offers
     (the error names what an algorithm lacks). It runs once per step after backward (Keras has no
     gradient or forward hooks): eagerly, and inside ``model.fit`` through ``tf.py_function``, or,
-    for a ``traceable`` algorithm (DeAR), traced into the step's graph as TF ops. For model
+    for a ``traceable`` algorithm (DeAR; CompressedScatterReduce handing compressed gradients to
+    the optimizer), traced into the step's graph as TF ops. For model
     averaging call ``algorithm.average_now()`` at the end for identical models
     (``optimizer.join()`` when this rank's data ends early; shutdown at exit joins otherwise).
     An optimizer that has no variables yet is
@@ -212,6 +218,6 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._relax_algorithm = relaxation
     wrapped._relax_context = None
     wrapped._relax_graph_context = None
-    wrapped._relax_set_up = False
+    wrapped._relax_bound = None  # the context the algorithm was set up with: "host" or "graph"
     wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped

@@ -111,18 +111,22 @@ def test_fp16_sgd_steps_equal_all_reduce(use_fit):
     algorithm = CompressedScatterReduce(codec="fp16")
     net, _, opt = train(algorithm, keras.optimizers.SGD(0.05, momentum=0.9), epochs=1, use_fit=use_fit)
     assert not algorithm.compresses_updates()  # fp16 is near exact: the gradient is compressed
+    assert opt._relax_bound == ("graph" if use_fit else "host")  # fit traces it as TF ops
     for mine, theirs in zip(net.get_weights(), reference.get_weights()):
         np.testing.assert_allclose(mine, theirs, atol=2e-3)
     batches = -(-1200 // SIZE // 32) if use_fit else 1200 // SIZE // 32  # fit also runs the last partial batch
     assert int(opt.iterations.numpy()) == batches
 
 
-def test_sign_compresses_the_sgd_step_and_trains_digits():
-    reference_net, reference, _ = train(None, keras.optimizers.SGD(0.05, momentum=0.9), epochs=4)
+@pytest.mark.parametrize("use_fit", [False, True])
+def test_sign_compresses_the_sgd_step_and_trains_digits(use_fit):
+    reference_net, reference, _ = train(None, keras.optimizers.SGD(0.05, momentum=0.9), epochs=4, use_fit=use_fit)
     algorithm = CompressedScatterReduce(codec="sign")
-    net, accuracy, opt = train(algorithm, keras.optimizers.SGD(0.05, momentum=0.9), epochs=4)
+    net, accuracy, opt = train(algorithm, keras.optimizers.SGD(0.05, momentum=0.9), epochs=4, use_fit=use_fit)
     assert algorithm.compresses_updates()  # Keras SGD taken over with torch's rule
-    assert int(opt.iterations.numpy()) == 4 * (1200 // SIZE // 32)  # counted although Keras did not apply
+    assert opt._relax_bound == ("graph" if use_fit else "host")  # momentum and residuals in TF variables
+    batches = -(-1200 // SIZE // 32) if use_fit else 1200 // SIZE // 32
+    assert int(opt.iterations.numpy()) == 4 * batches  # counted although Keras did not apply
     assert accuracy >= reference - 0.02, (accuracy, reference)
     weights = hvd.allgather_object([w.sum() for w in net.get_weights()])
     assert all(np.allclose(w, weights[0]) for w in weights)  # every rank holds the same model
@@ -135,9 +139,29 @@ def test_uint8_with_adam_compresses_gradients(use_fit):
     _, accuracy, opt = train(algorithm, keras.optimizers.Adam(0.005), epochs=3, use_fit=use_fit)
     assert not algorithm.compresses_updates()
     assert len(algorithm._buckets) > 1
+    assert opt._relax_bound == ("graph" if use_fit else "host")
+    # the residuals (host arrays, or TF variables when traced) are saved and restored as arrays
+    saved = algorithm.state_dict()["error_feedback"]
+    assert all(isinstance(m["worker"], np.ndarray) and np.any(m["worker"]) for m in saved)
+    algorithm.load_state_dict({"error_feedback": [{k: 0 * v for k, v in m.items()} for m in saved]})
+    assert not any(np.any(m["worker"]) for m in algorithm.state_dict()["error_feedback"])
     batches = -(-1200 // SIZE // 32) if use_fit else 1200 // SIZE // 32
     assert int(opt.iterations.numpy()) == 3 * batches  # Adam's step count: one per step, not per bucket
     assert accuracy >= reference - 0.02, (accuracy, reference)
+
+
+def test_traced_sgd_steps_follow_a_learning_rate_changed_between_steps():
+    """The traced step reads the learning rate each step (callbacks and schedules change it): at
+    lr 0, without error feedback, the compressed SGD step is exactly zero and the model stays."""
+    algorithm = CompressedScatterReduce(codec="uint8", error_feedback=False)
+    net, _, opt = train(algorithm, keras.optimizers.SGD(0.05, momentum=0.9), epochs=1, use_fit=True)
+    assert algorithm.compresses_updates() and opt._relax_bound == "graph"
+    before = net.get_weights()
+    opt.learning_rate.assign(0.0)
+    mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
+    net.fit(mine_x, mine_y, batch_size=keras_digits.BATCH, epochs=1, verbose=0, shuffle=False)
+    for still, was in zip(net.get_weights(), before):
+        np.testing.assert_array_equal(still, was)
 
 
 def test_one_bit_adam_trains_digits():

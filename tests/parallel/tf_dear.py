@@ -53,7 +53,7 @@ def test_dear_trains_exactly_as_all_reduce(optimizer, use_fit):
     assert_same_weights(net, reference)
     assert int(opt.iterations.numpy()) == int(reference_opt.iterations.numpy())  # one Keras step per step
     # model.fit traces DeAR's step into the train function as TF ops; a custom loop runs it eagerly
-    assert (opt._relax_graph_context is not None) == use_fit and (opt._relax_context is not None) != use_fit
+    assert opt._relax_bound == ("graph" if use_fit else "host")
 
 
 def test_dear_traced_into_several_steps_per_execution_stays_exact():

@@ -1,9 +1,10 @@
-"""DeAR in Keras while one rank fails: rank 1 raises in its third step (before its gradients reach
-DeAR), catches nothing and exits; the other ranks wait in DeAR's reduce-scatter for it and must
-get an error naming the rank, not hang. ``eager``: a custom loop (host arrays); ``traced``:
-``model.fit`` (DeAR's step as TF ops in the train function).
+"""A Keras algorithm while one rank fails: rank 1 raises in its third step (before its gradients
+reach the algorithm), catches nothing and exits; the other ranks wait in the algorithm's
+collective (DeAR's reduce-scatter, the compressed all-reduce) for it and must get an error naming
+the rank, not hang. ``eager``: a custom loop (host arrays); ``traced``: ``model.fit`` (the
+algorithm's step as TF ops in the train function).
 
-    mpirun -np N python keras_dear_rank_error.py eager|traced
+    mpirun -np N python keras_rank_error.py dear|compressed-fp16 eager|traced
 """
 
 import sys
@@ -12,14 +13,15 @@ import keras
 import numpy as np
 
 import relaxlib_tf.keras as hvd
-from relaxlib.algorithms import DeAR
+from relaxlib.algorithms import CompressedScatterReduce, DeAR
 
 hvd.init()
 RANK = hvd.rank()
-mode = sys.argv[1]
+ALGORITHMS = {"dear": DeAR, "compressed-fp16": lambda: CompressedScatterReduce("fp16")}
+algorithm, mode = ALGORITHMS[sys.argv[1]](), sys.argv[2]
 keras.utils.set_random_seed(0)
 net = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
-opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01), algorithm=DeAR())
+opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01), algorithm=algorithm)
 x, y = np.ones((64, 8), np.float32), np.zeros((64, 1), np.float32)
 
 
