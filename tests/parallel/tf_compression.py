@@ -160,8 +160,10 @@ def test_traced_sgd_steps_follow_a_learning_rate_changed_between_steps():
     opt.learning_rate.assign(0.0)
     mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
     net.fit(mine_x, mine_y, batch_size=keras_digits.BATCH, epochs=1, verbose=0, shuffle=False)
+    keras_digits.run(net, opt, mine_x, mine_y, epochs=1, use_fit=False)  # eagerly: the same TF ops and state
     for still, was in zip(net.get_weights(), before):
         np.testing.assert_array_equal(still, was)
+    assert opt._relax_bound == "graph"
 
 
 def test_one_bit_adam_trains_digits():
