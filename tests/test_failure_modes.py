@@ -152,16 +152,21 @@ def test_ranks_that_catch_a_peers_crash_end_without_serving_it(mode):
     assert all(f"RANK {r} CAUGHT" in run.outputs[r] for r in (0, 2)), run.report()
 
 
-@pytest.mark.parametrize("algorithm,mode", [("dear", "eager"), ("dear", "traced"), ("compressed-fp16", "traced")])
-def test_keras_algorithm_rank_that_fails_ends_the_others_with_an_error(algorithm, mode):
+@pytest.mark.parametrize("algorithm,mode", [("dear", "eager"), ("dear", "traced"), ("compressed-fp16", "traced"),
+                                            ("partial-static", "traced")])
+def test_keras_algorithm_rank_that_fails_never_hangs_the_others(algorithm, mode):
     """DeAR and compressed scatter-reduce in Keras (custom loop, and model.fit with the step
     traced as TF ops): the ranks waiting in a collective for a rank that raised get an error
-    naming it instead of hanging."""
+    naming it instead of hanging. Model averaging in fit (host halves around the traced update):
+    the failed rank's exit joins and serves the others' remaining averages, so they finish."""
     pytest.importorskip("relaxlib_tf")
     run = run_ranks(3, [sys.executable, str(SCRIPTS / "keras_rank_error.py"), algorithm, mode], timeout=120)
     assert not run.timed_out, run.report()
     assert "RANK 1 ERROR RuntimeError: rank 1 fails" in run.outputs[1], run.report()
     for rank in (0, 2):
+        if algorithm == "partial-static":
+            assert f"RANK {rank} FINISHED WITHOUT AN ERROR" in run.outputs[rank], run.report()
+            continue
         assert f"RANK {rank} ERROR" in run.outputs[rank], run.report()
         assert "ShutdownError" in run.outputs[rank] and "rank 1 shut down" in run.outputs[rank], run.report()
 

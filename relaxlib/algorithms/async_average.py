@@ -81,6 +81,10 @@ class AsyncModelAverage(ModelAveraging):
             error, self._error = self._error, None
             raise RuntimeError(f"{self.name}: the averaging thread failed: {error}") from error
 
+    def splits_around_update(self, ctx: TrainingContext) -> bool:
+        """No: the local update holds the lock the averaging thread reads the weights under."""
+        return False
+
     def step(self, ctx: TrainingContext) -> None:
         self._raise_thread_error()
         with self._params_lock:

@@ -57,6 +57,7 @@ class ModelAveraging(Algorithm):
         # flat buffers reused every step: fresh large allocations cost page faults on each write
         self._before: Any = None
         self._averaged: Any = None
+        self._handle: Any = None  # the average started before this step's local update
         self.averagings = 0  # averages this rank took part in with at least one peer
         self._joined = False
         self._finishing = False  # joined by shutdown(): this rank submits no negotiated operation again
@@ -89,19 +90,41 @@ class ModelAveraging(Algorithm):
         ctx.add_(averaged, before, -1.0)
         ctx.add_to_params(self._indices, averaged)
 
-    def _average_step(self, ctx: TrainingContext, step: int, update: bool) -> None:
+    def _begin_average(self, ctx: TrainingContext, step: int) -> None:
         self._before = ctx.flatten_params(self._indices, out=self._before)
-        handle = self._start_average(ctx, self._before, step)  # writes into self._averaged if set
-        if update:
-            self._local_update(ctx)
+        self._handle = self._start_average(ctx, self._before, step)  # writes into self._averaged if set
+
+    def _end_average(self, ctx: TrainingContext, step: int) -> None:
+        handle, self._handle = self._handle, None
         if handle is not None:
             self._averaged = self._finish_average(ctx, handle, step)
             self._combine(ctx, self._before, self._averaged)
             self.averagings += 1
 
+    def _average_step(self, ctx: TrainingContext, step: int, update: bool) -> None:
+        self._begin_average(ctx, step)
+        if update:
+            self._local_update(ctx)
+        self._end_average(ctx, step)
+
     def step(self, ctx: TrainingContext) -> None:
+        self.before_update(ctx)
+        self._local_update(ctx)
+        self.after_update(ctx)
+
+    def splits_around_update(self, ctx: TrainingContext) -> bool:
+        """The local update sits between starting and finishing the average (unless clipping
+        needs the gradients' norm first)."""
+        return not ctx.max_grad_norm
+
+    def before_update(self, ctx: TrainingContext) -> None:
+        """Copies the weights and starts this step's average."""
+        self._begin_average(ctx, self._last_step + 1)
+
+    def after_update(self, ctx: TrainingContext) -> None:
+        """Finishes the average and adds its change to the locally updated weights."""
         step = self._last_step + 1
-        self._average_step(ctx, step, update=True)
+        self._end_average(ctx, step)
         self._last_step = step if self._adopted_step is None else max(step, self._adopted_step)
         self._adopted_step = None
 

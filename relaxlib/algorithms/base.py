@@ -221,6 +221,21 @@ class Algorithm:
         ops instead of calling it on host arrays every step."""
         return False
 
+    def splits_around_update(self, ctx: TrainingContext) -> bool:
+        """Whether step() is ``before_update(ctx)``, then the wrapped optimizer's update of every
+        parameter with its own gradient (``apply_update`` of all, with ``ctx.snapshot()``), then
+        ``after_update(ctx)``: a graph framework may then run the update as part of its graph
+        and only the two halves on host arrays."""
+        return False
+
+    def before_update(self, ctx: TrainingContext) -> None:
+        """What step() does before the optimizer's update (see ``splits_around_update``)."""
+        raise NotImplementedError(f"{self.name} does not split its step around the update")
+
+    def after_update(self, ctx: TrainingContext) -> None:
+        """What step() does after the optimizer's update (see ``splits_around_update``)."""
+        raise NotImplementedError(f"{self.name} does not split its step around the update")
+
     def requirements(self) -> frozenset[str]:
         """The optional context capabilities (``CAPABILITIES``) this configuration uses; a binding
         without one of them refuses the algorithm, naming it. Override when you use one."""

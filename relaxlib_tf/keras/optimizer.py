@@ -99,8 +99,14 @@ class _DistributedMixin:
             return
         if self._relax_bound == "graph" or (self._relax_bound is None and runs_in_graph(
                 self._relax_algorithm, self._relax_contexts(variables)[1])):  # traced as TF ops into the step
+            self._relax_in_fit = "graph"
             self._relax_algorithm_step(grads, variables, in_graph=True)
             return
+        if self._relax_algorithm.splits_around_update(self._relax_contexts(variables)[0]):
+            self._relax_in_fit = "split"
+            self._relax_split_step(grads, variables)
+            return
+        self._relax_in_fit = "py_function"
         # Other algorithms work on host arrays in Python: inside tf.function (model.fit) they run
         # as a py_function, which executes eagerly in program order with the rest of the step.
         missing = [g is None for g in grads]
@@ -111,6 +117,32 @@ class _DistributedMixin:
             return []
 
         tf.py_function(eager_step, dense, Tout=[])
+
+    def _relax_split_step(self, grads, variables) -> None:
+        """Inside tf.function, an algorithm whose step splits around the optimizer's update
+        (model averaging): its two halves run on host arrays as py_functions, the Keras update
+        between them stays in the graph (run op by op inside a py_function it costs more than
+        the averaging's host copies)."""
+        host = self._relax_context
+
+        def before() -> int:
+            if self._relax_bound is None:
+                self._relax_algorithm.setup(host)
+                self._relax_bound = "host"
+            self._relax_algorithm.before_update(host)
+            return 0
+
+        def after(*_updated) -> int:
+            self._relax_algorithm.after_update(host)
+            host.step_count += 1
+            return 0
+
+        started = tf.py_function(before, [], Tout=tf.int32)
+        with tf.control_dependencies([started]):  # the weights are copied before the update
+            pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+            self.local_apply([g for g, _ in pairs], [v for _, v in pairs])
+        # reads of the updated weights (ordered after their updates): the second half waits for them
+        tf.py_function(after, [tf.convert_to_tensor(v) for v in variables], Tout=tf.int32)
 
     def _relax_contexts(self, variables) -> tuple[KerasContext, KerasGraphContext]:
         """The host-array and the TF-op context of ``variables`` (created on first use)."""
@@ -219,5 +251,6 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._relax_context = None
     wrapped._relax_graph_context = None
     wrapped._relax_bound = None  # the context the algorithm was set up with: "host" or "graph"
+    wrapped._relax_in_fit = None  # how the last traced step runs it: "graph", "split" or "py_function"
     wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped

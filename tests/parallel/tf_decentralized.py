@@ -114,6 +114,37 @@ def test_decentralized_ring_trains_digits_in_fit():
     assert accuracy > 0.85
 
 
+def train_ring(steps_per_execution: int | None, epochs: int = 2) -> tuple[np.ndarray, hvd.DistributedOptimizer]:
+    """Digits with ring averaging, each rank from its own weights, in model.fit with
+    ``steps_per_execution`` or (None) in an eager loop over fit's batches: (weights, optimizer)."""
+    digits = load_digits()
+    x, y = (digits.data[:1200][RANK::SIZE] / 16.0).astype(np.float32), digits.target[:1200][RANK::SIZE]
+    keras.utils.set_random_seed(RANK)
+    net = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9), algorithm=Decentralized(topology="ring"))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if steps_per_execution is not None:
+        net.compile(optimizer=opt, loss=loss, steps_per_execution=steps_per_execution)
+        net.fit(x, y, batch_size=16, epochs=epochs, shuffle=False, verbose=0)
+        return flat(net), opt
+    for _ in range(epochs):
+        for start in range(0, len(x), 16):  # fit's batches, the last one partial
+            with tf.GradientTape() as tape:
+                value = loss(y[start:start + 16], net(x[start:start + 16]))
+            opt.apply(tape.gradient(value, net.trainable_variables), net.trainable_variables)
+    return flat(net), opt
+
+
+def test_fit_averages_around_a_traced_update_in_order():
+    """In fit the averaging halves run on host around the Keras update in the graph: every step's
+    copy of the weights precedes its update and its average follows it, also when Keras loops four
+    steps in one function (steps_per_execution=4): the same weights as an eager loop, bitwise."""
+    traced, opt = train_ring(steps_per_execution=1)
+    assert opt._relax_in_fit == "split"
+    np.testing.assert_array_equal(train_ring(steps_per_execution=4)[0], traced)
+    np.testing.assert_array_equal(train_ring(steps_per_execution=None)[0], traced)
+
+
 def test_unsupported_settings_are_named():
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=Decentralized(), backward_passes_per_step=2)
