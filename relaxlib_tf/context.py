@@ -48,7 +48,8 @@ class KerasBinding(TrainingContext):
         self._grads: list = [None] * len(self._variables)
         # Keras variables name their dtype as a string, tf.Variables as a tf.DType: accept both.
         dtypes = [np.dtype(tf.as_dtype(v.dtype).as_numpy_dtype) for v in self._variables]
-        self._refs = [ParamRef(i, getattr(v, "path", None) or v.name, int(np.prod(v.shape)), dtype.itemsize, dtype.name)
+        self._refs = [ParamRef(i, getattr(v, "path", None) or getattr(v, "name", None) or f"source{i}",
+                               int(np.prod(v.shape)), dtype.itemsize, dtype.name)
                       for i, (v, dtype) in enumerate(zip(self._variables, dtypes))]
 
     def set_gradients(self, grads: list) -> None:
@@ -124,7 +125,8 @@ class KerasContext(KerasBinding):
     """Binds an Algorithm to a Keras 3 optimizer and the variables it trains, on host arrays."""
 
     capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average",
-                              "group_allreduce", "async_broadcast", "node_groups", "reduce_scatter", "allgather"})
+                              "group_allreduce", "async_broadcast", "node_groups", "reduce_scatter", "allgather",
+                              "weights"})
 
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
         check_supported(algorithm)

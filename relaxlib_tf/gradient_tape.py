@@ -10,21 +10,21 @@ from relaxlib_tf import mpi_ops
 from relaxlib_tf.compression import Compression
 
 
-def check_algorithm(algorithm, model_averaging_ok: bool = False):
+def check_algorithm(algorithm, tape: bool = False):
     """None for the all-reduce baseline (``None`` or ``AllReduce()``), else the algorithm, if this
-    TensorFlow entry point runs it: the Keras optimizer (``model_averaging_ok``) runs every
-    algorithm whose requirements its context offers (see ``relaxlib_tf.context.check_supported``);
-    ``DistributedGradientTape`` only returns gradients, so it runs the baseline only."""
-    from relaxlib.algorithms import AllReduce
+    TensorFlow entry point runs it (NotImplementedError naming what it lacks otherwise): the
+    Keras optimizer runs every algorithm whose requirements its context offers;
+    ``DistributedGradientTape`` (``tape``) those that only produce gradients."""
+    from relaxlib.algorithms import Algorithm, AllReduce
 
     if algorithm is None or type(algorithm) is AllReduce:
         return None
-    if not model_averaging_ok:
-        raise NotImplementedError(
-            f"algorithm={type(algorithm).__name__} is not available in DistributedGradientTape, which only returns "
-            "averaged gradients; pass it to relaxlib_tf.keras.DistributedOptimizer, which runs the optimizer step")
-    from relaxlib_tf.context import check_supported
-
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"algorithm must be a relaxlib.algorithms.Algorithm, got {type(algorithm).__name__}")
+    if tape:
+        from relaxlib_tf.tape_context import check_supported
+    else:
+        from relaxlib_tf.context import check_supported
     check_supported(algorithm)
     return algorithm
 
@@ -32,7 +32,7 @@ def check_algorithm(algorithm, model_averaging_ok: bool = False):
 def runs_in_keras(algorithm) -> bool:
     """Whether the Keras DistributedOptimizer runs ``algorithm`` (see :func:`check_algorithm`)."""
     try:
-        check_algorithm(algorithm, model_averaging_ok=True)
+        check_algorithm(algorithm)
     except NotImplementedError:
         return False
     return True
@@ -115,13 +115,22 @@ class DistributedGradientTape:
     ``tf.IndexedSlices`` to dense before reducing (else they are gathered). ``op``: Average or
     Sum. ``gradient_predivide_factor``: divide by this before the sum and by size/factor after.
     ``num_groups``/``groups`` are accepted for compatibility (all gradients form one fused group).
-    ``algorithm``: None (all-reduce); relaxations own the optimizer step, so they run in
+    ``algorithm``: None (all-reduce), or one whose step ends in averaged gradients:
+    ``CompressedScatterReduce`` (compressing gradients, with error feedback across steps: pass
+    the same object every step) or ``DeAR``; eagerly, and inside ``tf.function`` when it is
+    traceable. It runs over all ranks with ``op=Average`` and no ``compression``. Algorithms that
+    write the weights (model averaging, ``OneBitAdam``) need
     ``relaxlib_tf.keras.DistributedOptimizer``."""
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                  process_set=global_process_set, scale_local_gradients=True, algorithm=None) -> None:
-        check_algorithm(algorithm)
+        self._algorithm = check_algorithm(algorithm, tape=True)
+        defaults = (op == Average and compression is Compression.none and gradient_predivide_factor == 1.0
+                    and process_set is global_process_set)
+        if self._algorithm is not None and not defaults:
+            raise ValueError(f"algorithm={type(algorithm).__name__} averages over all ranks itself: leave op, "
+                             "compression, gradient_predivide_factor and process_set at their defaults")
         self._tape = gradtape
         self._reducer = GradientReducer("DistributedGradientTape", compression, sparse_as_dense, op,
                                         gradient_predivide_factor, process_set, scale_local_gradients)
@@ -145,7 +154,12 @@ class DistributedGradientTape:
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
-        reduced = self._reducer.reduce(flat_grads, flat_sources)
+        if self._algorithm is not None:
+            from relaxlib_tf import tape_context
+
+            reduced = tape_context.reduce(self._algorithm, flat_grads, flat_sources)
+        else:
+            reduced = self._reducer.reduce(flat_grads, flat_sources)
         return tf.nest.pack_sequence_as(grads, reduced)
 
 

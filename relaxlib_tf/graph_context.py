@@ -30,7 +30,7 @@ def runs_in_graph(algorithm: Algorithm, ctx: KerasGraphContext) -> bool:
 class KerasGraphContext(KerasBinding):
     """Binds an Algorithm to a Keras 3 optimizer inside a traced step (symbolic tensors)."""
 
-    capabilities = frozenset({"reduce_scatter", "allgather", "compressed_allreduce", "error_feedback"})
+    capabilities = frozenset({"reduce_scatter", "allgather", "compressed_allreduce", "error_feedback", "weights"})
 
     # -- tensors --
 

@@ -82,13 +82,15 @@ def test_model_averaging_arguments_are_checked():
 
 def test_algorithms_declare_the_context_capabilities_they_use():
     assert AllReduce().requirements() == frozenset()
-    assert AsyncModelAverage().requirements() == frozenset()
+    assert AsyncModelAverage().requirements() == {"weights"}  # averaging writes the weights
     assert DeAR().requirements() == {"reduce_scatter", "allgather"}  # forward hooks where the binding has them
     assert CompressedScatterReduce(error_feedback=False).requirements() == {"compressed_allreduce"}
+    assert CompressedScatterReduce(compress="update").requirements() == {"compressed_allreduce", "error_feedback",
+                                                                          "weights"}
     assert CompressedScatterReduce(hierarchical=True).requirements() >= {"node_groups", "error_feedback"}
-    assert OneBitAdam().requirements() == {"compressed_allreduce", "error_feedback"}
-    assert Decentralized().requirements() == {"neighbor_average"}
-    assert PartialAllReduce().requirements() == {"group_average"}
+    assert OneBitAdam().requirements() == {"compressed_allreduce", "error_feedback", "weights"}
+    assert Decentralized().requirements() == {"neighbor_average", "weights"}
+    assert PartialAllReduce().requirements() == {"group_average", "weights"}
     for algorithm in (DeAR(), CompressedScatterReduce(hierarchical=True), OneBitAdam()):
         assert algorithm.requirements() <= set(CAPABILITIES)
     assert missing_capabilities(DeAR(), frozenset({"forward_hooks"})) == sorted(

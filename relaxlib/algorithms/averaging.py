@@ -40,6 +40,9 @@ class ModelAveraging(Algorithm):
 
     _join_serves = True
 
+    def requirements(self) -> frozenset[str]:
+        return super().requirements() | {"weights"}
+
     def setup(self, ctx: TrainingContext) -> None:
         params = ctx.parameters()
         kinds = {dtype_name(p.dtype) for p in params}

@@ -50,6 +50,7 @@ CAPABILITIES = {
     "error_feedback": "error-feedback memories",
     "neighbor_average": "neighbour averaging",
     "group_average": "group averaging",
+    "weights": "writing the parameters (set_params_from_flat, add_to_params)",
 }
 
 

@@ -72,6 +72,8 @@ class CompressedScatterReduce(Algorithm):
 
     def requirements(self) -> frozenset[str]:
         needs = {"compressed_allreduce"} | ({"error_feedback"} if self.error_feedback else set())
+        if self.compress == "update":  # SGD steps added to the weights ("auto" only does so with SGD)
+            needs.add("weights")
         if self.hierarchical:
             needs |= {"node_groups", "group_allreduce", "async_broadcast"}
         return frozenset(needs)
@@ -252,7 +254,7 @@ class OneBitAdam(Algorithm):
         self.fusion_mb = fusion_mb
 
     def requirements(self) -> frozenset[str]:
-        return frozenset({"compressed_allreduce", "error_feedback"})
+        return frozenset({"compressed_allreduce", "error_feedback", "weights"})
 
     def setup(self, ctx: TrainingContext) -> None:
         self._buckets = gradient_buckets(ctx, self.fusion_mb)

@@ -29,7 +29,7 @@ class Decentralized(ModelAveraging):
     name = "decentralized"
 
     def requirements(self) -> frozenset[str]:
-        return frozenset({"neighbor_average"})
+        return super().requirements() | {"neighbor_average"}
 
     def __init__(self, topology: str | None = None, codec: str | None = None, period: int = 1, seed: int = 0,
                  consensus_step: float | None = None) -> None:

@@ -28,7 +28,7 @@ class PartialAllReduce(ModelAveraging):
     name = "partial_allreduce"
 
     def requirements(self) -> frozenset[str]:
-        return frozenset({"group_average"})
+        return super().requirements() | {"group_average"}
 
     def __init__(self, group_size: int = 2, generator: str = "static", max_lag: int = 2, period: int = 1,
                  seed: int = 0, grace_ms: float = 2.0, grace_fraction: float = 0.1) -> None:

@@ -223,7 +223,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         if algorithm is not None and not runs_in_keras(algorithm):
             warnings.warn(f"RELAX_ALGORITHM={algorithm.name} does not run in Keras; using all-reduce", stacklevel=2)
             algorithm = None
-    relaxation = check_algorithm(algorithm, model_averaging_ok=True)
+    relaxation = check_algorithm(algorithm)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"DistributedOptimizer wraps a Keras 3 optimizer (keras.optimizers.*), got "
                         f"{type(optimizer).__name__}")

@@ -12,7 +12,7 @@ import tensorflow as tf
 from compression_model import Model, inputs
 
 import relaxlib_tf as hvd
-from relaxlib.algorithms import Algorithm, CompressedScatterReduce, OneBitAdam
+from relaxlib.algorithms import Algorithm, CompressedScatterReduce, DeAR, OneBitAdam
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -199,3 +199,63 @@ def test_what_keras_cannot_run_is_named():
             ctx.apply_update([p.index for p in ctx.parameters()], ctx.snapshot())
 
     hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), algorithm=Plain())
+
+
+def tape_steps(algorithm, steps: int = 3, traced: bool = False) -> list[list[np.ndarray]]:
+    """Gradients the tape returns over ``steps`` steps of a small model (the same weights every
+    step, this rank's own inputs per step)."""
+    net = dense_model()
+    mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def gradients(x, y):
+        with hvd.DistributedGradientTape(tf.GradientTape(), algorithm=algorithm) as tape:
+            value = loss(y, net(x))
+        return tape.gradient(value, net.trainable_variables)
+
+    run = tf.function(gradients) if traced else gradients
+    return [[g.numpy() for g in run(mine_x[32 * s:32 * (s + 1)], mine_y[32 * s:32 * (s + 1)])] for s in range(steps)]
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
+def test_tape_compresses_gradients_with_error_feedback_across_steps(traced):
+    """DistributedGradientTape(algorithm=CompressedScatterReduce("uint8")) returns what
+    relaxlib_tf.compressed_allreduce (checked against numpy above) gives the flat gradients
+    (last layer first, one bucket) with one error-feedback state carried across the steps."""
+    got = tape_steps(CompressedScatterReduce("uint8"), traced=traced)
+    net = dense_model()
+    mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    variables = net.trainable_variables
+    state = hvd.ErrorFeedback(sum(int(np.prod(v.shape)) for v in variables))
+    for s, gradients in enumerate(got):
+        with tf.GradientTape() as tape:
+            value = loss(mine_y[32 * s:32 * (s + 1)], net(mine_x[32 * s:32 * (s + 1)]))
+        own = tape.gradient(value, variables)
+        flat = tf.concat([tf.reshape(g, [-1]) for g in reversed(own)], axis=0)
+        averaged = hvd.compressed_allreduce(flat, codec="uint8", state=state, name=f"tape.reference.{s}").numpy()
+        offset = 0
+        for v, g in reversed(list(zip(variables, gradients))):
+            n = int(np.prod(v.shape))
+            np.testing.assert_array_equal(g, averaged[offset:offset + n].reshape(v.shape), err_msg=f"step {s}")
+            offset += n
+
+
+def test_tape_with_dear_returns_the_averaged_gradients():
+    for mine, theirs in zip(tape_steps(DeAR(fusion_mb=1024 / (1 << 20)), steps=2), tape_steps(None, steps=2)):
+        for a, b in zip(mine, theirs):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_tape_refuses_algorithms_that_write_the_weights():
+    for algorithm in (OneBitAdam(), CompressedScatterReduce("sign", compress="update")):
+        with pytest.raises(NotImplementedError, match="writing the parameters.*DistributedGradientTape"):
+            hvd.DistributedGradientTape(tf.GradientTape(), algorithm=algorithm)
+    with pytest.raises(ValueError, match="leave op, compression"):
+        hvd.DistributedGradientTape(tf.GradientTape(), algorithm=CompressedScatterReduce(), op=hvd.Sum)
+    algorithm = CompressedScatterReduce("fp16")
+    tape_steps(algorithm, steps=1)
+    with tf.GradientTape() as tape:  # other sources than the algorithm was set up with
+        value = tf.reduce_sum(tf.Variable(tf.ones(3)) * 2.0)
+    with pytest.raises(ValueError, match="one algorithm object per set of sources"):
+        hvd.DistributedGradientTape(tape, algorithm=algorithm).gradient(value, [tf.Variable(tf.ones(3))])
