@@ -36,6 +36,8 @@ class KerasBinding(TrainingContext):
     """What both Keras contexts share: the variables, their order, the optimizer's
     hyper-parameters and its update. Subclasses say how a flat tensor maps onto the variables."""
 
+    updates_whole_parameters = True  # a variable's update is one assign: reads see before or after
+
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
         self.applied = False  # whether this step's update went through the wrapped optimizer
         self._optimizer = optimizer  # the wrapped optimizer's own update (no communication)

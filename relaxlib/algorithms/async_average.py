@@ -82,15 +82,26 @@ class AsyncModelAverage(ModelAveraging):
             raise RuntimeError(f"{self.name}: the averaging thread failed: {error}") from error
 
     def splits_around_update(self, ctx: TrainingContext) -> bool:
-        """No: the local update holds the lock the averaging thread reads the weights under."""
-        return False
+        """Where the update replaces each parameter whole (TF variables): the averaging thread's
+        snapshot may then see some parameters before and some after it, and each parameter's
+        change ``mean - snapshot`` still keeps its own local progress. Where updates are in place
+        (torch) the update must hold the lock the thread reads the weights under."""
+        return ctx.updates_whole_parameters and not ctx.max_grad_norm
 
-    def step(self, ctx: TrainingContext) -> None:
+    def before_update(self, ctx: TrainingContext) -> None:
+        """Reports a failure of the averaging thread."""
         self._raise_thread_error()
-        with self._params_lock:
-            self._local_update(ctx)
+
+    def after_update(self, ctx: TrainingContext) -> None:
+        """Adds the averaging rounds' change that arrived meanwhile."""
         self._apply_pending(ctx)
         self._last_step += 1
+
+    def step(self, ctx: TrainingContext) -> None:
+        self.before_update(ctx)
+        with self._params_lock:
+            self._local_update(ctx)
+        self.after_update(ctx)
 
     def pause(self) -> None:
         """Collective: stops averaging once every rank paused (blocks until then)."""

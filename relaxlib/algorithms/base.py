@@ -69,6 +69,10 @@ class TrainingContext(ABC):
     size: int
     step_count: int            # completed optimizer steps
     max_grad_norm: float | None  # clip averaged gradients to this global L2 norm (None: no clipping)
+    # Whether the optimizer's update replaces each parameter as a whole, so that another thread
+    # reading a parameter sees it before or after the update, never half-way (TF variables; not
+    # torch's in-place updates).
+    updates_whole_parameters: bool = False
 
     @abstractmethod
     def parameters(self) -> list[ParamRef]:

@@ -88,6 +88,7 @@ def test_async_averaging_converges_to_one_model():
     x, y = np.ones((2, 4), np.float32), np.zeros((2, 2), np.float32)
     net.compile(optimizer=optimizer, loss="mse")
     net.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    assert optimizer._relax_in_fit == "split"  # the Keras update in the graph, without the thread's lock
     start = algorithm.consensus_distance()
     for _ in range(20):
         net.fit(x, y, batch_size=2, epochs=1, verbose=0)
@@ -98,13 +99,15 @@ def test_async_averaging_converges_to_one_model():
     assert algorithm.consensus_distance() == pytest.approx(0.0, abs=1e-6)
 
 
-def test_decentralized_ring_trains_digits_in_fit():
+@pytest.mark.parametrize("make", [lambda: Decentralized(topology="ring"),
+                                  lambda: AsyncModelAverage(sync_interval_ms=1)], ids=["ring", "async"])
+def test_model_averaging_trains_digits_in_fit(make):
     digits = load_digits()
     x, y = (digits.data / 16.0).astype(np.float32), digits.target
     x_train, y_train, x_test, y_test = x[:1400], y[:1400], x[1400:], y[1400:]
     keras.utils.set_random_seed(RANK)  # every rank starts from its own weights
     net = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
-    algorithm = Decentralized(topology="ring")
+    algorithm = make()
     net.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9), algorithm=algorithm),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     net.fit(x_train[RANK::SIZE], y_train[RANK::SIZE], batch_size=16, epochs=4, shuffle=False, verbose=0)

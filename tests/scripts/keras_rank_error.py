@@ -4,7 +4,7 @@ collective (DeAR's reduce-scatter, the compressed all-reduce, the group average)
 the rank, not hang. ``eager``: a custom loop (host arrays); ``traced``: ``model.fit`` (the
 algorithm's step as TF ops in the train function).
 
-    mpirun -np N python keras_rank_error.py dear|compressed-fp16|partial-static eager|traced
+    mpirun -np N python keras_rank_error.py dear|compressed-fp16|partial-static|async eager|traced
 """
 
 import sys
@@ -13,12 +13,12 @@ import keras
 import numpy as np
 
 import relaxlib_tf.keras as hvd
-from relaxlib.algorithms import CompressedScatterReduce, DeAR, PartialAllReduce
+from relaxlib.algorithms import AsyncModelAverage, CompressedScatterReduce, DeAR, PartialAllReduce
 
 hvd.init()
 RANK = hvd.rank()
 ALGORITHMS = {"dear": DeAR, "compressed-fp16": lambda: CompressedScatterReduce("fp16"),
-              "partial-static": lambda: PartialAllReduce(group_size=3)}
+              "partial-static": lambda: PartialAllReduce(group_size=3), "async": AsyncModelAverage}
 algorithm, mode = ALGORITHMS[sys.argv[1]](), sys.argv[2]
 keras.utils.set_random_seed(0)
 net = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
