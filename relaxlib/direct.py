@@ -192,17 +192,11 @@ def flat_broadcast_async(src: Buffer, dst: Buffer, root: int, name: str, keepali
     return _submit(request, name, hold + keepalive, result)
 
 
-def chunk_count(count: int, size: int, rank: int) -> int:
-    """Elements of ``rank``'s chunk when ``count`` elements are split over ``size`` ranks as the
-    reduce-scatter splits them (sizes differ by at most one, the larger chunks first)."""
-    return count // size + (1 if rank < count % size else 0)
-
-
 def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tuple[Any, ...] = (),
                              result: Any = None, average: bool = False) -> DirectHandle:
     """Starts the sum (or, with ``average``, mean) reduce-scatter of a flat buffer over all ranks
     through the negotiated path: ``dst`` receives this rank's contiguous chunk (see
-    :func:`chunk_count`); it must hold at least that many elements."""
+    ``relaxlib.compression.chunk_count``); it must hold at least that many elements."""
     if src.dtype != dst.dtype or src.dtype not in DTYPES:
         raise ValueError(f"{name}: reduce-scatter needs matching float32/float64 buffers, got {src.dtype} and "
                          f"{dst.dtype}")

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from relaxlib import basics, direct
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext, missing_capabilities
+from relaxlib.compression import chunk_count
 from relaxlib.direct import Buffer
 from relaxlib.process_sets import global_process_set, node_process_sets, process_set_id
 from relaxlib_tf import compressed, functions
@@ -213,7 +214,7 @@ class KerasContext(KerasBinding):
         return functions.broadcast_object(obj, root_rank=root)
 
     def reduce_scatter_async(self, flat, name: str):
-        out = np.empty(direct.chunk_count(flat.size, self.size, self.rank), flat.dtype)
+        out = np.empty(chunk_count(flat.size, self.size, self.rank), flat.dtype)
         return direct.flat_reducescatter_async(Buffer.of(flat), Buffer.of(out), name, keepalive=(flat, out),
                                                result=out, average=True)
 

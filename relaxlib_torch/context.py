@@ -134,7 +134,8 @@ class TorchContext(TrainingContext):
         tensor.copy_(value)
 
     def zeros(self, numel: int) -> torch.Tensor:
-        return torch.zeros(numel, dtype=torch.float32)
+        """On the parameters' device: algorithms keep it as state next to them (e.g. momentum)."""
+        return torch.zeros(numel, dtype=torch.float32, device=self._params[0].device if self._params else None)
 
     def concat(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(tensors)

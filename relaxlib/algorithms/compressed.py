@@ -86,21 +86,20 @@ class CompressedScatterReduce(Algorithm):
         self._local = self._leaders = None
         self._leader = 0
         self._ctx = ctx
+        self._numels = [sum(ctx.parameters()[i].numel for i in members) for members in self._buckets]
         snapshot = ctx.snapshot()
         self._updates = self._compresses_updates_with(snapshot)
         # SGD's momentum buffers (compressing SGD steps), as context state from the start: a traced
         # step then reads and updates them in place every step
         self._momentum: list[object | None] = [
-            ctx.zeros(sum(ctx.parameters()[i].numel for i in members))
-            if self._updates and snapshot[ctx.parameters()[members[0]].group]["momentum"] else None
-            for members in self._buckets]
+            ctx.zeros(numel) if self._updates and snapshot[ctx.parameters()[members[0]].group]["momentum"] else None
+            for members, numel in zip(self._buckets, self._numels)]
         self._momentum_started = [False] * len(self._buckets)
         if self.hierarchical:
             self._local, self._leaders, self._leader = ctx.node_groups()
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
         group = self._leaders if self.hierarchical else None
-        self._memories = [ctx.error_feedback(sum(ctx.parameters()[i].numel for i in members), group=group)
-                          if holds_state else None for members in self._buckets]
+        self._memories = [ctx.error_feedback(numel, group=group) if holds_state else None for numel in self._numels]
 
     def _compresses_updates_with(self, snapshot: list[dict]) -> bool:
         """Whether ``compress`` means SGD steps with this optimizer (ValueError if it cannot)."""
@@ -144,7 +143,7 @@ class CompressedScatterReduce(Algorithm):
         momentum = hyper["momentum"]
         if momentum:
             if self._momentum[bucket] is None:  # momentum set after setup
-                self._momentum[bucket] = ctx.zeros(sum(ctx.parameters()[i].numel for i in members))
+                self._momentum[bucket] = ctx.zeros(self._numels[bucket])
             # torch.optim.SGD starts the buffer at the first gradient, without dampening (from
             # zeros: momentum * 0 + 1 * grad is grad exactly)
             dampening = hyper["dampening"] if self._momentum_started[bucket] else 0.0

@@ -210,9 +210,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``OneBitAdam``, the model-averaging ``Decentralized``, ``PartialAllReduce``,
     ``AsyncModelAverage``, ``DeAR``, or your own ``Algorithm`` using what the Keras context offers
     (the error names what an algorithm lacks). It runs once per step after backward (Keras has no
-    gradient or forward hooks): eagerly, and inside ``model.fit`` through ``tf.py_function``, or,
-    for a ``traceable`` algorithm (DeAR; CompressedScatterReduce handing compressed gradients to
-    the optimizer), traced into the step's graph as TF ops. For model
+    gradient or forward hooks): eagerly in custom loops; inside ``model.fit`` traced into the
+    step's graph as TF ops when it is ``traceable`` (DeAR, CompressedScatterReduce), around the
+    Keras update kept in the graph when it splits its step there (model averaging), else through
+    ``tf.py_function`` (docs/tensorflow.md "Traced into fit"). For model
     averaging call ``algorithm.average_now()`` at the end for identical models
     (``optimizer.join()`` when this rank's data ends early; shutdown at exit joins otherwise).
     An optimizer that has no variables yet is
