@@ -65,15 +65,18 @@ def test_error_feedback_keeps_the_running_sum_on_track_and_its_absence_shows_bia
     assert drift_plain > 10 * drift_ef, (drift_plain, drift_ef)  # without feedback the bias accumulates
 
 
-def test_non_finite_input_fails_everywhere_and_leaves_the_state_alone():
+# Element 3 lies in the chunk of a rank other than the last; element 7 in the last rank's own chunk,
+# which on two ranks reaches the peer only as the owner's forwarded contribution.
+@pytest.mark.parametrize("position", [3, 7])
+def test_non_finite_input_fails_everywhere_and_leaves_the_state_alone(position):
     state = hvd.ErrorFeedback(8)
-    hvd.compressed_allreduce(torch.ones(8), codec="sign", state=state, name="finite.warmup")
+    hvd.compressed_allreduce(torch.ones(8), codec="sign", state=state, name=f"finite.warmup.{position}")
     before = state.state_dict()
     x = torch.ones(8)
     if RANK == SIZE - 1:
-        x[3] = float("inf")
+        x[position] = float("inf")
     with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1}"):
-        hvd.compressed_allreduce(x, codec="sign", state=state, name="finite.check")
+        hvd.compressed_allreduce(x, codec="sign", state=state, name=f"finite.check.{position}")
     assert torch.equal(state.worker, before["worker"]) and torch.equal(state.owner, before["owner"])
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(SIZE)))
 
