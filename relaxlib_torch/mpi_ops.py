@@ -166,8 +166,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     """In-place allreduce; returns ``tensor``."""
     if not tensor.is_contiguous():
         return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
-    target = tensor.detach()
-    _allreduce_sync(target, target, name, _resolve_op(op, average, tensor), prescale_factor, postscale_factor,
+    # The core writes the memory directly, outside autograd, so the tensor needs no detach().
+    _allreduce_sync(tensor, tensor, name, _resolve_op(op, average, tensor), prescale_factor, postscale_factor,
                     process_set)
     return tensor
 

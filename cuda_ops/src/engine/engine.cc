@@ -370,9 +370,11 @@ bool Engine::any_set_busy() const {
   return false;
 }
 
-// Polls (yielding the core) for a new submission before the engine sleeps on the condition variable.
+// Polls (yielding the core) for a new submission before the engine sleeps on the condition variable:
+// only after a round that changed something, when the next request of a burst is likely to follow.
+// After an idle tick the engine sleeps at once (a tick that spun held 10 % of a core per idle rank).
 void Engine::spin_while_idle() {
-  if (config_.idle_spin_us <= 0) return;
+  if (config_.idle_spin_us <= 0 || !last_round_progressed_.load()) return;
   const double until = steady_seconds() + config_.idle_spin_us * 1e-6;
   while (submissions_.load(std::memory_order_acquire) == seen_submissions_.load() && steady_seconds() < until) {
     sched_yield();
@@ -473,6 +475,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
     return false;
   }
   busy_.store(any_set_busy());
+  last_round_progressed_.store(progress);
   throttle_ms_.store((!progress && busy_.load() && instant)
                          ? std::min(config_.cycle_time_ms, std::max(0.02, throttle_ms_.load() * 2))
                          : 0);

@@ -145,6 +145,7 @@ class Engine {
   bool blocked_ = false;  // this step's rounds carry kFlagBlocked
   std::atomic<double> throttle_ms_{0};
   std::atomic<bool> busy_{false};            // some set has pending requests after the last round
+  std::atomic<bool> last_round_progressed_{false};  // the last step changed something (spin after it)
   std::atomic<bool> finished_{false};        // a round decided that the engine stops
   std::atomic<double> last_round_end_{0};    // steady seconds
   std::atomic<uint64_t> seen_submissions_{0};
