@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from relaxlib import basics, direct
-from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext, missing_capabilities
+from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext, require_capabilities
 from relaxlib.compression import chunk_count
 from relaxlib.direct import Buffer
 from relaxlib.process_sets import global_process_set, node_process_sets, process_set_id
@@ -27,10 +27,8 @@ UNSUPPORTED = "is not available for TensorFlow yet"
 
 def check_supported(algorithm: Algorithm) -> None:
     """NotImplementedError naming what ``algorithm`` needs that Keras does not offer, if anything."""
-    missing = missing_capabilities(algorithm, KerasContext.capabilities)
-    if missing:
-        raise NotImplementedError(f"{type(algorithm).__name__} needs {'; '.join(missing)}, which relaxlib's "
-                                  "Keras DistributedOptimizer does not offer (it runs in PyTorch)")
+    require_capabilities(algorithm, KerasContext.capabilities,
+                         "relaxlib's Keras DistributedOptimizer does not offer (it runs in PyTorch)")
 
 
 class KerasBinding(TrainingContext):

@@ -14,7 +14,7 @@ import weakref
 
 import tensorflow as tf
 
-from relaxlib.algorithms.base import Algorithm, missing_capabilities
+from relaxlib.algorithms.base import Algorithm, require_capabilities
 from relaxlib_tf.graph_context import KerasGraphContext
 
 NO_WEIGHTS = "the tape returns gradients and does not write the weights"
@@ -67,11 +67,9 @@ _CONTEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # algorithm 
 
 def check_supported(algorithm: Algorithm) -> None:
     """NotImplementedError naming what ``algorithm`` needs that the tape does not offer."""
-    missing = missing_capabilities(algorithm, TapeContext.capabilities)
-    if missing:
-        raise NotImplementedError(
-            f"{type(algorithm).__name__} needs {'; '.join(missing)}, which DistributedGradientTape does not offer "
-            "(it only returns gradients); pass it to relaxlib_tf.keras.DistributedOptimizer, which runs the step")
+    require_capabilities(algorithm, TapeContext.capabilities,
+                         "DistributedGradientTape does not offer (it only returns gradients); pass it to "
+                         "relaxlib_tf.keras.DistributedOptimizer, which runs the step")
 
 
 def reduce(algorithm: Algorithm, grads: list, variables: list) -> list:

@@ -59,6 +59,14 @@ def missing_capabilities(algorithm: Algorithm, capabilities: frozenset[str]) -> 
     return sorted(CAPABILITIES[name] for name in algorithm.requirements() - capabilities)
 
 
+def require_capabilities(algorithm: Algorithm, capabilities: frozenset[str], where: str) -> None:
+    """NotImplementedError naming what ``algorithm`` needs that ``where`` (an entry point with
+    ``capabilities``, and what to use instead) does not offer."""
+    missing = missing_capabilities(algorithm, capabilities)
+    if missing:
+        raise NotImplementedError(f"{type(algorithm).__name__} needs {'; '.join(missing)}, which {where}")
+
+
 class TrainingContext(ABC):
     """What a framework binding offers algorithms. ``Tensor`` means the framework's tensor type;
     ``Handle`` is an opaque token of a started collective. ``capabilities``: the optional parts
