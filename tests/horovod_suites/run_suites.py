@@ -33,17 +33,22 @@ SUITES = {"torch": "test/parallel/test_torch.py", "tensorflow": "test/parallel/t
 STARTUP_SECONDS = {"torch": 30, "tensorflow": 60}     # import + init allowance per mpirun, per-test mode
 
 
-def build_env(results_dir: Path, extra: list[str]) -> dict[str, str]:
+def build_env(results_dir: Path, args, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every rank's environment: the shim first on the path (or, with ``--reference``, a real
+    Horovod install before it), the plugin's result directory, and ``--env`` settings."""
     env = dict(os.environ)
+    first = [args.reference] if args.reference else []
     env.update({
         "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "PYTHONPATH": os.pathsep.join([str(SHIM), str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+        "PYTHONPATH": os.pathsep.join(first + [str(SHIM), str(REPO)] +
+                                      ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
         "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
         "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
         "RELAX_STALL_CHECK_TIME": env.get("RELAX_STALL_CHECK_TIME", "20"),   # as tests/mpi_launch.py
         "RELAX_SUITE_RESULTS": str(results_dir),
+        "RELAX_SUITE_REFERENCE": "1" if args.reference else "",
     })
-    for item in extra:
+    for item in list(args.env) + list(extra):
         key, _, value = item.partition("=")
         env[key] = value
     return env
@@ -225,7 +230,7 @@ def merge_ranks(test: str, per_rank: list[dict]) -> dict:
 
 def collect(args, suite: str) -> list[str]:
     suite_path = Path(args.horovod) / SUITES[suite]
-    env = build_env(Path(args.out) / "collect", args.env)
+    env = build_env(Path(args.out) / "collect", args)
     env.pop("RELAX_SUITE_RESULTS")
     cmd = [args.python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(suite_path)]
     if args.k:
@@ -243,7 +248,7 @@ def run_job(args, suite: str, np_: int) -> dict:
     out_dir = Path(args.out) / f"{suite}-np{np_}-{mode}"
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    env = build_env(out_dir, args.env + (["RELAX_SUITE_ALIGN=1"] if args.align_tests else []))
+    env = build_env(out_dir, args, ("RELAX_SUITE_ALIGN=1",) if args.align_tests else ())
     cmd = mpirun_prefix(np_) + ["--output-filename", str(out_dir / "output")] + pytest_args(args) + \
         [str(suite_path)] + (["-k", args.k] if args.k else [])
     print(f"$ {' '.join(cmd)}    (cwd {suite_path.parent}; outer timeout {args.job_timeout}s)", flush=True)
@@ -278,7 +283,7 @@ def run_per_test(args, suite: str, np_: int) -> dict:
         for attempt in range(args.retries + 1):
             shutil.rmtree(test_dir, ignore_errors=True)
             test_dir.mkdir()
-            env = build_env(test_dir, args.env)
+            env = build_env(test_dir, args)
             cmd = mpirun_prefix(np_) + ["--output-filename", str(test_dir / "output")] + pytest_args(args) + \
                 [f"{suite_path}::{test}"]
             if index == 0 and attempt == 0:
@@ -365,6 +370,8 @@ def main() -> int:
                              "a test failing on some ranks only cannot leave the ranks in different tests")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for every rank (repeatable)")
     parser.add_argument("--out", default="/tmp/horovod_suites", help="raw outputs (per rank) go here")
+    parser.add_argument("--reference", metavar="DIR", help="run the suites against Horovod itself, installed in DIR "
+                        "(e.g. pip install --target DIR horovod), instead of relaxlib: the baseline on this machine")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--retries", type=int, default=2, help="per-test mode: reruns of a test whose mpirun "
                         "failed before the test started (e.g. an import error during a rebuild)")
@@ -386,6 +393,11 @@ def main() -> int:
     args.horovod = str(Path(args.horovod).resolve())
     if (Path(args.horovod).resolve() == REPO) or REPO in Path(args.horovod).resolve().parents:
         parser.error("--horovod must be outside this repository")
+    if args.reference:
+        args.reference = str(Path(args.reference).resolve())
+        if not (Path(args.reference) / "horovod").is_dir():
+            parser.error(f"--reference {args.reference} holds no horovod package")
+    print(f"against: {args.reference or 'relaxlib (shim)'}", flush=True)
     suites = ["torch", "tensorflow"] if args.suite == "both" else [args.suite]
     modes = ["per-test", "job"] if args.mode == "both" else [args.mode]
     runs = []
@@ -398,7 +410,8 @@ def main() -> int:
                 print_run(run)
                 runs.append(run)
                 if args.json:
-                    Path(args.json).write_text(json.dumps({"horovod": args.horovod, "runs": runs}, indent=1))
+                    stored = {"horovod": args.horovod, "against": args.reference or "relaxlib", "runs": runs}
+                    Path(args.json).write_text(json.dumps(stored, indent=1))
     print("\nSUMMARY")
     for run in runs:
         s = run["summary"]

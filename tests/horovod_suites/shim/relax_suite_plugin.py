@@ -5,7 +5,8 @@ at once, so the outcome of every finished test survives a rank that is killed la
 abort of the whole job): ``start`` when a test begins, ``report`` per phase (setup/call/teardown)
 with the outcome and the first line of the error, ``finish`` at the end of the session. It also
 refuses to run when ``import horovod`` does not resolve to the shim (e.g. a real Horovod source
-tree on sys.path). SIGUSR1 makes a rank write every thread's Python stack to
+tree on sys.path), unless ``RELAX_SUITE_REFERENCE=1`` (run_suites.py ``--reference``: Horovod
+itself is measured on purpose). SIGUSR1 makes a rank write every thread's Python stack to
 ``rank<R>.stacks`` (faulthandler, which works while the main thread is blocked in C), so
 run_suites.py can say where a hung job stood before it kills it.
 
@@ -68,7 +69,8 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     horovod = sys.modules.get("horovod")
-    if horovod is not None and not getattr(horovod, "SHIM_MARKER", False):
+    reference = os.environ.get("RELAX_SUITE_REFERENCE") == "1"
+    if horovod is not None and not reference and not getattr(horovod, "SHIM_MARKER", False):
         raise RuntimeError(f"'import horovod' found {horovod.__file__}, not the relaxlib shim: "
                            "run from a directory that does not contain a horovod/ package")
     _write({"event": "collected", "count": len(session.items)})
@@ -79,14 +81,20 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 def _align_ranks():
-    """join() on every rank before a test, in whichever framework binding the suite imported."""
-    import relaxlib.basics as basics
+    """join() on every rank before a test, in whichever framework binding the suite imported
+    (Horovod's own with ``RELAX_SUITE_REFERENCE=1``)."""
+    if os.environ.get("RELAX_SUITE_REFERENCE") == "1":
+        binding = sys.modules.get("horovod.torch") or sys.modules.get("horovod.tensorflow")
+        if binding is None or not binding.is_initialized():
+            return
+    else:
+        import relaxlib.basics as basics
 
-    if not basics.is_initialized():
-        return
-    binding = sys.modules.get("relaxlib_torch") or sys.modules.get("relaxlib_tf")
-    if binding is None:
-        return
+        if not basics.is_initialized():
+            return
+        binding = sys.modules.get("relaxlib_torch") or sys.modules.get("relaxlib_tf")
+        if binding is None:
+            return
     started = time.time()
     try:
         binding.join()
