@@ -57,7 +57,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 LIBRARIES = ("relaxlib", "mpi", MPI_SAME_TRANSPORT, "gloo")
 TF_LIBRARIES = ("relaxlib-tf", "relaxlib", "mpi", MPI_SAME_TRANSPORT)
-WORKERS = LIBRARIES + ("relaxlib-tf",)
+WORKERS = LIBRARIES + ("relaxlib-tf", "horovod")
+HOROVOD_NOT_MEASURED = "0.28.1 does not build against torch 2.13 unpatched (ENVIRONMENT.md); pass --horovod DIR"
 OVERHEAD_CALLS = 3000  # timed 1-element allreduces per variant (after 200 warm-up calls)
 OVERHEAD_LOOP = 100    # chained allreduces in one tf.function call
 
@@ -97,6 +98,10 @@ class Library:
             import relaxlib_torch as hvd
             hvd.init()
             self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
+        elif name == "horovod":  # Horovod itself, from the install that --horovod puts on the path
+            import horovod.torch as hvd
+            hvd.init()
+            self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
         elif name == "mpi":
             from mpi4py import MPI
             self.MPI, self.comm = MPI, MPI.COMM_WORLD
@@ -117,7 +122,7 @@ class Library:
         return self.hvd.engine_stats()["bytes_sent"] if self.name.startswith("relaxlib") else None
 
     def barrier(self) -> None:
-        if self.name.startswith("relaxlib"):
+        if self.name.startswith("relaxlib") or self.name == "horovod":
             self.hvd.barrier()
         elif self.name == "mpi":
             self.comm.Barrier()
@@ -129,7 +134,7 @@ class Library:
             t = self.tf.constant([value], dtype=self.tf.float64)
             return float(self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").numpy()[0])
         t = self.torch.tensor([value], dtype=self.torch.float64)
-        if self.name == "relaxlib":
+        if self.name in ("relaxlib", "horovod"):
             return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").item()
         if self.name == "mpi":
             return self.comm.allreduce(value, op=self.MPI.MAX)
@@ -149,7 +154,7 @@ class Library:
             codec = op.split("_", 1)[1]
             state = self.hvd.ErrorFeedback(count)
             return lambda: self.hvd.compressed_allreduce(full, codec=codec, state=state, name=f"bench.{op}")
-        if self.name == "relaxlib":
+        if self.name in ("relaxlib", "horovod"):
             hvd = self.hvd
             return {"allreduce": lambda: hvd.allreduce_(full, op=hvd.Sum, name="bench.allreduce"),
                     "reduce_scatter": lambda: hvd.reducescatter(full, op=hvd.Sum, name="bench.reduce_scatter"),
@@ -203,10 +208,11 @@ class Library:
                     "tf_function": lambda: one(x),
                     f"tf_function_loop{OVERHEAD_LOOP}": lambda: chained(x),
                     "tf_function_noop (no collective)": lambda: noop(x)}
-        if self.name == "relaxlib":
+        if self.name in ("relaxlib", "horovod"):
             hvd, t = self.hvd, self.torch.zeros(1, dtype=self.torch.float32)
-            return {"torch": lambda: hvd.allreduce(t, op=hvd.Sum, name="bench.overhead.torch"),
-                    "torch_inplace": lambda: hvd.allreduce_(t, op=hvd.Sum, name="bench.overhead.torch_")}
+            prefix = "horovod_" if self.name == "horovod" else ""  # variants are keyed by name across libraries
+            return {f"{prefix}torch": lambda: hvd.allreduce(t, op=hvd.Sum, name="bench.overhead.torch"),
+                    f"{prefix}torch_inplace": lambda: hvd.allreduce_(t, op=hvd.Sum, name="bench.overhead.torch_")}
         if self.name == "mpi":
             comm, MPI, a = self.comm, self.MPI, self.torch.zeros(1, dtype=self.torch.float32).numpy()
             return {"mpi4py": lambda: comm.Allreduce(MPI.IN_PLACE, a)}
@@ -280,7 +286,8 @@ def run_library(lib: str, args: argparse.Namespace, sizes: list[int], out_dir: s
               "--sizes", ",".join(map(str, sizes)), "--seconds-per-size", str(args.seconds_per_size), "--out", out]
     if args.overhead:
         worker.append("--overhead")
-    env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    path = ([args.horovod] if name == "horovod" else []) + [str(REPO), os.environ.get("PYTHONPATH", "")]
+    env = mpirun_environment(PYTHONPATH=os.pathsep.join(path))
     if setting:
         key, _, value = setting.partition("=")
         env[key] = value
@@ -336,7 +343,7 @@ def run_driver(args: argparse.Namespace) -> None:
         "mpi": subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
         "method": "each library in its own mpirun job, jobs alternated; time_us = median over jobs of the "
                   "per-iteration time (max over ranks); ratios = median of paired ratios of adjacent jobs",
-        "peers_not_measured": {"horovod": "0.28.1 does not build against torch 2.13 (see ENVIRONMENT.md)"},
+        "peers_not_measured": {} if "horovod" in libs else {"horovod": HOROVOD_NOT_MEASURED},
         "results": rows, "targets": targets,
     }
     if tf_run:
@@ -384,6 +391,9 @@ def main() -> None:
     parser.add_argument("--mpi-args", default="", help="extra mpirun arguments, e.g. '--mca btl tcp,self'")
     parser.add_argument("--bandwidth", type=float,
                         help="run over MPI TCP with each rank's link shaped to this many Mbit/s (root; netem.py)")
+    parser.add_argument("--horovod", metavar="DIR",
+                        help="a Horovod install (pip install --target DIR horovod, its build patched to C++17): "
+                             "adds the peer 'horovod' (horovod.torch) to the default libraries")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out")
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
@@ -397,6 +407,12 @@ def main() -> None:
                               for line in Path("/proc/cpuinfo").read_text().splitlines())
         args.libs = ",".join(lib for lib in default
                              if lib != MPI_SAME_TRANSPORT or (virtual_machine and not args.bandwidth))
+        if args.horovod and args.framework == "torch":
+            args.libs += ",horovod"
+    if "horovod" in args.libs.split(",") and not args.worker:
+        if not args.horovod:
+            parser.error("the peer 'horovod' needs --horovod DIR (where Horovod is installed)")
+        args.horovod = str(Path(args.horovod).resolve())
     if args.framework == "tf" and not args.worker:
         args.overhead = True
     if args.worker:
