@@ -8,7 +8,8 @@ adjacent job i of the other), which cancels the slow drift of a shared or virtua
 Within one node relaxlib's collectives run through its own shared-memory segment; its remaining
 MPI traffic uses Open MPI's shared memory in copy-in/copy-out mode on a virtual machine (see
 docs/performance.md). The extra peer "mpi@OMPI_MCA_btl_vader_single_copy_mechanism=none" is MPI
-in that mode, its faster setting on this VM, beside MPI with its defaults.
+in that mode, its faster setting on this VM, beside MPI with its defaults. ``--horovod DIR`` adds
+Horovod itself (``horovod.torch`` installed in DIR; tests/horovod_suites/README.md builds it).
 
     python benchmarks/collectives.py --np 2 --reps 3
     python benchmarks/collectives.py --framework tf --np 2 --reps 3 --max-bytes 64M

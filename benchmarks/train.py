@@ -28,7 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "none", "decentralized", "partial", "async")
+ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "horovod", "none", "decentralized", "partial",
+              "async")
+PEERS = ("ddp", "horovod")  # other libraries: no relaxlib engine, telemetry or algorithm
 
 
 def mode_arguments(mode: str) -> list[str]:
@@ -43,7 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--algorithm", default="allreduce", choices=ALGORITHMS,
-                        help="none = no communication (each rank alone)")
+                        help="none = no communication (each rank alone); ddp = torch DDP (gloo); horovod = "
+                             "Horovod's DistributedOptimizer (needs --horovod)")
     parser.add_argument("--model", default="sleep", choices=["sleep", "mlp"])
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--width", type=int, default=262144,
@@ -64,6 +67,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="partial: group generator")
     parser.add_argument("--group-size", type=int, default=2, help="partial: ranks per group")
     parser.add_argument("--sync-interval-ms", type=float, default=20.0, help="async: averaging interval")
+    parser.add_argument("--horovod", metavar="DIR", help="where Horovod is installed (pip install --target DIR; "
+                        "tests/horovod_suites/README.md builds it), for --algorithm horovod")
     parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
     parser.add_argument("--straggler", help="RANK:FACTOR, e.g. 3:2.5")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
@@ -78,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.straggler_rank, args.straggler_factor = int(rank), float(factor)
     else:
         args.straggler_rank, args.straggler_factor = -1, 1.0
+    if args.algorithm == "horovod" and not args.worker and not args.horovod:
+        parser.error("--algorithm horovod needs --horovod DIR")
     return args
 
 
@@ -95,6 +102,10 @@ class Comms:
             self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
             dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
             self.dist = dist
+        elif args.algorithm == "horovod":
+            import horovod.torch as hvd  # found through --horovod, which the driver puts on PYTHONPATH
+            hvd.init()
+            self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
         else:
             import relaxlib_torch as hvd
             hvd.init()
@@ -106,6 +117,9 @@ class Comms:
             return torch.nn.parallel.DistributedDataParallel(model), optimizer
         if args.algorithm == "none":
             return model, optimizer
+        if args.algorithm == "horovod":
+            self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         from relaxlib import algorithms
         algorithm = {
             "allreduce": lambda: None,
@@ -130,15 +144,15 @@ class Comms:
         return self.hvd.allgather_object(obj)
 
     def step_summary(self, last: int) -> dict | None:
-        """Medians of relaxlib's per-step telemetry over the timed steps (None for DDP)."""
-        if self.args.algorithm == "ddp":
+        """Medians of relaxlib's per-step telemetry over the timed steps (None for a peer library)."""
+        if self.args.algorithm in PEERS:
             return None
         from relaxlib import telemetry
         recorder = telemetry.current()
         return recorder.summary(last) if recorder is not None else None
 
     def stats(self) -> dict:
-        return {} if self.args.algorithm == "ddp" else self.hvd.engine_stats()
+        return {} if self.args.algorithm in PEERS else self.hvd.engine_stats()
 
     def barrier(self) -> None:
         if self.args.algorithm == "ddp":
@@ -226,8 +240,9 @@ def worker_argv(args, result: str) -> list[str]:
 
 
 def launch(args, np_: int, result: str) -> int:
-    env = mpirun_environment(PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                             MASTER_PORT=str(free_port()))
+    horovod = [str(Path(args.horovod).resolve())] if args.algorithm == "horovod" else []
+    path = horovod + [str(REPO), os.environ.get("PYTHONPATH", "")]
+    env = mpirun_environment(PYTHONPATH=os.pathsep.join(path), MASTER_PORT=str(free_port()))
     if args.bandwidth and np_ > 1:
         from netem import ShapedNetwork
         with ShapedNetwork(np_, bandwidth_mbit=args.bandwidth) as net:

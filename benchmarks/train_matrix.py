@@ -17,7 +17,9 @@ mode if communication cost only its wire time at the link's rate (α = 0, codecs
 overlapped as the mode allows, with the compute of the cell measured without communication (a ``none`` job, each
 rank alone, run beside the modes). ``limit_ratio`` = measured
 step / limit (1.0 = nothing lost), ``vs_ddp`` = DDP's step / the mode's step (> 1: faster than
-DDP). Writes JSON and a PNG (two heat maps) to benchmarks/results/train_matrix.{json,png} or --out.
+DDP). ``--horovod DIR`` (a Horovod install, tests/horovod_suites/README.md) adds Horovod's own
+DistributedOptimizer as the mode ``horovod`` to every cell. Writes JSON and a PNG (two heat maps)
+to benchmarks/results/train_matrix.{json,png} or --out.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--links", type=lambda s: s.split(","), default=["shm", "10000", "1000", "200"])
     parser.add_argument("--np", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4])
     parser.add_argument("--models", type=lambda s: s.split(","), default=["sleep", "mlp"])
+    parser.add_argument("--horovod", metavar="DIR", help="a Horovod install: adds the peer mode 'horovod'")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--iters", type=int, default=6, help="timed iterations per job (2 batches each)")
     parser.add_argument("--out", type=Path, default=RESULTS / "train_matrix.json")
@@ -62,6 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.modes = args.modes or registered_modes()
     if "ddp" not in args.modes:
         args.modes.append("ddp")  # every cell is compared with DDP
+    if args.horovod and "horovod" not in args.modes:
+        args.modes.append("horovod")
+    if "horovod" in args.modes and not args.horovod:
+        parser.error("the mode 'horovod' needs --horovod DIR")
     return args
 
 
@@ -73,10 +80,12 @@ def model_arguments(model: str) -> list[str]:
     return out
 
 
-def run_job(mode: str, link: str, np_: int, model: str, iters: int) -> dict:
+def run_job(mode: str, link: str, np_: int, model: str, iters: int, horovod: str | None = None) -> dict:
     """One train.py job; returns its median step, samples/s per worker and compute time."""
     argv = train.mode_arguments(mode) + model_arguments(model) + [
         "--np", str(np_), "--num-iters", str(iters), "--quiet", "--out", "/dev/null"]
+    if mode == "horovod":
+        argv += ["--horovod", horovod]
     if link != "shm":
         argv += ["--bandwidth", link]
     report = train.run(train.parse_args(argv))
@@ -93,8 +102,8 @@ def layer_bytes(model: str) -> list[float]:
 
 def limit_step(mode: str, link: str, np_: int, model: str, compute_s: float) -> float | None:
     """The mode's perfmodel step with wire time only (α = 0, free codecs) at the link's rate."""
-    if mode == "ddp":
-        mode = "allreduce"  # DDP's limit is all-reduce's
+    if mode in train.PEERS:
+        mode = "allreduce"  # DDP's and Horovod's limit is all-reduce's
     from relaxlib import compression, perfmodel
     from relaxlib.algorithms import modes
     registered = {m.name: m for m in modes.registered()}
@@ -116,7 +125,7 @@ def run_cell(args, link: str, np_: int, model: str) -> dict:
         for mode in order:
             for attempt in range(2):  # one retry: a launch in namespaces fails now and then
                 try:
-                    runs[mode].append(run_job(mode, link, np_, model, args.iters))
+                    runs[mode].append(run_job(mode, link, np_, model, args.iters, args.horovod))
                     break
                 except Exception as exc:  # a failed job is reported, not dropped
                     runs[mode].append({"error": f"attempt {attempt + 1}: {exc}"})
