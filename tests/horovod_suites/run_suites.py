@@ -338,6 +338,31 @@ def print_run(run: dict) -> None:
         print(f"  NOT RUN ({len(not_run)}): {', '.join(not_run[:8])}{' ...' if len(not_run) > 8 else ''}")
 
 
+def compare(ours_path: str, reference_path: str) -> int:
+    """Prints, for every (suite, ranks) both stored --json results hold, the tests one passes and
+    the other does not; returns 1 if relaxlib (the first) fails a test the reference passes."""
+    ours, reference = (json.loads(Path(p).read_text()) for p in (ours_path, reference_path))
+    regressions = 0
+    for theirs in reference["runs"]:
+        for run in ours["runs"]:
+            if (run["suite"], run["np"]) != (theirs["suite"], theirs["np"]):
+                continue
+            ours_passed = {t for t, i in run["tests"].items() if i["status"] == "passed"}
+            their_passed = {t for t, i in theirs["tests"].items() if i["status"] == "passed"}
+            only_theirs = sorted(their_passed - ours_passed)
+            only_ours = sorted(ours_passed - their_passed)
+            regressions += len(only_theirs)
+            print(f"\n{run['suite']} np{run['np']}: {run['mode']} {len(ours_passed)} passed against "
+                  f"{theirs['mode']} {len(their_passed)} ({reference.get('against', reference_path)})")
+            for test in only_theirs:
+                print(f"  ONLY THE REFERENCE PASSES {test}: {run['tests'].get(test, {}).get('status', 'absent')}, "
+                      f"{run['tests'].get(test, {}).get('message', '')[:200]}")
+            for test in only_ours:
+                print(f"  only relaxlib passes {test}: {theirs['tests'].get(test, {}).get('status', 'absent')}, "
+                      f"{theirs['tests'].get(test, {}).get('message', '')[:200]}")
+    return 1 if regressions else 0
+
+
 def rescore(run: dict) -> dict:
     """Recomputes a stored run's outcomes from the per-rank records it left in its output dirs."""
     np_, suite_file = run["np"], Path(SUITES[run["suite"]]).name
@@ -378,10 +403,16 @@ def main() -> int:
     parser.add_argument("--retry-wait", type=int, default=60, help="seconds before such a rerun")
     parser.add_argument("--rescore", metavar="JSON", help="run nothing: re-read the per-rank records of a stored "
                         "--json result (its output dirs must still exist) and print (and --json) it again")
-    if "--rescore" in sys.argv:      # --horovod is not needed then
+    parser.add_argument("--compare", nargs=2, metavar=("OURS_JSON", "REFERENCE_JSON"),
+                        help="run nothing: list the tests that one stored --json result passes and the other "
+                             "does not (e.g. relaxlib against a --reference run); exit 1 if the reference passes "
+                             "a test relaxlib fails")
+    if "--rescore" in sys.argv or "--compare" in sys.argv:      # --horovod is not needed then
         for action in parser._actions:
             action.required = False
     args = parser.parse_args()
+    if args.compare:
+        return compare(*args.compare)
     if args.rescore:
         stored = json.loads(Path(args.rescore).read_text())
         stored["runs"] = [summarize(rescore(run)) for run in stored["runs"]]
