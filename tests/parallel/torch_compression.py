@@ -66,7 +66,7 @@ def test_error_feedback_keeps_the_running_sum_on_track_and_its_absence_shows_bia
 
 
 # Element 3 lies in the chunk of a rank other than the last; element 7 in the last rank's own chunk,
-# which on two ranks reaches the peer only as the owner's forwarded contribution.
+# which the other ranks receive only through that rank's owner stage (its re-encoded sum).
 @pytest.mark.parametrize("position", [3, 7])
 def test_non_finite_input_fails_everywhere_and_leaves_the_state_alone(position):
     state = hvd.ErrorFeedback(8)
