@@ -7,15 +7,19 @@ Flat tensors are symbolic, the collectives are relaxlib's asynchronous TF ops an
 the wrapped optimizer's, all in the step's graph: TF's executor starts a bucket's reduce-scatter
 as soon as that bucket's gradients exist, while backward still computes earlier layers, and no
 gradient is copied to host memory. Collectives whose result the trace needs as a Python value
-(the bucket plan) run once, eagerly, while the first step is traced.
+(the bucket plan) run once, eagerly, while the first step is traced. A decision the algorithm
+makes on host every step (who averages with whom) runs as a small ``tf.py_function`` whose
+outputs feed the step's ops (``start_planned``, ``on_host``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
+from relaxlib.algorithms.averaging import AveragePlan
 from relaxlib.algorithms.base import Algorithm, missing_capabilities
-from relaxlib_tf import compressed, functions, mpi_ops
+from relaxlib_tf import compressed, functions, mpi_ops, relaxed
 from relaxlib_tf.context import KerasBinding
 
 NOT_IN_A_GRAPH = "is not available while a step is traced (the algorithm is not traceable)"
@@ -30,7 +34,8 @@ def runs_in_graph(algorithm: Algorithm, ctx: KerasGraphContext) -> bool:
 class KerasGraphContext(KerasBinding):
     """Binds an Algorithm to a Keras 3 optimizer inside a traced step (symbolic tensors)."""
 
-    capabilities = frozenset({"reduce_scatter", "allgather", "compressed_allreduce", "error_feedback", "weights"})
+    capabilities = frozenset({"reduce_scatter", "allgather", "compressed_allreduce", "error_feedback", "weights",
+                              "neighbor_average", "group_average"})
 
     # -- tensors --
 
@@ -68,8 +73,17 @@ class KerasGraphContext(KerasBinding):
     def concat(self, tensors: list) -> tf.Tensor:
         return tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=0)
 
+    def add_change_to_params(self, indices: list[int], after, before) -> None:
+        self.add_to_params(indices, after - before)
+
+    def clone(self, tensor) -> tf.Tensor:
+        return tf.identity(tensor)
+
     def sum_of_squares(self, tensor) -> float:
-        raise NotImplementedError(f"a host value (sum of squares) {NOT_IN_A_GRAPH}")
+        """Eagerly only (e.g. ``consensus_distance()`` between steps)."""
+        if not tf.executing_eagerly():
+            raise NotImplementedError(f"a host value (sum of squares) {NOT_IN_A_GRAPH}")
+        return float(tf.reduce_sum(tf.square(tf.cast(tensor, tf.float64))))
 
     def scale_(self, tensor, factor: float) -> None:
         raise NotImplementedError(f"in-place scaling {NOT_IN_A_GRAPH}")
@@ -99,7 +113,45 @@ class KerasGraphContext(KerasBinding):
         return handle
 
     def allreduce_scalar(self, value: float, name: str) -> float:
-        raise NotImplementedError(f"a host scalar all-reduce {NOT_IN_A_GRAPH}")
+        """Eagerly only (between steps)."""
+        if not tf.executing_eagerly():
+            raise NotImplementedError(f"a host scalar all-reduce {NOT_IN_A_GRAPH}")
+        return float(mpi_ops.allreduce(tf.constant([value], tf.float64), op=mpi_ops.Sum, name=name)[0])
+
+    # -- host decisions: a py_function per step, ordered with the step's other stateful ops --
+
+    def start_planned(self, plan, start, unchanged):
+        """The plan runs on host in a ``tf.py_function`` every step; the averaging op is issued
+        under ``tf.cond`` on whether there is one (else the result is ``unchanged``)."""
+        if tf.executing_eagerly():
+            return super().start_planned(plan, start, unchanged)
+
+        def decide():
+            chosen = plan()
+            if chosen is None:
+                return np.zeros(0, np.int32), np.zeros(0, np.float64), np.float64(0.0), "", False
+            return (np.asarray(chosen.ranks, np.int32), np.asarray(chosen.weights, np.float64),
+                    np.float64(chosen.self_weight), chosen.name, True)
+
+        ranks, weights, self_weight, name, started = tf.py_function(
+            decide, [], Tout=[tf.int32, tf.float64, tf.float64, tf.string, tf.bool])
+        ranks.set_shape([None])
+        weights.set_shape([None])
+        for scalar in (self_weight, name, started):
+            scalar.set_shape([])
+        chosen = AveragePlan(ranks, weights, name, self_weight)
+        return tf.cond(started, lambda: self.wait(start(chosen)), lambda: tf.identity(unchanged)), started
+
+    def on_host(self, fn, *args) -> None:
+        if tf.executing_eagerly():
+            fn(*args)
+            return
+
+        def call(*values) -> list:
+            fn(*values)
+            return []
+
+        tf.py_function(call, list(args), Tout=[])
 
     def broadcast_object(self, obj, root: int = 0):
         """Runs eagerly while the step is traced: every rank traces its first step, so every rank
@@ -121,12 +173,15 @@ class KerasGraphContext(KerasBinding):
         with tf.init_scope():
             return compressed.ErrorFeedback(numel)
 
-    def neighbor_average_async(self, flat, name: str, peers: list[int], weights: list[float], self_weight: float,
-                               codec: str | None = None, estimates=None, consensus_step: float = 1.0, out=None):
-        raise NotImplementedError(f"neighbour averaging {NOT_IN_A_GRAPH}")
+    def neighbor_average_async(self, flat, name, peers, weights, self_weight, codec: str | None = None,
+                               estimates=None, consensus_step: float = 1.0, out=None) -> tf.Tensor:
+        """RelaxlibNeighborAverage; ``estimates`` are variables (``zeros``), updated by the op."""
+        return relaxed.neighbor_average(flat, peers, weights, self_weight, name, codec=codec, estimates=estimates,
+                                        consensus_step=consensus_step)
 
-    def group_average_async(self, flat, name: str, members: list[int], weights: list[float], out=None):
-        raise NotImplementedError(f"group averaging {NOT_IN_A_GRAPH}")
+    def group_average_async(self, flat, name, members, weights, out=None) -> tf.Tensor:
+        """RelaxlibGroupAverage."""
+        return relaxed.partial_allreduce(flat, members, name, weights=weights)
 
     def node_groups(self):
         raise NotImplementedError(f"node groups {NOT_IN_A_GRAPH}")

@@ -133,6 +133,9 @@ class TorchContext(TrainingContext):
     def copy_(self, tensor: torch.Tensor, value: torch.Tensor) -> None:
         tensor.copy_(value)
 
+    def clone(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.clone()
+
     def zeros(self, numel: int) -> torch.Tensor:
         """On the parameters' device: algorithms keep it as state next to them (e.g. momentum)."""
         return torch.zeros(numel, dtype=torch.float32, device=self._params[0].device if self._params else None)

@@ -81,6 +81,10 @@ class AsyncModelAverage(ModelAveraging):
             error, self._error = self._error, None
             raise RuntimeError(f"{self.name}: the averaging thread failed: {error}") from error
 
+    def traceable(self, ctx: TrainingContext) -> bool:
+        """No: the averaging thread works on host copies of the weights between steps."""
+        return False
+
     def splits_around_update(self, ctx: TrainingContext) -> bool:
         """Where the update replaces each parameter whole (TF variables): the averaging thread's
         snapshot may then see some parameters before and some after it, and each parameter's

@@ -9,13 +9,16 @@ averaging step pulls the models together. One step is::
     x_{t+1} = x_t' + (avg - before)
 
 so with any optimizer the result is ``W x_t - lr * update``: the mixing of D-PSGD, with the local
-update computed while the network works.
+update computed while the network works. Who averages with whom at a step is decided on host
+(``_plan``); the rest is the context's tensors and collectives, so a graph framework can trace
+the step once and still make that decision every step (``TrainingContext.start_planned``).
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from relaxlib import basics, direct
@@ -29,9 +32,22 @@ def dtype_name(dtype: str) -> str:
     return dtype.rsplit(".", 1)[-1]
 
 
+@dataclass
+class AveragePlan:
+    """Who this rank averages with at one step: world ``ranks`` with their ``weights`` (and the
+    own ``self_weight`` of a neighbour average) under the collective's ``name``, which every
+    participant uses. Host values from ``_plan``; tensors of them inside a traced step."""
+
+    ranks: Any
+    weights: Any
+    name: Any
+    self_weight: Any = 0.0
+
+
 class ModelAveraging(Algorithm):
-    """Base of algorithms that average weights. Subclasses implement ``_start_average(ctx, flat,
-    step)`` (return a started handle, or None when this rank does not average at ``step``) and may
+    """Base of algorithms that average weights. Subclasses implement ``_plan(ctx, step)`` (on
+    host: an ``AveragePlan``, or None when this rank does not average at ``step``) and
+    ``_issue(ctx, flat, plan)`` (start that average with the context's collectives), and may
     override ``_join_serves`` (False when nobody can wait for a rank that stopped).
 
     ``averagings`` counts the averages this rank took part in with at least one peer: against the
@@ -61,6 +77,7 @@ class ModelAveraging(Algorithm):
         self._before: Any = None
         self._averaged: Any = None
         self._handle: Any = None  # the average started before this step's local update
+        self._started: Any = False  # whether it is one (a tensor inside a traced step)
         self.averagings = 0  # averages this rank took part in with at least one peer
         self._joined = False
         self._finishing = False  # joined by shutdown(): this rank submits no negotiated operation again
@@ -80,35 +97,49 @@ class ModelAveraging(Algorithm):
             ctx.scale_(grads, coefficient)
         ctx.apply_update(self._indices, snapshot, flat_grads=grads)
 
-    def _start_average(self, ctx: TrainingContext, flat: Any, step: int) -> Any:
+    def traceable(self, ctx: TrainingContext) -> bool:
+        """Yes unless clipping needs the gradients' norm as a host value: the plan of each step
+        runs on host through ``ctx.start_planned``."""
+        return not ctx.max_grad_norm
+
+    def _plan(self, ctx: TrainingContext, step: int) -> AveragePlan | None:
         raise NotImplementedError
 
-    def _finish_average(self, ctx: TrainingContext, handle: Any, step: int) -> Any:
+    def _issue(self, ctx: TrainingContext, flat: Any, plan: AveragePlan) -> Any:
+        raise NotImplementedError
+
+    def _plan_at(self, ctx: TrainingContext, step: int | None) -> AveragePlan | None:
+        """The plan of ``step`` (None: the step after this rank's last), decided when it runs."""
+        return self._plan(ctx, self._last_step + 1 if step is None else step)
+
+    def _finish_average(self, ctx: TrainingContext, handle: Any) -> Any:
         """The averaged model of a started average."""
         return ctx.wait(handle)
 
-    def _combine(self, ctx: TrainingContext, before: Any, averaged: Any) -> None:
-        """x <- x + (averaged - before): keeps the local update made while averaging
-        (``averaged`` is used as scratch)."""
-        ctx.add_(averaged, before, -1.0)
-        ctx.add_to_params(self._indices, averaged)
-
-    def _begin_average(self, ctx: TrainingContext, step: int) -> None:
+    def _begin_average(self, ctx: TrainingContext, step: int | None) -> None:
         self._before = ctx.flatten_params(self._indices, out=self._before)
-        self._handle = self._start_average(ctx, self._before, step)  # writes into self._averaged if set
+        before = self._before
+        self._handle, self._started = ctx.start_planned(
+            lambda: self._plan_at(ctx, step), lambda plan: self._issue(ctx, before, plan), before)
 
-    def _end_average(self, ctx: TrainingContext, step: int) -> None:
+    def _end_average(self, ctx: TrainingContext) -> None:
+        """Adds the average's change to the weights: x <- x + (averaged - before) keeps the local
+        update made while averaging."""
         handle, self._handle = self._handle, None
         if handle is not None:
-            self._averaged = self._finish_average(ctx, handle, step)
-            self._combine(ctx, self._before, self._averaged)
+            self._averaged = self._finish_average(ctx, handle)
+            ctx.add_change_to_params(self._indices, self._averaged, self._before)
+
+    def _count(self, started: Any) -> None:
+        if bool(started):
             self.averagings += 1
 
     def _average_step(self, ctx: TrainingContext, step: int, update: bool) -> None:
         self._begin_average(ctx, step)
         if update:
             self._local_update(ctx)
-        self._end_average(ctx, step)
+        self._end_average(ctx)
+        ctx.on_host(self._count, self._started)
 
     def step(self, ctx: TrainingContext) -> None:
         self.before_update(ctx)
@@ -122,12 +153,17 @@ class ModelAveraging(Algorithm):
 
     def before_update(self, ctx: TrainingContext) -> None:
         """Copies the weights and starts this step's average."""
-        self._begin_average(ctx, self._last_step + 1)
+        self._begin_average(ctx, None)
 
     def after_update(self, ctx: TrainingContext) -> None:
         """Finishes the average and adds its change to the locally updated weights."""
+        self._end_average(ctx)
+        ctx.on_host(self._advance, self._started)
+
+    def _advance(self, started: Any) -> None:
+        """Host bookkeeping at the end of a step: counts its average, moves to the next step."""
+        self._count(started)
         step = self._last_step + 1
-        self._end_average(ctx, step)
         self._last_step = step if self._adopted_step is None else max(step, self._adopted_step)
         self._adopted_step = None
 
@@ -142,8 +178,8 @@ class ModelAveraging(Algorithm):
         ctx = self._ctx
         self.flush(ctx)
         with self._params_lock:
-            deviation = self._effective_params(ctx)
-        ctx.add_(deviation, ctx.wait(ctx.allreduce_async(deviation, f"{self.name}.consensus")), -1.0)
+            params = self._effective_params(ctx)
+        deviation = ctx.difference(params, ctx.wait(ctx.allreduce_async(params, f"{self.name}.consensus")))
         return ctx.allreduce_scalar(math.sqrt(ctx.sum_of_squares(deviation)), f"{self.name}.distance") / ctx.size
 
     def average_now(self) -> None:

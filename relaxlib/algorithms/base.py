@@ -17,6 +17,7 @@ Hook order in one training step::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,37 @@ class TrainingContext(ABC):
     def concat(self, tensors: list[Any]) -> Any:
         """A new flat tensor: ``tensors`` (flat, one dtype) one after another."""
 
+    def difference(self, a: Any, b: Any) -> Any:
+        """``a - b`` as a new tensor."""
+        return a - b
+
+    def clone(self, tensor: Any) -> Any:
+        """A copy of ``tensor`` that later in-place updates of it leave alone (for checkpoints).
+        This default is for host arrays."""
+        return tensor.copy()
+
+    def add_change_to_params(self, indices: list[int], after: Any, before: Any) -> None:
+        """Adds ``after - before`` to the parameters of ``indices`` (``after`` may be used as
+        scratch)."""
+        self.add_(after, before, -1.0)
+        self.add_to_params(indices, after)
+
+    # -- host decisions inside a step --
+    def start_planned(self, plan: Callable[[], Any], start: Callable[[Any], Any], unchanged: Any) -> tuple[Any, Any]:
+        """Decides on host and starts what was decided: ``plan()`` returns an ``AveragePlan``
+        (relaxlib.algorithms.averaging) or None, ``start(plan)`` starts the communication it
+        describes. Returns (the started handle, or None when the plan was None; whether one
+        started). Where the step is traced once for all steps (TensorFlow inside tf.function)
+        ``plan`` runs on host every step and the handle is then always a result: ``unchanged``
+        when no plan started."""
+        decided = plan()
+        return (None, False) if decided is None else (start(decided), True)
+
+    def on_host(self, fn: Callable[..., None], *args: Any) -> None:
+        """Calls ``fn(*args)`` (bookkeeping that must happen every step, also where the step is
+        traced once; ``args`` are values of this step, e.g. ``start_planned``'s flag)."""
+        fn(*args)
+
     # -- communication --
     @abstractmethod
     def reduce_scatter_async(self, flat: Any, name: str) -> Any:
@@ -230,8 +262,9 @@ class Algorithm:
         """Whether this configuration's step(), with the optimizer of ``ctx`` (not set up yet),
         only chains the context's collectives, ``flatten_*``, ``concat`` and updates, reads no
         host value from them, keeps no tensor from one step to the next in Python and does the same
-        every step: a graph framework (TensorFlow inside tf.function) may then trace it once as
-        ops instead of calling it on host arrays every step."""
+        every step except what it decides through ``ctx.start_planned`` and ``ctx.on_host``: a
+        graph framework (TensorFlow inside tf.function) may then trace it once as ops instead of
+        calling it on host arrays every step."""
         return False
 
     def splits_around_update(self, ctx: TrainingContext) -> bool:

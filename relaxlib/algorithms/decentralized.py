@@ -9,7 +9,7 @@ from typing import Any
 
 from relaxlib import perfmodel, topology
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.averaging import ModelAveraging, dtype_name
+from relaxlib.algorithms.averaging import AveragePlan, ModelAveraging, dtype_name
 from relaxlib.algorithms.base import TrainingContext
 from relaxlib.compression import CODECS
 
@@ -62,28 +62,30 @@ class Decentralized(ModelAveraging):
             peers = len(topology.ring(ctx.rank, ctx.size).peers)
             self._estimates = (ctx.zeros(self._numel), ctx.zeros(self._numel * max(peers, 1)))
 
-    def _start_average(self, ctx: TrainingContext, flat: Any, step: int) -> Any:
+    def _plan(self, ctx: TrainingContext, step: int) -> AveragePlan | None:
         if step % self.period:
             return None
         row = topology.neighbors(self.topology, ctx.rank, ctx.size, step, self.seed)
         if not row.peers:
             return None
-        return ctx.neighbor_average_async(flat, f"{self.name}.{step}", list(row.peers), list(row.weights),
-                                          row.self_weight, codec=self.codec, estimates=self._estimates,
+        return AveragePlan(list(row.peers), list(row.weights), f"{self.name}.{step}", row.self_weight)
+
+    def _issue(self, ctx: TrainingContext, flat: Any, plan: AveragePlan) -> Any:
+        return ctx.neighbor_average_async(flat, plan.name, plan.ranks, plan.weights, plan.self_weight,
+                                          codec=self.codec, estimates=self._estimates,
                                           consensus_step=self.consensus_step or 1.0, out=self._averaged)
 
     def state_dict(self) -> dict:
         """The CHOCO estimates (compressed mode): needed to resume without a consensus jump."""
         if self._estimates is None:
             return {}
-        return {"estimates": [e.clone() if hasattr(e, "clone") else e.copy() for e in self._estimates],
-                "last_step": self._last_step}
+        return {"estimates": [self._ctx.clone(e) for e in self._estimates], "last_step": self._last_step}
 
     def load_state_dict(self, state: dict) -> None:
         """Restores what ``state_dict`` returned."""
         if state and self._estimates is not None:
             for mine, saved in zip(self._estimates, state["estimates"]):
-                mine[...] = saved
+                self._ctx.copy_(mine, saved)
             self._last_step = state.get("last_step", self._last_step)
 
 

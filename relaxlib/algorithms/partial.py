@@ -7,7 +7,7 @@ from typing import Any
 
 from relaxlib import direct, groups, perfmodel
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.averaging import ModelAveraging
+from relaxlib.algorithms.averaging import AveragePlan, ModelAveraging
 from relaxlib.algorithms.base import TrainingContext
 
 
@@ -59,7 +59,7 @@ class PartialAllReduce(ModelAveraging):
         if self.generator == "smart":
             direct.start_group_service(self.group_size, self.max_lag, self.grace_ms, self.grace_fraction)
 
-    def _start_average(self, ctx: TrainingContext, flat: Any, step: int) -> Any:
+    def _plan(self, ctx: TrainingContext, step: int) -> AveragePlan | None:
         if step % self.period:
             return None
         if self.generator == "smart":
@@ -74,7 +74,10 @@ class PartialAllReduce(ModelAveraging):
         self.last_group = members
         if len(members) == 1:
             return None
-        return ctx.group_average_async(flat, name, members, weights, out=self._averaged)
+        return AveragePlan(list(members), list(weights), name)
+
+    def _issue(self, ctx: TrainingContext, flat: Any, plan: AveragePlan) -> Any:
+        return ctx.group_average_async(flat, plan.name, plan.ranks, plan.weights, out=self._averaged)
 
     def join(self, ctx: TrainingContext) -> int:
         """This rank ran out of data. Smart groups only ever hold ranks that asked for one, so

@@ -120,9 +120,9 @@ class _DistributedMixin:
 
     def _relax_split_step(self, grads, variables) -> None:
         """Inside tf.function, an algorithm whose step splits around the optimizer's update
-        (model averaging): its two halves run on host arrays as py_functions, the Keras update
-        between them stays in the graph (run op by op inside a py_function it costs more than
-        the averaging's host copies)."""
+        (async averaging, or model averaging first set up on host arrays by an eager step): its
+        two halves run on host arrays as py_functions, the Keras update between them stays in
+        the graph (run op by op inside a py_function it costs more than the host copies)."""
         host = self._relax_context
 
         def before() -> int:
@@ -172,16 +172,19 @@ class _DistributedMixin:
         """Applies every update the algorithm deferred, so the variables are current (call it
         before evaluating or saving; a no-op without an algorithm)."""
         if self._relax_algorithm is not None and self._relax_bound is not None:
-            self._relax_algorithm.flush(self._relax_graph_context if self._relax_bound == "graph"
-                                        else self._relax_context)
+            self._relax_algorithm.flush(self._relax_bound_context())
 
     def join(self) -> int:
         """This rank ran out of data (model-averaging algorithms): serves the peers that still
         train until every rank joined; returns the last step of any rank. Eager only."""
-        if self._relax_algorithm is None or self._relax_bound != "host":
+        if self._relax_algorithm is None or self._relax_bound is None:
             raise RuntimeError("optimizer.join() is for model-averaging algorithms after at least one step; "
                                "with all-reduce use relaxlib_tf.join()")
-        return self._relax_algorithm.join(self._relax_context)
+        return self._relax_algorithm.join(self._relax_bound_context())
+
+    def _relax_bound_context(self):
+        """The context the algorithm was set up with (its state lives there)."""
+        return self._relax_graph_context if self._relax_bound == "graph" else self._relax_context
 
     def _relax_accumulate(self, grads, variables) -> None:
         if getattr(self, "_relax_accumulators", None) is None:
@@ -211,9 +214,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``AsyncModelAverage``, ``DeAR``, or your own ``Algorithm`` using what the Keras context offers
     (the error names what an algorithm lacks). It runs once per step after backward (Keras has no
     gradient or forward hooks): eagerly in custom loops; inside ``model.fit`` traced into the
-    step's graph as TF ops when it is ``traceable`` (DeAR, CompressedScatterReduce), around the
-    Keras update kept in the graph when it splits its step there (model averaging), else through
-    ``tf.py_function`` (docs/tensorflow.md "Traced into fit"). For model
+    step's graph as TF ops when it is ``traceable`` (DeAR, CompressedScatterReduce, Decentralized,
+    PartialAllReduce), around the Keras update kept in the graph when it splits its step there
+    (AsyncModelAverage), else through ``tf.py_function`` (docs/tensorflow.md "Traced into fit"). For model
     averaging call ``algorithm.average_now()`` at the end for identical models
     (``optimizer.join()`` when this rank's data ends early; shutdown at exit joins otherwise).
     An optimizer that has no variables yet is

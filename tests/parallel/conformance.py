@@ -72,9 +72,9 @@ def run_torch(algorithm, optimizer: str) -> list[np.ndarray]:
 
 
 def run_keras(algorithm, optimizer: str, traced: bool = False) -> tuple[list[np.ndarray], str | None]:
-    """(final parameters, how the algorithm ran: eagerly "host", traced "graph", "split" or
+    """(final parameters, how the algorithm ran: eagerly "host", traced "graph" or
     "py_function"). ``traced``: each step inside tf.function (a traceable algorithm becomes TF
-    ops, model averaging runs on host around the traced update, others in a py_function)."""
+    ops, others run in a py_function)."""
     variables = [tf.Variable(w.copy()) for w in initial_weights()]
     inner = keras.optimizers.SGD(0.05, momentum=0.9) if optimizer == "sgd" else keras.optimizers.Adam(0.01)
     opt = keras_hvd.DistributedOptimizer(inner, algorithm=algorithm)
@@ -108,9 +108,8 @@ CASES = {
     "partial-static": (lambda: PartialAllReduce(generator="static"), "sgd", False),
 }
 # what Keras traces into tf.function as TF ops (the others run there in a py_function on host arrays)
-IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam"}
-# what runs on host arrays only around the Keras update, which stays in the graph
-SPLIT = {"decentralized-ring", "decentralized-ring-uint8", "partial-static"}
+IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam",
+            "decentralized-ring", "decentralized-ring-uint8", "partial-static"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -121,7 +120,7 @@ def test_torch_and_keras_end_with_the_same_parameters(case):
     for how in ("eager", "traced"):
         keras_runs[how], bound[how] = run_keras(factory(), optimizer, traced=how == "traced")
     if case != "allreduce":  # (AllReduce() is the Keras optimizer's own path: no context)
-        expected = "graph" if case in IN_GRAPH else "split" if case in SPLIT else "py_function"
+        expected = "graph" if case in IN_GRAPH else "py_function"
         assert bound == {"eager": "host", "traced": expected}, bound
     for i, (eager, traced) in enumerate(zip(keras_runs["eager"], keras_runs["traced"])):
         # TF ops and host arrays reach the same core collectives with the same buffers

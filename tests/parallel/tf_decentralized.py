@@ -1,5 +1,5 @@
 """Model-averaging algorithms with the Keras 3 DistributedOptimizer on real ranks: one step of
-each mixing matches numpy (in model.fit, i.e. tf.function + py_function, and in an eager loop),
+each mixing matches numpy (in model.fit, i.e. traced into tf.function, and in an eager loop),
 ranks stopping at different steps join, async averaging converges to one model, and digits
 trains; and the averaging primitives as TF ops (eager and tf.function). Launched by
 tests/test_tf_parallel.py with 3 ranks.
@@ -13,7 +13,7 @@ from sklearn.datasets import load_digits
 
 import relaxlib_tf
 import relaxlib_tf.keras as hvd
-from relaxlib import direct, groups
+from relaxlib import direct, groups, topology
 from relaxlib.algorithms import AsyncModelAverage, Decentralized, PartialAllReduce
 from relaxlib.direct import Buffer
 
@@ -59,6 +59,30 @@ def test_ring_step_mixes_with_both_neighbours(use_fit):
 
 
 @pytest.mark.parametrize("use_fit", [True, False], ids=["fit", "eager"])
+def test_random_matching_pairs_ranks_and_leaves_the_odd_one_alone(use_fit):
+    """With 3 ranks one rank sits each step out: in fit its traced step takes the no-average branch."""
+    before, after = one_step_with_zero_lr(Decentralized(topology="random"), use_fit)
+    row = topology.neighbors("random", RANK, SIZE, 0, 0)
+    expected = row.self_weight * before[RANK] + sum(w * before[p] for p, w in zip(row.peers, row.weights))
+    np.testing.assert_allclose(after, expected if row.peers else before[RANK], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("use_fit", [True, False], ids=["fit", "eager"])
+def test_compressed_ring_estimates_checkpoint_and_restore(use_fit):
+    """CHOCO's estimates (TF variables when fit traced the step, host arrays otherwise) come out
+    of state_dict() as copies and go back in with load_state_dict()."""
+    algorithm = Decentralized(topology="ring", codec="uint8")
+    one_step_with_zero_lr(algorithm, use_fit)
+    saved = algorithm.state_dict()
+    own, theirs = (np.asarray(e) for e in saved["estimates"])
+    assert np.any(own) and np.any(theirs) and saved["last_step"] == 0
+    algorithm.load_state_dict({"estimates": [np.zeros_like(own), np.zeros_like(theirs)], "last_step": 5})
+    assert not any(np.any(np.asarray(e)) for e in algorithm.state_dict()["estimates"])
+    assert np.any(np.asarray(saved["estimates"][0]))  # the checkpoint is a copy: restoring zeros left it
+    assert algorithm.state_dict()["last_step"] == 5
+
+
+@pytest.mark.parametrize("use_fit", [True, False], ids=["fit", "eager"])
 def test_static_groups_average_within_the_group(use_fit):
     before, after = one_step_with_zero_lr(PartialAllReduce(group_size=2, generator="static"), use_fit)
     members = groups.group_of(RANK, groups.deterministic_groups("static", 0, SIZE, 2, 0))
@@ -99,8 +123,8 @@ def test_async_averaging_converges_to_one_model():
     assert algorithm.consensus_distance() == pytest.approx(0.0, abs=1e-6)
 
 
-@pytest.mark.parametrize("make", [lambda: Decentralized(topology="ring"),
-                                  lambda: AsyncModelAverage(sync_interval_ms=1)], ids=["ring", "async"])
+@pytest.mark.parametrize("make", [lambda: Decentralized(topology="ring"), lambda: PartialAllReduce(generator="smart"),
+                                  lambda: AsyncModelAverage(sync_interval_ms=1)], ids=["ring", "smart", "async"])
 def test_model_averaging_trains_digits_in_fit(make):
     digits = load_digits()
     x, y = (digits.data / 16.0).astype(np.float32), digits.target
@@ -139,11 +163,12 @@ def train_ring(steps_per_execution: int | None, epochs: int = 2) -> tuple[np.nda
 
 
 def test_fit_averages_around_a_traced_update_in_order():
-    """In fit the averaging halves run on host around the Keras update in the graph: every step's
+    """In fit the averaging step is traced: who averages is decided on host every step, the copy
+    of the weights, the neighbour average and the Keras update are ops of the graph. Every step's
     copy of the weights precedes its update and its average follows it, also when Keras loops four
     steps in one function (steps_per_execution=4): the same weights as an eager loop, bitwise."""
     traced, opt = train_ring(steps_per_execution=1)
-    assert opt._relax_in_fit == "split"
+    assert opt._relax_in_fit == "graph"
     np.testing.assert_array_equal(train_ring(steps_per_execution=4)[0], traced)
     np.testing.assert_array_equal(train_ring(steps_per_execution=None)[0], traced)
 

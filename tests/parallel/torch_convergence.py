@@ -111,7 +111,7 @@ class NoCommunication(ModelAveraging):
 
     name = "no_communication"
 
-    def _start_average(self, ctx, flat, step):
+    def _plan(self, ctx, step):
         return None
 
 
