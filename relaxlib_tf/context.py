@@ -47,6 +47,7 @@ class KerasBinding(TrainingContext):
         self.step_count = 0
         self.max_grad_norm = None
         self._grads: list = [None] * len(self._variables)
+        self._nodes = None
         # Keras variables name their dtype as a string, tf.Variables as a tf.DType: accept both.
         dtypes = [np.dtype(tf.as_dtype(v.dtype).as_numpy_dtype) for v in self._variables]
         self._refs = [ParamRef(i, getattr(v, "path", None) or getattr(v, "name", None) or f"source{i}",
@@ -103,6 +104,13 @@ class KerasBinding(TrainingContext):
                          maximize=False)
         return [group]
 
+    def node_groups(self):
+        """Made once, eagerly (also while a step is traced: every rank traces it at setup)."""
+        if self._nodes is None:
+            with tf.init_scope():
+                self._nodes = node_process_sets(functions.allgather_object)
+        return self._nodes
+
     def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
         """The wrapped Keras optimizer's update (it reads its own hyper-parameters, so ``snapshot``
         is not needed). Keras counts an iteration per call: a second call in the same step takes
@@ -132,7 +140,6 @@ class KerasContext(KerasBinding):
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
         check_supported(algorithm)
         super().__init__(optimizer, variables, algorithm)
-        self._nodes = None
 
     def _flatten(self, arrays, indices: list[int], out):
         total = sum(self._refs[i].numel for i in indices)
@@ -238,7 +245,3 @@ class KerasContext(KerasBinding):
     def error_feedback(self, numel: int, group=None):
         return compressed.HostErrorFeedback(numel, process_set=group or global_process_set)
 
-    def node_groups(self):
-        if self._nodes is None:
-            self._nodes = node_process_sets(functions.allgather_object)
-        return self._nodes

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from relaxlib.algorithms.averaging import AveragePlan
 from relaxlib.algorithms.base import Algorithm, missing_capabilities
+from relaxlib.process_sets import global_process_set
 from relaxlib_tf import compressed, functions, mpi_ops, relaxed
 from relaxlib_tf.context import KerasBinding
 
@@ -35,7 +36,8 @@ class KerasGraphContext(KerasBinding):
     """Binds an Algorithm to a Keras 3 optimizer inside a traced step (symbolic tensors)."""
 
     capabilities = frozenset({"reduce_scatter", "allgather", "compressed_allreduce", "error_feedback", "weights",
-                              "neighbor_average", "group_average"})
+                              "neighbor_average", "group_average", "group_allreduce", "async_broadcast",
+                              "node_groups"})
 
     # -- tensors --
 
@@ -100,14 +102,11 @@ class KerasGraphContext(KerasBinding):
         return mpi_ops.allgather(shard, name=name)
 
     def allreduce_async(self, tensor, name: str, average: bool = True, group=None) -> tf.Tensor:
-        if group is not None:
-            raise NotImplementedError(f"a group all-reduce {NOT_IN_A_GRAPH}")
-        return mpi_ops.allreduce(tensor, op=mpi_ops.Average if average else mpi_ops.Sum, name=name)
+        return mpi_ops.allreduce(tensor, op=mpi_ops.Average if average else mpi_ops.Sum, name=name,
+                                 process_set=group or global_process_set)
 
     def broadcast_async(self, tensor, root: int, name: str, group=None) -> tf.Tensor:
-        if group is not None:
-            raise NotImplementedError(f"a group broadcast {NOT_IN_A_GRAPH}")
-        return mpi_ops.broadcast(tensor, root, name=name)
+        return mpi_ops.broadcast(tensor, root, name=name, process_set=group or global_process_set)
 
     def wait(self, handle):
         return handle
@@ -161,17 +160,14 @@ class KerasGraphContext(KerasBinding):
 
     def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True,
                                    group=None) -> tf.Tensor:
-        if group is not None:
-            raise NotImplementedError(f"a group's compressed all-reduce {NOT_IN_A_GRAPH}")
         return compressed.compressed_allreduce(flat, codec=codec, state=state, name=name,
-                                               op=mpi_ops.Average if average else mpi_ops.Sum)
+                                               op=mpi_ops.Average if average else mpi_ops.Sum,
+                                               process_set=group or global_process_set)
 
     def error_feedback(self, numel: int, group=None) -> compressed.ErrorFeedback:
         """Residuals in TF variables, created outside the traced function (once, at setup)."""
-        if group is not None:
-            raise NotImplementedError(f"a group's error feedback {NOT_IN_A_GRAPH}")
         with tf.init_scope():
-            return compressed.ErrorFeedback(numel)
+            return compressed.ErrorFeedback(numel, process_set=group or global_process_set)
 
     def neighbor_average_async(self, flat, name, peers, weights, self_weight, codec: str | None = None,
                                estimates=None, consensus_step: float = 1.0, out=None) -> tf.Tensor:
@@ -183,5 +179,3 @@ class KerasGraphContext(KerasBinding):
         """RelaxlibGroupAverage."""
         return relaxed.partial_allreduce(flat, members, name, weights=weights)
 
-    def node_groups(self):
-        raise NotImplementedError(f"node groups {NOT_IN_A_GRAPH}")

@@ -111,12 +111,13 @@ class CompressedScatterReduce(Algorithm):
         return self.compress == "update" or (self.compress == "auto" and sgd and lossy)
 
     def traceable(self, ctx: TrainingContext) -> bool:
-        """Over all ranks at once, the same ops every step, with the residuals and SGD's momentum
-        in context state. Not with node groups, ``max_grad_norm`` (a host norm) or, when SGD steps
-        are compressed, SGD's ``dampening`` (whose first step differs from the others)."""
+        """The same ops every step (with node groups too: a rank's part of the hierarchy is fixed
+        at setup), with the residuals and SGD's momentum in context state. Not with
+        ``max_grad_norm`` (a host norm) or, when SGD steps are compressed, SGD's ``dampening``
+        (whose first step differs from the others)."""
         snapshot = ctx.snapshot()
         damped = self._compresses_updates_with(snapshot) and any(group["dampening"] for group in snapshot)
-        return not (self.hierarchical or ctx.max_grad_norm or damped)
+        return not (ctx.max_grad_norm or damped)
 
     def compresses_updates(self) -> bool:
         """Whether this run compresses SGD steps (``compress="update"`` in effect) rather than gradients."""

@@ -109,7 +109,7 @@ CASES = {
 }
 # what Keras traces into tf.function as TF ops (the others run there in a py_function on host arrays)
 IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam",
-            "decentralized-ring", "decentralized-ring-uint8", "partial-static"}
+            "compressed-sign-hierarchical", "decentralized-ring", "decentralized-ring-uint8", "partial-static"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
