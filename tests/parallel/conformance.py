@@ -106,10 +106,13 @@ CASES = {
     "decentralized-ring": (lambda: Decentralized(topology="ring"), "sgd", False),
     "decentralized-ring-uint8": (lambda: Decentralized(topology="ring", codec="uint8"), "sgd", False),
     "partial-static": (lambda: PartialAllReduce(generator="static"), "sgd", False),
+    "decentralized-random": (lambda: Decentralized(topology="random"), "sgd", False),  # a fresh matching per step
+    "partial-random": (lambda: PartialAllReduce(generator="random"), "sgd", False),  # a fresh partition per step
 }
 # what Keras traces into tf.function as TF ops (the others run there in a py_function on host arrays)
 IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam",
-            "compressed-sign-hierarchical", "decentralized-ring", "decentralized-ring-uint8", "partial-static"}
+            "compressed-sign-hierarchical", "decentralized-ring", "decentralized-ring-uint8", "decentralized-random",
+            "partial-static", "partial-random"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
