@@ -135,8 +135,10 @@ def test_model_averaging_trains_digits_in_fit(make):
     net.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9), algorithm=algorithm),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     net.fit(x_train[RANK::SIZE], y_train[RANK::SIZE], batch_size=16, epochs=4, shuffle=False, verbose=0)
-    net.optimizer.join()
+    net.optimizer.join()  # eagerly, with the context fit set the algorithm up with (TF ops unless async)
+    assert algorithm.consensus_distance() > 0  # each rank started from its own weights
     algorithm.average_now()
+    assert algorithm.consensus_distance() == pytest.approx(0.0, abs=1e-6)
     _, accuracy = net.evaluate(x_test, y_test, verbose=0)
     assert accuracy > 0.85
 
