@@ -26,6 +26,7 @@ where `size` is the full (unscattered) buffer, as nccl-tests defines them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -95,12 +96,8 @@ class Library:
             return
         import torch
         self.torch = torch
-        if name == "relaxlib":
-            import relaxlib_torch as hvd
-            hvd.init()
-            self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
-        elif name == "horovod":  # Horovod itself, from the install that --horovod puts on the path
-            import horovod.torch as hvd
+        if name in ("relaxlib", "horovod"):  # Horovod itself from the install --horovod puts on the path
+            hvd = importlib.import_module("relaxlib_torch" if name == "relaxlib" else "horovod.torch")
             hvd.init()
             self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
         elif name == "mpi":

@@ -13,6 +13,7 @@ Writes a JSON report to benchmarks/results/ (or --out).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -102,12 +103,8 @@ class Comms:
             self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
             dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
             self.dist = dist
-        elif args.algorithm == "horovod":
-            import horovod.torch as hvd  # found through --horovod, which the driver puts on PYTHONPATH
-            hvd.init()
-            self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
-        else:
-            import relaxlib_torch as hvd
+        else:  # Horovod itself is found through --horovod, which the driver puts on PYTHONPATH
+            hvd = importlib.import_module("horovod.torch" if args.algorithm == "horovod" else "relaxlib_torch")
             hvd.init()
             self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()
 

@@ -153,18 +153,20 @@ def test_ranks_that_catch_a_peers_crash_end_without_serving_it(mode):
 
 
 @pytest.mark.parametrize("algorithm,mode", [("dear", "eager"), ("dear", "traced"), ("compressed-fp16", "traced"),
-                                            ("partial-static", "traced"), ("async", "traced")])
+                                            ("partial-static", "traced"), ("decentralized-ring", "traced"),
+                                            ("async", "traced")])
 def test_keras_algorithm_rank_that_fails_never_hangs_the_others(algorithm, mode):
     """DeAR and compressed scatter-reduce in Keras (custom loop, and model.fit with the step
     traced as TF ops): the ranks waiting in a collective for a rank that raised get an error
-    naming it instead of hanging. Model averaging in fit (host halves around the traced update):
-    the failed rank's exit joins and serves the others' remaining averages, so they finish."""
+    naming it instead of hanging. Model averaging in fit (group and neighbour averages traced as
+    TF ops; async on host): the failed rank's exit joins and serves the others' remaining
+    averages, so they finish."""
     pytest.importorskip("relaxlib_tf")
     run = run_ranks(3, [sys.executable, str(SCRIPTS / "keras_rank_error.py"), algorithm, mode], timeout=120)
     assert not run.timed_out, run.report()
     assert "RANK 1 ERROR RuntimeError: rank 1 fails" in run.outputs[1], run.report()
     for rank in (0, 2):
-        if algorithm in ("partial-static", "async"):
+        if algorithm in ("partial-static", "decentralized-ring", "async"):
             assert f"RANK {rank} FINISHED WITHOUT AN ERROR" in run.outputs[rank], run.report()
             continue
         assert f"RANK {rank} ERROR" in run.outputs[rank], run.report()

@@ -112,10 +112,6 @@ class ModelAveraging(Algorithm):
         """The plan of ``step`` (None: the step after this rank's last), decided when it runs."""
         return self._plan(ctx, self._last_step + 1 if step is None else step)
 
-    def _finish_average(self, ctx: TrainingContext, handle: Any) -> Any:
-        """The averaged model of a started average."""
-        return ctx.wait(handle)
-
     def _begin_average(self, ctx: TrainingContext, step: int | None) -> None:
         self._before = ctx.flatten_params(self._indices, out=self._before)
         before = self._before
@@ -127,7 +123,7 @@ class ModelAveraging(Algorithm):
         update made while averaging."""
         handle, self._handle = self._handle, None
         if handle is not None:
-            self._averaged = self._finish_average(ctx, handle)
+            self._averaged = ctx.wait(handle)
             ctx.add_change_to_params(self._indices, self._averaged, self._before)
 
     def _count(self, started: Any) -> None:

@@ -1,10 +1,10 @@
 """A Keras algorithm while one rank fails: rank 1 raises in its third step (before its gradients
 reach the algorithm), catches nothing and exits; the other ranks wait in the algorithm's
-collective (DeAR's reduce-scatter, the compressed all-reduce, the group average) for it and must get an error naming
-the rank, not hang. ``eager``: a custom loop (host arrays); ``traced``: ``model.fit`` (the
-algorithm's step as TF ops in the train function).
+collective (DeAR's reduce-scatter, the compressed all-reduce, the group or neighbour average)
+for it and must get an error naming the rank, not hang. ``eager``: a custom loop (host
+arrays); ``traced``: ``model.fit`` (the algorithm's step as TF ops in the train function).
 
-    mpirun -np N python keras_rank_error.py dear|compressed-fp16|partial-static|async eager|traced
+    mpirun -np N python keras_rank_error.py dear|compressed-fp16|partial-static|decentralized-ring|async eager|traced
 """
 
 import sys
@@ -13,12 +13,13 @@ import keras
 import numpy as np
 
 import relaxlib_tf.keras as hvd
-from relaxlib.algorithms import AsyncModelAverage, CompressedScatterReduce, DeAR, PartialAllReduce
+from relaxlib.algorithms import AsyncModelAverage, CompressedScatterReduce, DeAR, Decentralized, PartialAllReduce
 
 hvd.init()
 RANK = hvd.rank()
 ALGORITHMS = {"dear": DeAR, "compressed-fp16": lambda: CompressedScatterReduce("fp16"),
-              "partial-static": lambda: PartialAllReduce(group_size=3), "async": AsyncModelAverage}
+              "partial-static": lambda: PartialAllReduce(group_size=3),
+              "decentralized-ring": lambda: Decentralized("ring"), "async": AsyncModelAverage}
 algorithm, mode = ALGORITHMS[sys.argv[1]](), sys.argv[2]
 keras.utils.set_random_seed(0)
 net = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
