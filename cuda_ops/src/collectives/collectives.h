@@ -90,6 +90,9 @@ class Collectives {
                            bool in_rank_order);
   // Whether a collective of `bytes` runs through shared memory (every rank decides alike).
   bool uses_shared_memory(int64_t bytes) const { return shared_memory(bytes) != nullptr; }
+  // The shared-memory segment whenever this communicator has one, whatever RELAX_SHM_MIN_BYTES
+  // says (negotiation rounds go through it): null on every rank or on none.
+  ShmCollectives* shared_segment() const { return shm_.get(); }
 
  private:
   Status exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,

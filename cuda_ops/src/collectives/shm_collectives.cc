@@ -1,6 +1,7 @@
 #include "collectives/shm_collectives.h"
 
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -90,12 +91,16 @@ uint64_t* ShmCollectives::flag(int rank) const {
 
 // Each rank publishes how many barriers it has reached and waits until every other rank has
 // reached as many. Waiting polls briefly (peers are usually microseconds apart), then yields the
-// core, then sleeps: a slow peer (a straggler, or a rank sharing this core) must get the CPU.
-void ShmCollectives::barrier() {
+// core (a slow peer, a straggler or a rank sharing this core, must get the CPU), then sleeps:
+// in a collective after a millisecond, 50 us at a time; in a round after 50 us, with pauses
+// growing to 100 us.
+void ShmCollectives::barrier(Wait wait) {
   using clock = std::chrono::steady_clock;
   const uint64_t epoch = ++epoch_;
   __atomic_store_n(flag(rank_), epoch, __ATOMIC_RELEASE);
-  const auto start = clock::now();
+  clock::time_point start;  // read once the first polls failed: most waits end before that
+  bool started = false;
+  const double yield_until_us = wait == Wait::kCollective ? 1000.0 : 50.0;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const uint64_t* peer = flag(r);
@@ -104,12 +109,22 @@ void ShmCollectives::barrier() {
         cpu_relax();
         continue;
       }
+      if (!started) {
+        start = clock::now();
+        started = true;
+      }
       const double waited_us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
       if (waited_us < spin_us_) continue;
-      if (waited_us < 1000) {
+      if (waited_us < yield_until_us) {
         sched_yield();
-      } else {
+      } else if (wait == Wait::kCollective) {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
+      } else {
+        // Short pauses must stay short: the default 50 us timer slack would stretch them.
+        thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
+        (void)slack_set;
+        const auto pause = std::clamp(static_cast<int64_t>(waited_us / 4), int64_t{5}, int64_t{100});
+        std::this_thread::sleep_for(std::chrono::microseconds(pause));
       }
     }
   }
@@ -197,7 +212,7 @@ Status ShmCollectives::reduce_scatter(const void* src, const std::vector<int64_t
   return Status::ok();
 }
 
-Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size) {
+Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size, Wait wait) {
   const int64_t esize = static_cast<int64_t>(element_size);
   const int64_t window = std::max<int64_t>(1, slot_bytes_ / esize);
   const std::vector<int64_t> offsets = block_offsets(counts);
@@ -209,7 +224,7 @@ Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts,
     if (n_own > 0) {
       std::memcpy(slot(rank_, rounds_), dst + (offsets[me] + k * window) * esize, static_cast<size_t>(n_own * esize));
     }
-    barrier();
+    barrier(wait);
     for (int j = 0; j < size_; ++j) {
       const int64_t n = in_round(counts[static_cast<size_t>(j)], k, window);
       if (j != rank_ && n > 0) {

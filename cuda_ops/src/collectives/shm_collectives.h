@@ -24,6 +24,12 @@ namespace relax {
 
 class ShmCollectives {
  public:
+  // How a barrier waits for late peers. kCollective: peers are microseconds apart (they entered
+  // the same collective), so poll, then yield the core for up to a millisecond, then sleep.
+  // kRound: a negotiation round, where a peer may still be computing for a long time while this
+  // rank's own framework thread needs the cores: poll briefly, then sleep with growing pauses.
+  enum class Wait { kCollective, kRound };
+
   // Collective over `comm`. Null on every rank unless all of its ranks share this node and the
   // segment (2 x ranks x slot_bytes) could be made; `why` then says why not, and `expected` is
   // set when that is the normal case (ranks on several nodes) rather than a failure. Barrier
@@ -50,7 +56,8 @@ class ShmCollectives {
                         double postscale, void* out);
   // Every rank's `counts[r]` elements, in rank order, into `out`, where this rank's block is
   // already in place.
-  Status allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size);
+  Status allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size,
+                    Wait wait = Wait::kCollective);
 
  private:
   // A reduction over blocks of `counts` elements (block r reduced by rank r), cut into rounds of
@@ -68,7 +75,7 @@ class ShmCollectives {
 
   uint8_t* slot(int rank, int64_t round) const;
   uint64_t* flag(int rank) const;
-  void barrier();
+  void barrier(Wait wait = Wait::kCollective);
 
   std::unique_ptr<SharedSegment> segment_;
   int rank_;

@@ -294,7 +294,7 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
     }
   }
   const double round_start = steady_seconds();
-  Status status = exchange_round(set.control(), mine, set.coordinator.cache_size(),
+  Status status = exchange_round(set.control(), set.collectives.shared_segment(), mine, set.coordinator.cache_size(),
                                  set.id == 0 ? static_cast<size_t>(next_set_id_) : 0, messages);
   if (!status.is_ok()) return status;
   const double round_end = steady_seconds();

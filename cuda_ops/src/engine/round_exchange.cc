@@ -60,34 +60,45 @@ std::vector<uint32_t> read_bits(const uint8_t* words, size_t count) {
   return ids;
 }
 
+// Every rank's `lengths[r]` bytes into `out` at `displs[r]`, where this rank's are already in
+// place: through the shared segment when there is one, else MPI's all-gather (waiting politely).
+Status gather(MPI_Comm comm, ShmCollectives* shm, uint8_t* out, const std::vector<int>& lengths,
+              const std::vector<int>& displs) {
+  if (shm) return shm->allgatherv(out, std::vector<int64_t>(lengths.begin(), lengths.end()), 1,
+                                  ShmCollectives::Wait::kRound);
+  MPI_Request request;
+  int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, lengths.data(), displs.data(), MPI_BYTE, comm, &request);
+  if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request);
+  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "negotiation all-gather failed: " + mpi_error_string(rc));
+  return Status::ok();
+}
+
 }  // namespace
 
-Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size, size_t set_count,
-                      std::vector<RankMessage>& all) {
-  int size = 1;
+Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
+                      size_t set_count, std::vector<RankMessage>& all) {
+  int size = 1, rank = 0;
   MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &rank);
   const size_t words = bit_words(cache_size);
   const size_t set_words = bit_words(set_count);
   const size_t record = kHeaderBytes + 8 * (words + set_words);
 
   const std::string payload =
       (mine.descriptors.empty() && mine.stall_aborts.empty()) ? std::string() : encode_payload(mine);
-  std::vector<uint8_t> send(record, 0);
+  std::vector<uint8_t> recv(record * static_cast<size_t>(size), 0);
+  uint8_t* send = recv.data() + record * static_cast<size_t>(rank);
   const uint32_t payload_bytes = static_cast<uint32_t>(payload.size());
-  std::memcpy(send.data(), &mine.flags, 4);
-  std::memcpy(send.data() + 4, &payload_bytes, 4);
-  set_bits(send.data() + kHeaderBytes, mine.cached);
-  set_bits(send.data() + kHeaderBytes + 8 * words, mine.active_sets);
-
-  std::vector<uint8_t> recv(record * static_cast<size_t>(size));
-  MPI_Request request;
-  int rc = MPI_Iallgather(send.data(), static_cast<int>(record), MPI_BYTE, recv.data(), static_cast<int>(record),
-                          MPI_BYTE, comm, &request);
-  if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request);
-  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "negotiation all-gather failed: " + mpi_error_string(rc));
+  std::memcpy(send, &mine.flags, 4);
+  std::memcpy(send + 4, &payload_bytes, 4);
+  set_bits(send + kHeaderBytes, mine.cached);
+  set_bits(send + kHeaderBytes + 8 * words, mine.active_sets);
+  std::vector<int> lengths(static_cast<size_t>(size), static_cast<int>(record)), displs(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = r * static_cast<int>(record);
+  Status status = gather(comm, shm, recv.data(), lengths, displs);
+  if (!status.is_ok()) return status;
 
   all.assign(static_cast<size_t>(size), RankMessage{});
-  std::vector<int> lengths(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
   int64_t total_payload = 0;
   for (int r = 0; r < size; ++r) {
     const uint8_t* rec = recv.data() + record * static_cast<size_t>(r);
@@ -104,10 +115,9 @@ Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size,
   if (total_payload == 0) return Status::ok();
 
   std::string gathered(static_cast<size_t>(total_payload), '\0');
-  rc = MPI_Iallgatherv(payload.data(), static_cast<int>(payload.size()), MPI_BYTE, gathered.data(), lengths.data(),
-                       displs.data(), MPI_BYTE, comm, &request);
-  if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request);
-  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "negotiation all-gather failed: " + mpi_error_string(rc));
+  std::memcpy(gathered.data() + displs[static_cast<size_t>(rank)], payload.data(), payload.size());
+  status = gather(comm, shm, reinterpret_cast<uint8_t*>(gathered.data()), lengths, displs);
+  if (!status.is_ok()) return status;
   for (int r = 0; r < size; ++r) {
     const std::string bytes = gathered.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
                                               static_cast<size_t>(lengths[static_cast<size_t>(r)]));

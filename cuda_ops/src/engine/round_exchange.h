@@ -8,16 +8,18 @@
 
 #include <vector>
 
+#include "collectives/shm_collectives.h"
 #include "engine/coordinator.h"
 
 namespace relax {
 
 // Exchanges `mine` with every rank of `comm`; fills `all` (indexed by rank). `cache_size` and
 // `set_count` (ids of process sets that may be flagged active) must be the same on every rank
-// (they are: both are replicated state). Waits by polling with back-off so an idle rank does not
-// burn a core while its peers are busy.
-Status exchange_round(MPI_Comm comm, const RankMessage& mine, size_t cache_size, size_t set_count,
-                      std::vector<RankMessage>& all);
+// (they are: both are replicated state). With `shm` (the segment of a communicator with the same
+// ranks, null on every rank or on none) the records travel through shared memory, else through
+// MPI. Waits by polling with back-off so an idle rank does not burn a core while its peers are busy.
+Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
+                      size_t set_count, std::vector<RankMessage>& all);
 
 // Waits for a non-blocking MPI request: spins briefly, then sleeps with growing intervals.
 int wait_with_backoff(MPI_Request* request);
