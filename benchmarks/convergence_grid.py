@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--lrs", default=",".join(map(str, LRS)))
     parser.add_argument("--momenta", default=",".join(map(str, MOMENTA)))
-    parser.add_argument("--seeds", type=int, default=1, help="initializations per cell (accuracies averaged)")
+    parser.add_argument("--seeds", type=int, default=3, help="initializations per cell (accuracies averaged)")
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--batch", type=int, default=BATCH, help="per rank")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per job")
