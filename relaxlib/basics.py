@@ -171,7 +171,8 @@ def shutdown() -> None:
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Starts writing a Chrome-trace timeline (rank 0 writes; a no-op elsewhere); also started by
-    RELAX_TIMELINE=path at init. Open it in chrome://tracing or https://ui.perfetto.dev."""
+    RELAX_TIMELINE=path at init. With ``{rank}`` in the path every rank writes its own file
+    (``{rank}`` replaced by its rank). Open it in chrome://tracing or https://ui.perfetto.dev."""
     _core.check(_core.lib().relax_start_timeline(str(file_path).encode(), int(bool(mark_cycles))))
 
 

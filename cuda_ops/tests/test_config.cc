@@ -1,10 +1,11 @@
-// Engine settings: environment parsing and the defaults chosen by topology.
+// Engine settings: environment parsing, the defaults chosen by topology, and where timelines go.
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "check.h"
 #include "engine/config.h"
+#include "engine/timeline.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
 
@@ -144,4 +145,13 @@ TEST(waits_yield_the_core_only_when_ranks_outnumber_cores_unless_set) {
   EngineConfig::from_environment(error);
   CHECK(error.find("RELAX_WAIT_YIELD=sometimes is not one of auto, on, off") != std::string::npos);
   unsetenv("RELAX_WAIT_YIELD");
+}
+
+TEST(timeline_path_names_the_rank_or_belongs_to_rank_zero) {
+  using relax::timeline_path_for_rank;
+  CHECK_EQ(timeline_path_for_rank("/tmp/tl.json", 0), std::string("/tmp/tl.json"));
+  CHECK_EQ(timeline_path_for_rank("/tmp/tl.json", 3), std::string());
+  CHECK_EQ(timeline_path_for_rank("/tmp/tl.{rank}.json", 3), std::string("/tmp/tl.3.json"));
+  CHECK_EQ(timeline_path_for_rank("/tmp/{rank}/tl.{rank}.json", 12), std::string("/tmp/12/tl.12.json"));
+  CHECK_EQ(timeline_path_for_rank("/tmp/tl.{rank}.json", 0), std::string("/tmp/tl.0.json"));
 }

@@ -217,6 +217,22 @@ def test_timeline_records_every_submitted_tensor(tmp_path_factory):
         os.remove(path)
 
 
+def test_timeline_with_rank_in_the_path_is_written_by_every_rank(tmp_path_factory):
+    folder = hvd.broadcast_object(str(tmp_path_factory.mktemp("timeline_ranks")), root_rank=0)
+    hvd.start_timeline(os.path.join(folder, "timeline.{rank}.json"))
+    hvd.allreduce(torch.ones(10), name="timeline.per_rank")
+    hvd.stop_timeline()
+    hvd.barrier()
+    events = json.load(open(os.path.join(folder, f"timeline.{RANK}.json")))["traceEvents"]
+    assert {e["pid"] for e in events} == {RANK}
+    assert any(e["name"] == "process_name" and f"rank {RANK}" in e["args"]["name"] for e in events)
+    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    phases = {(rows.get(e.get("tid")), e["name"]) for e in events if e.get("ph") == "X"}
+    assert {("timeline.per_rank", "NEGOTIATE_ALLREDUCE"), ("timeline.per_rank", "ALLREDUCE")} <= phases
+    assert sorted(os.listdir(folder)) == [f"timeline.{r}.json" for r in range(SIZE)]
+    hvd.barrier()
+
+
 # ---- SyncBatchNorm -----------------------------------------------------------------------------
 
 def test_sync_batch_norm_matches_batch_norm_on_the_concatenated_batch():

@@ -344,8 +344,9 @@ RELAX_API int relax_group_request(int64_t step, int32_t* members, double* weight
 
 /* ---- timeline ---- */
 /* Starts (on rank 0; a no-op elsewhere) a Chrome-trace JSON timeline at `path`, replacing an
- * active one; also started by RELAX_TIMELINE=path at init. `mark_cycles` adds an event per
- * negotiation round. stop completes the JSON document. */
+ * active one; also started by RELAX_TIMELINE=path at init. A path containing "{rank}" makes
+ * every rank write its own file, "{rank}" replaced by its world rank (events carry the rank as
+ * their pid). `mark_cycles` adds an event per negotiation round. stop completes the JSON document. */
 RELAX_API int relax_start_timeline(const char* path, int mark_cycles);
 RELAX_API int relax_stop_timeline(void);
 

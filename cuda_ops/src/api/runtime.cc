@@ -113,10 +113,12 @@ int initialize() {
   }
   const char* timeline = std::getenv("RELAX_TIMELINE");
   if (!timeline || !*timeline) timeline = std::getenv("HOROVOD_TIMELINE");
-  if (timeline && *timeline && rt.mpi.topology().rank == 0) {
+  const std::string timeline_path = timeline ? timeline_path_for_rank(timeline, rt.mpi.topology().rank) : "";
+  if (!timeline_path.empty()) {
     const char* marks = std::getenv("RELAX_TIMELINE_MARK_CYCLES");
     if (!marks) marks = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
-    Status t = rt.engine->timeline().start(timeline, marks && std::string(marks) == "1");
+    Status t = rt.engine->timeline().start(timeline_path, marks && std::string(marks) == "1",
+                                                 rt.mpi.topology().rank);
     if (!t.is_ok()) RELAX_LOG(Warning, t.message);
   }
   rt.engine->start();

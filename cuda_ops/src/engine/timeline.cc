@@ -3,6 +3,20 @@
 #include <cstdint>
 
 namespace relax {
+
+std::string timeline_path_for_rank(const std::string& path, int rank) {
+  static const std::string kPlaceholder = "{rank}";
+  std::string out = path;
+  bool per_rank = false;
+  for (size_t at = out.find(kPlaceholder); at != std::string::npos; at = out.find(kPlaceholder, at)) {
+    const std::string number = std::to_string(rank);
+    out.replace(at, kPlaceholder.size(), number);
+    at += number.size();
+    per_rank = true;
+  }
+  return per_rank || rank == 0 ? out : std::string();
+}
+
 namespace {
 
 std::string json_string(const std::string& s) {
@@ -26,7 +40,7 @@ long long micros(double seconds) { return static_cast<long long>(seconds * 1e6);
 
 }  // namespace
 
-Status Timeline::start(const std::string& path, bool mark_cycles) {
+Status Timeline::start(const std::string& path, bool mark_cycles, int rank) {
   stop();
   std::lock_guard<std::mutex> lock(mutex_);
   std::FILE* f = std::fopen(path.c_str(), "w");
@@ -36,10 +50,12 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
   first_event_ = true;
   rows_.clear();
   mark_cycles_ = mark_cycles;
+  pid_ = std::to_string(rank);
   active_ = true;
-  write_event("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, "
-              "\"args\": {\"name\": \"relaxlib engine (rank 0)\"}}");
-  write_event("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, \"args\": {\"name\": \"engine\"}}");
+  write_event("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + pid_ +
+              ", \"args\": {\"name\": \"relaxlib engine (rank " + pid_ + ")\"}}");
+  write_event("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + pid_ +
+              ", \"tid\": 0, \"args\": {\"name\": \"engine\"}}");
   return Status::ok();
 }
 
@@ -62,7 +78,7 @@ int Timeline::row_of(const std::string& tensor) {
   if (it != rows_.end()) return it->second;
   const int row = static_cast<int>(rows_.size()) + 1;
   rows_.emplace(tensor, row);
-  write_event("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " + std::to_string(row) +
+  write_event("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + pid_ + ", \"tid\": " + std::to_string(row) +
               ", \"args\": {\"name\": " + json_string(tensor) + "}}");
   return row;
 }
@@ -73,15 +89,15 @@ void Timeline::record(const std::string& tensor, const std::string& category, co
   if (!active_) return;
   const int row = row_of(tensor);
   write_event("{\"name\": \"" + std::string(phase) + "\", \"cat\": " + json_string(category) +
-              ", \"ph\": \"X\", \"pid\": 0, \"tid\": " + std::to_string(row) + ", \"ts\": " +
+              ", \"ph\": \"X\", \"pid\": " + pid_ + ", \"tid\": " + std::to_string(row) + ", \"ts\": " +
               std::to_string(micros(start)) + ", \"dur\": " + std::to_string(micros(end) - micros(start)) + "}");
 }
 
 void Timeline::instant(const char* name, double when) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!active_) return;
-  write_event("{\"name\": \"" + std::string(name) + "\", \"ph\": \"i\", \"s\": \"t\", \"pid\": 0, \"tid\": 0, "
-              "\"ts\": " + std::to_string(micros(when)) + "}");
+  write_event("{\"name\": \"" + std::string(name) + "\", \"ph\": \"i\", \"s\": \"t\", \"pid\": " + pid_ +
+              ", \"tid\": 0, \"ts\": " + std::to_string(micros(when)) + "}");
 }
 
 }  // namespace relax

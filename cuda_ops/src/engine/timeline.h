@@ -1,5 +1,6 @@
 // Chrome-trace timeline of the engine's work (chrome://tracing, Perfetto): one row per tensor
-// with its phases (negotiation, fusion copies, communication). Written by rank 0 only.
+// with its phases (negotiation, fusion copies, communication). Written by rank 0 only, unless
+// the path names the rank (timeline_path_for_rank).
 #pragma once
 
 #include <cstdio>
@@ -12,11 +13,17 @@
 
 namespace relax {
 
+// The file `rank` writes for a timeline requested at `path`: with "{rank}" in the path every
+// rank writes its own (each "{rank}" replaced by the world rank), as ranks differ in when they
+// reach each tensor; otherwise rank 0 alone writes `path` and others get "" (Horovod's rule).
+std::string timeline_path_for_rank(const std::string& path, int rank);
+
 class Timeline {
  public:
-  // Starts a trace at `path` (replacing an active one); `mark_cycles` adds an instant event per
-  // negotiation round.
-  Status start(const std::string& path, bool mark_cycles);
+  // Starts a trace at `path` (replacing an active one) whose events carry `rank` as their
+  // process id, so that per-rank files merge into one view; `mark_cycles` adds an instant event
+  // per negotiation round.
+  Status start(const std::string& path, bool mark_cycles, int rank);
   // Completes the JSON document and closes the file.
   void stop();
   bool active() const { return active_; }
@@ -38,6 +45,7 @@ class Timeline {
   std::unique_ptr<std::FILE, Closer> file_;
   bool active_ = false;
   bool mark_cycles_ = false;
+  std::string pid_ = "0";  // the rank, as the events' process id
   bool first_event_ = true;
   std::unordered_map<std::string, int> rows_;
 };
