@@ -131,7 +131,7 @@ class SignCodec final : public Codec {
 
 const CodecRegistration kRegistration({
     /*id=*/3, "sign", "root mean square (4 bytes) + ceil(n / 8) bytes", /*kind=*/"compressed",
-    "use with error feedback; up to 6 points below all-reduce on 2 ranks with momentum",
+    "use with error feedback; with momentum up to 6 points below all-reduce on 2 ranks, 3 on 4",
     /*consensus_step=*/0.3, [] { return std::unique_ptr<Codec>(std::make_unique<SignCodec>()); }});
 
 }  // namespace

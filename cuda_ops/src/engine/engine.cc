@@ -78,8 +78,6 @@ std::unique_ptr<ProcessSetState> Engine::make_set(int32_t id, std::vector<int> r
       [this, id](const std::string& name) { retire(request_key(id, name)); });
 }
 
-double Engine::seconds_since_start() const { return steady_seconds() - start_time_; }
-
 void Engine::start() {
   running_ = true;
   thread_ = std::thread([this] { loop(); });
@@ -286,14 +284,14 @@ void Engine::inspect_stalls(ProcessSetState& set, RankMessage& mine, double now)
 }
 
 Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,
-                         bool& progress) {
+                         bool& progress, double& clock) {
   RankMessage mine = announce(set, stopping, now);
   if (set.id == 0) {
     for (const auto& entry : sets_) {
       if (entry.first != 0 && entry.second->busy()) mine.active_sets.push_back(static_cast<uint32_t>(entry.first));
     }
   }
-  const double round_start = steady_seconds();
+  const double round_start = clock;
   Status status = exchange_round(set.control(), set.collectives.shared_segment(), mine, set.coordinator.cache_size(),
                                  set.id == 0 ? static_cast<size_t>(next_set_id_) : 0, messages);
   if (!status.is_ok()) return status;
@@ -320,7 +318,8 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
     responses.erase(split, responses.end());
   }
   set.executor.run(responses, set.pending);
-  execution_ns_.fetch_add(static_cast<int64_t>((steady_seconds() - round_end) * 1e9), std::memory_order_relaxed);
+  clock = steady_seconds();
+  execution_ns_.fetch_add(static_cast<int64_t>((clock - round_end) * 1e9), std::memory_order_relaxed);
   negotiation_ns_.fetch_add(static_cast<int64_t>((round_end - round_start) * 1e9), std::memory_order_relaxed);
   rounds_.fetch_add(1, std::memory_order_relaxed);
   apply_membership(membership);
@@ -354,10 +353,9 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
 
 // Whether a thread here has waited for a negotiated request for RELAX_DEADLOCK_TIME while this
 // rank submitted and completed nothing (a rank whose threads all wait cannot submit anything).
-bool Engine::blocked_too_long() const {
+bool Engine::blocked_too_long(double now) const {
   const double limit = config_.deadlock_seconds;
   if (limit <= 0 || !any_set_busy()) return false;
-  const double now = steady_seconds();
   const WaitState wait = handles_.wait_state(now);
   if (!wait.waiting) return false;
   return now - std::max({wait.since, wait.last_completion, last_submission_.load()}) >= limit;
@@ -452,12 +450,13 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
                      "process set " + std::to_string(id) + " was removed before this request ran");
     }
   }
-  blocked_ = blocked_too_long();
-  const double now = seconds_since_start();
-  if (timeline_.marks_cycles()) timeline_.instant("CYCLE_START", steady_seconds());
-  const double round_start = steady_seconds();
-  Status status = run_round(*sets_[0], stopping, now, messages, progress);
-  const bool instant = steady_seconds() - round_start < 50e-6;
+  const double step_start = steady_seconds();  // one clock read serves the step's bookkeeping
+  blocked_ = blocked_too_long(step_start);
+  const double now = step_start - start_time_;
+  if (timeline_.marks_cycles()) timeline_.instant("CYCLE_START", step_start);
+  double clock = step_start;
+  Status status = run_round(*sets_[0], stopping, now, messages, progress, clock);
+  const bool instant = clock - step_start < 50e-6;
   std::vector<uint32_t> active;
   for (const RankMessage& m : messages) active.insert(active.end(), m.active_sets.begin(), m.active_sets.end());
   std::sort(active.begin(), active.end());
@@ -466,9 +465,9 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
   for (uint32_t id : active) {
     if (!status.is_ok()) break;
     auto it = sets_.find(static_cast<int32_t>(id));
-    if (it != sets_.end()) status = run_round(*it->second, false, now, set_messages, progress);
+    if (it != sets_.end()) status = run_round(*it->second, false, now, set_messages, progress, clock);
   }
-  last_round_end_.store(steady_seconds());
+  last_round_end_.store(clock);
   if (!status.is_ok()) {
     RELAX_LOG(Error, status.message);
     finish(status.code, status.message);

@@ -88,15 +88,16 @@ class Engine {
  private:
   void loop();
   bool any_set_busy() const;
-  bool blocked_too_long() const;
+  bool blocked_too_long(double now) const;
   void spin_while_idle();
   void wait_for_work();
   bool round_due();
   void wake_engine();
   bool cycle(std::vector<RankMessage>& messages);
   bool step(std::vector<RankMessage>& messages, bool& progress);
+  // `clock` (steady seconds): when the round began on entry, when it ended on return.
   Status run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,
-                   bool& progress);
+                   bool& progress, double& clock);
   RankMessage announce(ProcessSetState& set, bool stopping, double now);
   void inspect_stalls(ProcessSetState& set, RankMessage& mine, double now);
   void apply_membership(std::vector<Response>& responses);
@@ -109,7 +110,6 @@ class Engine {
   void fail_everything(int32_t status, const std::string& message);
   void finish(int32_t status, const std::string& message);
   void retire(const std::string& key);
-  double seconds_since_start() const;
 
   MpiContext& mpi_;
   HandleTable& handles_;

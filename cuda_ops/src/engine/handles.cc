@@ -74,6 +74,7 @@ int HandleTable::wait(relax_handle_t h) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = states_.find(h);
   if (it == states_.end()) return RELAX_ERR_UNKNOWN_HANDLE;
+  if (it->second.done) return it->second.status;  // nothing to wait for: not a blocking wait
   const bool negotiated = it->second.negotiated;
   enter_wait(negotiated);
   cv_.wait(lock, [&] {
@@ -88,6 +89,7 @@ int HandleTable::wait_for(relax_handle_t h, int32_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = states_.find(h);
   if (it == states_.end()) return RELAX_ERR_UNKNOWN_HANDLE;
+  if (it->second.done) return it->second.status;
   const bool negotiated = it->second.negotiated;
   enter_wait(negotiated);
   const bool finished = cv_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), [&] {
