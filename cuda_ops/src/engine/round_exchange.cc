@@ -47,8 +47,8 @@ void set_bits(uint8_t* words, const std::vector<uint32_t>& ids) {
   }
 }
 
-std::vector<uint32_t> read_bits(const uint8_t* words, size_t count) {
-  std::vector<uint32_t> ids;
+// Appends the ids whose bits are set to `ids`.
+void read_bits(const uint8_t* words, size_t count, std::vector<uint32_t>& ids) {
   for (size_t w = 0; w < count; ++w) {
     uint64_t word;
     std::memcpy(&word, words + 8 * w, 8);
@@ -57,15 +57,30 @@ std::vector<uint32_t> read_bits(const uint8_t* words, size_t count) {
       word &= word - 1;
     }
   }
-  return ids;
+}
+
+// Buffers reused from round to round by each thread that runs rounds (the engine's, or a caller
+// driving its own request), so that a round in the steady state allocates nothing here.
+struct RoundBuffers {
+  std::vector<uint8_t> records;
+  std::vector<int> lengths, displs;
+  std::vector<int64_t> counts;
+};
+
+RoundBuffers& round_buffers() {
+  thread_local RoundBuffers buffers;
+  return buffers;
 }
 
 // Every rank's `lengths[r]` bytes into `out` at `displs[r]`, where this rank's are already in
 // place: through the shared segment when there is one, else MPI's all-gather (waiting politely).
 Status gather(MPI_Comm comm, ShmCollectives* shm, uint8_t* out, const std::vector<int>& lengths,
               const std::vector<int>& displs) {
-  if (shm) return shm->allgatherv(out, std::vector<int64_t>(lengths.begin(), lengths.end()), 1,
-                                  ShmCollectives::Wait::kRound);
+  if (shm) {
+    std::vector<int64_t>& counts = round_buffers().counts;
+    counts.assign(lengths.begin(), lengths.end());
+    return shm->allgatherv(out, counts, 1, ShmCollectives::Wait::kRound);
+  }
   MPI_Request request;
   int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, lengths.data(), displs.data(), MPI_BYTE, comm, &request);
   if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request);
@@ -86,19 +101,31 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
 
   const std::string payload =
       (mine.descriptors.empty() && mine.stall_aborts.empty()) ? std::string() : encode_payload(mine);
-  std::vector<uint8_t> recv(record * static_cast<size_t>(size), 0);
+  RoundBuffers& buffers = round_buffers();
+  std::vector<uint8_t>& recv = buffers.records;
+  recv.assign(record * static_cast<size_t>(size), 0);
   uint8_t* send = recv.data() + record * static_cast<size_t>(rank);
   const uint32_t payload_bytes = static_cast<uint32_t>(payload.size());
   std::memcpy(send, &mine.flags, 4);
   std::memcpy(send + 4, &payload_bytes, 4);
   set_bits(send + kHeaderBytes, mine.cached);
   set_bits(send + kHeaderBytes + 8 * words, mine.active_sets);
-  std::vector<int> lengths(static_cast<size_t>(size), static_cast<int>(record)), displs(static_cast<size_t>(size));
+  std::vector<int>& lengths = buffers.lengths;
+  std::vector<int>& displs = buffers.displs;
+  lengths.assign(static_cast<size_t>(size), static_cast<int>(record));
+  displs.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = r * static_cast<int>(record);
   Status status = gather(comm, shm, recv.data(), lengths, displs);
   if (!status.is_ok()) return status;
 
-  all.assign(static_cast<size_t>(size), RankMessage{});
+  all.resize(static_cast<size_t>(size));  // cleared in place: the vectors keep their capacity
+  for (RankMessage& m : all) {
+    m.flags = 0;
+    m.cached.clear();
+    m.descriptors.clear();
+    m.stall_aborts.clear();
+    m.active_sets.clear();
+  }
   int64_t total_payload = 0;
   for (int r = 0; r < size; ++r) {
     const uint8_t* rec = recv.data() + record * static_cast<size_t>(r);
@@ -109,8 +136,8 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
     lengths[static_cast<size_t>(r)] = static_cast<int>(len);
     displs[static_cast<size_t>(r)] = static_cast<int>(total_payload);
     total_payload += len;
-    m.cached = read_bits(rec + kHeaderBytes, words);
-    m.active_sets = read_bits(rec + kHeaderBytes + 8 * words, set_words);
+    read_bits(rec + kHeaderBytes, words, m.cached);
+    read_bits(rec + kHeaderBytes + 8 * words, set_words, m.active_sets);
   }
   if (total_payload == 0) return Status::ok();
 
