@@ -113,12 +113,10 @@ int initialize() {
   }
   const char* timeline = std::getenv("RELAX_TIMELINE");
   if (!timeline || !*timeline) timeline = std::getenv("HOROVOD_TIMELINE");
-  const std::string timeline_path = timeline ? timeline_path_for_rank(timeline, rt.mpi.topology().rank) : "";
-  if (!timeline_path.empty()) {
+  if (timeline && *timeline) {
     const char* marks = std::getenv("RELAX_TIMELINE_MARK_CYCLES");
     if (!marks) marks = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
-    Status t = rt.engine->timeline().start(timeline_path, marks && std::string(marks) == "1",
-                                                 rt.mpi.topology().rank);
+    Status t = rt.engine->timeline().start(timeline, marks && std::string(marks) == "1", rt.mpi.topology().rank);
     if (!t.is_ok()) RELAX_LOG(Warning, t.message);
   }
   rt.engine->start();

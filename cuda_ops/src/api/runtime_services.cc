@@ -166,9 +166,7 @@ int relax_start_timeline(const char* path, int mark_cycles) {
   if (!path || !*path) {
     return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "start_timeline needs a file path"));
   }
-  const std::string mine = relax::timeline_path_for_rank(path, runtime().mpi.topology().rank);
-  if (mine.empty()) return RELAX_OK;  // another rank writes this timeline
-  relax::Status s = engine->timeline().start(mine, mark_cycles != 0, runtime().mpi.topology().rank);
+  relax::Status s = engine->timeline().start(path, mark_cycles != 0, runtime().mpi.topology().rank);
   return s.is_ok() ? RELAX_OK : relax::fail(s);
 }
 

@@ -1,7 +1,6 @@
 #include "collectives/shm_collectives.h"
 
 #include <sched.h>
-#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +9,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
+#include "util/backoff.h"
 
 namespace relax {
 namespace {
@@ -120,11 +120,7 @@ void ShmCollectives::barrier(Wait wait) {
       } else if (wait == Wait::kCollective) {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       } else {
-        // Short pauses must stay short: the default 50 us timer slack would stretch them.
-        thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
-        (void)slack_set;
-        const auto pause = std::clamp(static_cast<int64_t>(waited_us / 4), int64_t{5}, int64_t{100});
-        std::this_thread::sleep_for(std::chrono::microseconds(pause));
+        backoff_pause(waited_us);
       }
     }
   }

@@ -1,13 +1,10 @@
 #include "engine/round_exchange.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <thread>
-
-#include <sys/prctl.h>
 
 #include "transport/mpi_context.h"
+#include "util/backoff.h"
+#include "util/types.h"
 
 namespace relax {
 namespace {
@@ -15,28 +12,6 @@ namespace {
 constexpr size_t kHeaderBytes = 8;  // uint32 flags, uint32 payload bytes
 
 size_t bit_words(size_t cache_size) { return (cache_size + 63) / 64; }
-
-}  // namespace
-
-int wait_with_backoff(MPI_Request* request) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  int done = 0;
-  while (true) {
-    int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done) return rc;
-    const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - start).count();
-    if (waited < 50) continue;  // peers usually arrive within microseconds: spin
-    const auto pause = std::min<long long>(100, std::max<long long>(5, waited / 4));
-    // Short back-off sleeps must stay short: the default 50 us timer slack would stretch them.
-    // Set once per thread that sleeps here (the engine's, or a caller's running a round).
-    thread_local const bool slack_set = prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
-    (void)slack_set;
-    std::this_thread::sleep_for(std::chrono::microseconds(pause));
-  }
-}
-
-namespace {
 
 void set_bits(uint8_t* words, const std::vector<uint32_t>& ids) {
   for (uint32_t id : ids) {
@@ -70,6 +45,19 @@ struct RoundBuffers {
 RoundBuffers& round_buffers() {
   thread_local RoundBuffers buffers;
   return buffers;
+}
+
+// Waits for a non-blocking MPI request: polls for 50 us (peers usually arrive within
+// microseconds), then sleeps with growing pauses so an idle rank leaves the cores to busy peers.
+int wait_with_backoff(MPI_Request* request) {
+  const double start = steady_seconds();
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    const double waited_us = (steady_seconds() - start) * 1e6;
+    if (waited_us >= 50) backoff_pause(waited_us);
+  }
 }
 
 // Every rank's `lengths[r]` bytes into `out` at `displs[r]`, where this rank's are already in

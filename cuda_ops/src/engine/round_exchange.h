@@ -21,7 +21,4 @@ namespace relax {
 Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
                       size_t set_count, std::vector<RankMessage>& all);
 
-// Waits for a non-blocking MPI request: spins briefly, then sleeps with growing intervals.
-int wait_with_backoff(MPI_Request* request);
-
 }  // namespace relax

@@ -6,10 +6,10 @@ namespace relax {
 
 std::string timeline_path_for_rank(const std::string& path, int rank) {
   static const std::string kPlaceholder = "{rank}";
+  const std::string number = std::to_string(rank);
   std::string out = path;
   bool per_rank = false;
   for (size_t at = out.find(kPlaceholder); at != std::string::npos; at = out.find(kPlaceholder, at)) {
-    const std::string number = std::to_string(rank);
     out.replace(at, kPlaceholder.size(), number);
     at += number.size();
     per_rank = true;
@@ -41,10 +41,12 @@ long long micros(double seconds) { return static_cast<long long>(seconds * 1e6);
 }  // namespace
 
 Status Timeline::start(const std::string& path, bool mark_cycles, int rank) {
+  const std::string mine = timeline_path_for_rank(path, rank);
+  if (mine.empty()) return Status::ok();
   stop();
   std::lock_guard<std::mutex> lock(mutex_);
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "cannot open timeline file '" + path + "' for writing");
+  std::FILE* f = std::fopen(mine.c_str(), "w");
+  if (!f) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "cannot open timeline file '" + mine + "' for writing");
   file_.reset(f);
   std::fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", f);
   first_event_ = true;

@@ -20,8 +20,9 @@ std::string timeline_path_for_rank(const std::string& path, int rank);
 
 class Timeline {
  public:
-  // Starts a trace at `path` (replacing an active one) whose events carry `rank` as their
-  // process id, so that per-rank files merge into one view; `mark_cycles` adds an instant event
+  // Starts the trace this rank writes for a timeline requested at `path` (timeline_path_for_rank;
+  // nothing when another rank writes it), replacing an active one. Its events carry `rank` as
+  // their process id, so per-rank files merge into one view; `mark_cycles` adds an instant event
   // per negotiation round.
   Status start(const std::string& path, bool mark_cycles, int rank);
   // Completes the JSON document and closes the file.
