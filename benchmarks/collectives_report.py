@@ -51,16 +51,15 @@ def aggregate(runs: dict[str, list[dict]], np_: int) -> list[dict]:
 
 def wire_formula(op: str, size: int, n: int) -> float:
     """Bytes each rank sends for one operation on `size` bytes of float32, by docs/architecture.md's formulas:
-    all-reduce 2(n-1)/n * 4P; compressed: the same over the encoded chunks (+4-byte marker each)."""
-    from relaxlib.compression import chunk_count, encoded_bytes
+    all-reduce 2(n-1)/n * 4P; compressed: the same over the encoded chunks (+4-byte marker per part)."""
+    from relaxlib.compression import chunk_wire_bytes
     count = size // 4
     if op == "allreduce":
         return 2 * (n - 1) / n * size
     if op in ("reduce_scatter", "allgather"):
         return (n - 1) / n * size
     codec = op.split("_", 1)[1]
-    chunk = chunk_count(count, n, 0)
-    return 2 * (n - 1) * (4 + encoded_bytes(codec, chunk))
+    return 2 * (n - 1) * chunk_wire_bytes(codec, count, n, 0)
 
 
 def lookup(rows: list[dict], lib: str, op: str, size: int) -> dict | None:

@@ -222,6 +222,7 @@ _SIGNATURES = {
     "relax_codec_encoded_bytes": ([ctypes.c_int32, ctypes.c_int64], ctypes.c_int64),
     "relax_codec_encode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
     "relax_codec_decode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
+    "relax_compressed_parts": ([ctypes.c_int64, ctypes.c_int32], ctypes.c_int32),
     "relax_stop_timeline": ([], ctypes.c_int),
     "relax_direct_pending": ([], ctypes.c_int),
     "relax_direct_join_start": ([ctypes.c_int64], ctypes.c_int),

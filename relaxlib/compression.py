@@ -2,8 +2,11 @@
 the core's encoders (for tests and benchmarks).
 
 A compressed all-reduce splits a flat float32 tensor of ``count`` elements into one contiguous
-chunk per rank (sizes differ by at most one, the first chunks taking the extra element); each
-chunk is encoded on its own. The codecs are whatever the core registered (one C++ file each):
+chunk per rank (sizes differ by at most one, the first chunks taking the extra element). Chunks
+above 2^19 elements (2 MiB of float32) are split further into parts (``part_counts``; the same
+number for every chunk), and each part is encoded on its own behind a 4-byte marker: between
+nodes one part's transfer overlaps the coding of others. The codecs are whatever the core
+registered (one C++ file each):
 ``CODECS`` maps each name to its :class:`CodecSpec`, read from the core when first used, e.g.
 ``CODECS["sign"].wire_format`` or ``CODECS["sign"].bits_per_element()``.
 """
@@ -21,6 +24,7 @@ from relaxlib import _core
 
 # Chunk size at which a codec's ratio is quoted: large enough that headers are negligible but counted.
 RATIO_CHUNK_ELEMENTS = 1 << 20
+MARKER_BYTES = 4  # before every encoded part: -1, or the rank whose input was not finite
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,18 @@ def codec_id(codec: str | int) -> int:
 def chunk_count(count: int, size: int, rank: int) -> int:
     """Elements of ``rank``'s chunk when ``count`` elements are split over ``size`` ranks."""
     return count // size + (1 if rank < count % size else 0)
+
+
+def part_counts(count: int, size: int, rank: int) -> list[int]:
+    """Elements of each part of ``rank``'s chunk (what one codec header covers)."""
+    parts = int(_core.lib().relax_compressed_parts(count, size))
+    chunk = chunk_count(count, size, rank)
+    return [chunk_count(chunk, parts, p) for p in range(parts)]
+
+
+def chunk_wire_bytes(codec: str | int, count: int, size: int, rank: int) -> int:
+    """Bytes of ``rank``'s encoded chunk on the wire: its parts, each behind a 4-byte marker."""
+    return sum(MARKER_BYTES + encoded_bytes(codec, n) for n in part_counts(count, size, rank))
 
 
 def encoded_bytes(codec: str | int, n: int) -> int:

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "codecs/codec.h"
+#include "collectives/compressed.h"
 #include "util/half.h"
 
 using relax::Codec;
@@ -144,4 +145,16 @@ TEST(residual_is_input_minus_decoded) {
     for (size_t i = 0; i < 1003; ++i) wrong += residual[i] != values[i] - decoded[i];
     CHECK_EQ(wrong, 0);
   }
+}
+
+// Parts of a compressed all-reduce's chunks: one until the largest chunk exceeds a part, then
+// as many as it takes; the same for every chunk, so every rank agrees on the wire layout.
+TEST(compressed_parts_follow_the_largest_chunk) {
+  const int64_t part = relax::kCompressedPartElements;
+  CHECK_EQ(relax::compressed_parts(0, 4), 1);
+  CHECK_EQ(relax::compressed_parts(1, 4), 1);
+  CHECK_EQ(relax::compressed_parts(4 * part, 4), 1);
+  CHECK_EQ(relax::compressed_parts(4 * part + 1, 4), 2);  // chunk 0 takes the extra element
+  CHECK_EQ(relax::compressed_parts(3 * 16 * part, 3), 16);
+  CHECK_EQ(relax::compressed_parts(16 * part + 1, 1), 17);
 }

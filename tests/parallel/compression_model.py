@@ -12,12 +12,24 @@ def inputs(step: int, count: int, rank: int) -> np.ndarray:
     return (scales * (rng.standard_normal(count, dtype=np.float32) + 0.3)).astype(np.float32)
 
 
+def encode_parts(codec: str, chunk: np.ndarray, parts: list[int]) -> list[np.ndarray]:
+    """A chunk as the core sends it: each part encoded on its own."""
+    offsets = np.concatenate([[0], np.cumsum(parts)]).astype(int)
+    return [compression.encode(codec, chunk[offsets[p]:offsets[p + 1]]) for p in range(len(parts))]
+
+
+def decode_parts(codec: str, encoded: list[np.ndarray], parts: list[int]) -> np.ndarray:
+    return np.concatenate([compression.decode(codec, e, c) for e, c in zip(encoded, parts)] or
+                          [np.zeros(0, np.float32)])
+
+
 class Model:
     """numpy model of compressed scatter-reduce (docs/architecture.md), all ranks at once."""
 
     def __init__(self, codec: str, count: int, feedback: bool, size: int) -> None:
         self.codec, self.count, self.feedback, self.size = codec, count, feedback, size
         self.counts = [compression.chunk_count(count, size, r) for r in range(size)]
+        self.parts = [compression.part_counts(count, size, r) for r in range(size)]
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int)
         self.worker = [np.zeros(count, np.float32) for _ in range(size)]
         self.owner = [np.zeros(c, np.float32) for c in self.counts]
@@ -27,23 +39,23 @@ class Model:
 
     def step(self, xs: list[np.ndarray], average: bool = True) -> np.ndarray:
         vs = [x + (w if self.feedback else 0) for x, w in zip(xs, self.worker)]
-        sent = [[compression.encode(self.codec, self.chunk(v, j)) for j in range(self.size)] for v in vs]
+        sent = [[encode_parts(self.codec, self.chunk(v, j), self.parts[j]) for j in range(self.size)] for v in vs]
         out = np.empty(self.count, np.float32)
         for owner in range(self.size):
             s = np.zeros(self.counts[owner], np.float32)
             for r in range(self.size):
-                s = s + compression.decode(self.codec, sent[r][owner], self.counts[owner])
+                s = s + decode_parts(self.codec, sent[r][owner], self.parts[owner])
             if average:
                 s = s * (np.float32(1.0) / np.float32(self.size))
             if self.feedback:
                 s = s + self.owner[owner]
-            q = compression.decode(self.codec, compression.encode(self.codec, s), self.counts[owner])
+            q = decode_parts(self.codec, encode_parts(self.codec, s, self.parts[owner]), self.parts[owner])
             if self.feedback:
                 self.owner[owner] = s - q
             out[self.offsets[owner]:self.offsets[owner] + self.counts[owner]] = q
         if self.feedback:
             for r in range(self.size):
-                decoded = np.concatenate([compression.decode(self.codec, sent[r][j], self.counts[j])
+                decoded = np.concatenate([decode_parts(self.codec, sent[r][j], self.parts[j])
                                           for j in range(self.size)])
                 self.worker[r] = vs[r] - decoded
         return out

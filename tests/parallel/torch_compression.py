@@ -10,6 +10,7 @@ from compression_model import Model, inputs
 
 import relaxlib
 import relaxlib_torch as hvd
+from relaxlib import compression
 from relaxlib.algorithms import CompressedScatterReduce
 
 hvd.init()
@@ -31,6 +32,36 @@ def test_primitive_matches_the_numpy_model_bitwise(codec, feedback, count):
         if feedback:
             np.testing.assert_array_equal(state.worker.numpy(), model.worker[RANK])
             np.testing.assert_array_equal(state.owner.numpy(), model.owner[RANK])
+
+
+# Chunks above 2^19 elements travel in parts, each with its own codec header; between nodes
+# (RELAX_SHM_COLLECTIVES=off) the parts are pipelined. Two parts per chunk here.
+@pytest.mark.parametrize("codec", ["uint8", "sign"])
+def test_chunks_in_parts_match_the_numpy_model_bitwise(codec):
+    count = SIZE * (1 << 19) + 7
+    assert len(compression.part_counts(count, SIZE, RANK)) == 2
+    model = Model(codec, count, True, SIZE)
+    state = hvd.ErrorFeedback(count)
+    for step in range(2):
+        xs = [inputs(step, count, r) for r in range(SIZE)]
+        out = hvd.compressed_allreduce(torch.from_numpy(xs[RANK]), codec=codec, state=state, name=f"parts.{codec}")
+        np.testing.assert_array_equal(out.numpy(), model.step(xs))
+        np.testing.assert_array_equal(state.worker.numpy(), model.worker[RANK])
+        np.testing.assert_array_equal(state.owner.numpy(), model.owner[RANK])
+
+
+def test_a_non_finite_value_in_a_later_part_fails_everywhere():
+    count = SIZE * (1 << 19) + 7
+    state = hvd.ErrorFeedback(count)
+    hvd.compressed_allreduce(torch.ones(count), codec="uint8", state=state, name="parts.finite.warmup")
+    before = state.state_dict()
+    x = torch.ones(count)
+    if RANK == 0:
+        x[-1] = float("nan")  # second part of the last rank's chunk
+    with pytest.raises(relaxlib.InvalidArgumentError, match="non-finite values .* rank 0"):
+        hvd.compressed_allreduce(x, codec="uint8", state=state, name="parts.finite.check")
+    assert torch.equal(state.worker, before["worker"]) and torch.equal(state.owner, before["owner"])
+    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(SIZE)))
 
 
 def test_sum_op_and_all_ranks_agree():

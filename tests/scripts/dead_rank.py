@@ -1,18 +1,39 @@
-"""Rank 1 kills itself with SIGKILL mid-training; the job must end (non-zero), not hang."""
+"""Rank 1 kills itself with SIGKILL; the job must end (non-zero), not hang.
+
+``training`` (default): mid-training, between steps. ``compressed-parts``: while compressed
+all-reduces of chunks in several parts run back to back (between nodes pipelined: run with
+RELAX_SHM_COLLECTIVES=off), so the peer dies inside the part exchange.
+"""
 
 import os
 import signal
+import sys
+import threading
 
 import torch
 
 import relaxlib_torch as hvd
+from relaxlib import compression
 
 hvd.init()
-model = torch.nn.Linear(32, 4)
-opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters())
-for step in range(10_000):
-    if step == 5 and hvd.rank() == 1:
-        os.kill(os.getpid(), signal.SIGKILL)
-    opt.zero_grad()
-    model(torch.randn(8, 32)).sum().backward()
-    opt.step()
+mode = sys.argv[1] if len(sys.argv) > 1 else "training"
+if mode == "compressed-parts":
+    count = hvd.size() * (3 * (1 << 19) + 1)  # chunks of 4 parts
+    assert len(compression.part_counts(count, hvd.size(), hvd.rank())) == 4
+    state = hvd.ErrorFeedback(count)
+    x = torch.randn(count)
+    hvd.compressed_allreduce(x, codec="uint8", state=state, name="dead.parts")  # both ranks are in
+    if hvd.rank() == 1:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    for _ in range(100_000):
+        hvd.compressed_allreduce(x, codec="uint8", state=state, name="dead.parts")
+else:
+    model = torch.nn.Linear(32, 4)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    for step in range(10_000):
+        if step == 5 and hvd.rank() == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        model(torch.randn(8, 32)).sum().backward()
+        opt.step()

@@ -319,6 +319,9 @@ RELAX_API int relax_codec_info(int32_t index, relax_codec_info_t* out);
 RELAX_API int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n);
 RELAX_API int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out);
 RELAX_API int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out);
+/* A compressed all-reduce of `count` elements over `size` ranks splits every rank's chunk into
+ * this many parts, each encoded on its own behind a 4-byte marker (docs/architecture.md). */
+RELAX_API int32_t relax_compressed_parts(int64_t count, int32_t size);
 
 /* ---- termination of relaxed schedules (ranks stopping at different steps) ---- */
 /* With no neighbour/group average of this rank in flight: 1 if a peer's header for a step this

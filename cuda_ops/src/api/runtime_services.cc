@@ -6,6 +6,7 @@
 
 #include "api/runtime_state.h"
 #include "codecs/codec.h"
+#include "collectives/compressed.h"
 #include "relax/relax.h"
 
 using relax::runtime;
@@ -68,6 +69,10 @@ int relax_codec_info(int32_t index, relax_codec_info_t* out) {
 int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n) {
   std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
   return c && n >= 0 ? c->encoded_bytes(n) : -1;
+}
+
+int32_t relax_compressed_parts(int64_t count, int32_t size) {
+  return count >= 0 && size > 0 ? relax::compressed_parts(count, size) : -1;
 }
 
 int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) {

@@ -15,6 +15,7 @@ namespace {
 
 constexpr int kRingTag = 7101;
 constexpr int kExchangeTag = 7102;
+constexpr int kPipelineTag = 7200;  // round p: scatter kPipelineTag + 2p, gather kPipelineTag + 2p + 1
 constexpr int64_t kMaxMessageBytes = 1ll << 30;  // MPI counts are int: chunk larger transfers
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -461,6 +462,92 @@ Status Collectives::streamed_exchange(const std::vector<uint8_t*>& send, const s
     sent += send_bytes[static_cast<size_t>(r)];
     received += recv_bytes[static_cast<size_t>(r)];
   }
+  count_traffic(sent, received);
+  return wait_all(sends);
+}
+
+Status Collectives::pipelined_scatter_gather(const PipelinedScatterGather& plan) {
+  const int n = size_;
+  const int parts = plan.parts;
+  int* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_tag_ub);
+  if (parts < 1 || (has_tag_ub && kPipelineTag + 2ll * parts > *tag_ub)) {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "pipelined_scatter_gather: " + std::to_string(parts) + " rounds (MPI tags run out)");
+  }
+  const size_t slots = static_cast<size_t>(parts) * static_cast<size_t>(n);
+  auto slot = [n](int part, int peer) { return static_cast<size_t>(part) * static_cast<size_t>(n) + static_cast<size_t>(peer); };
+  std::vector<MPI_Request> scatter_recvs(slots, MPI_REQUEST_NULL), gather_recvs(slots, MPI_REQUEST_NULL);
+  std::vector<MPI_Request> sends;
+  sends.reserve(2 * slots);
+  int64_t sent = 0, received = 0;
+  auto post_receive = [&](const Message& m, int peer, int tag, MPI_Request& request) -> Status {
+    if (m.bytes > kMaxMessageBytes) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "pipelined_scatter_gather: a message above 1 GiB");
+    received += m.bytes;
+    return mpi_status(MPI_Irecv(m.data, static_cast<int>(m.bytes), MPI_BYTE, peer, tag, comm_, &request), "MPI_Irecv");
+  };
+  auto send = [&](const Message& m, int peer, int tag) -> Status {
+    if (m.bytes > kMaxMessageBytes) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "pipelined_scatter_gather: a message above 1 GiB");
+    sent += m.bytes;
+    sends.emplace_back();
+    return mpi_status(MPI_Isend(m.data, static_cast<int>(m.bytes), MPI_BYTE, peer, tag, comm_, &sends.back()), "MPI_Isend");
+  };
+  for (int p = 0; p < parts; ++p) {
+    for (int r = 0; r < n; ++r) {
+      if (r == rank_) continue;
+      Status st = post_receive(plan.scatter_recv(p, r), r, kPipelineTag + 2 * p, scatter_recvs[slot(p, r)]);
+      if (st.is_ok()) st = post_receive(plan.gather_recv(p, r), r, kPipelineTag + 2 * p + 1, gather_recvs[slot(p, r)]);
+      if (!st.is_ok()) return st;
+    }
+  }
+  // Round p's scatter: peers in the order rank+1, rank+2, ... (every rank sends to a different
+  // peer at a time); the own message once the first transfer is under way.
+  auto send_scatter = [&](int p) -> Status {
+    for (int s = 1; s < n; ++s) {
+      const int to = mod(rank_ + s, n);
+      plan.produce(p, to);
+      Status st = send(plan.scatter_send(p, to), to, kPipelineTag + 2 * p);
+      if (!st.is_ok()) return st;
+      if (s == 1) plan.produce(p, rank_);
+    }
+    if (n == 1) plan.produce(p, rank_);
+    return Status::ok();
+  };
+  int gathers_left = (n - 1) * parts;
+  // Consumes the gather messages that have arrived; blocks for one first when `wait`.
+  auto drain_gathers = [&](bool wait) -> Status {
+    while (gathers_left > 0) {
+      int index = MPI_UNDEFINED, done = 0;
+      Status st = wait ? wait_any(gather_recvs, index)
+                       : mpi_status(MPI_Testany(static_cast<int>(slots), gather_recvs.data(), &index, &done,
+                                                MPI_STATUS_IGNORE), "MPI_Testany");
+      if (!st.is_ok()) return st;
+      if (index == MPI_UNDEFINED) return Status::ok();
+      --gathers_left;
+      plan.consume(index / n, index % n);
+      wait = false;
+    }
+    return Status::ok();
+  };
+  Status st = send_scatter(0);
+  for (int p = 0; p < parts && st.is_ok(); ++p) {
+    if (p + 1 < parts) st = send_scatter(p + 1);
+    for (int r = 0; r < n && st.is_ok(); ++r) {  // rank order: the reduction's bits do not depend on arrival
+      if (r != rank_) {
+        st = drain_gathers(false);
+        if (st.is_ok()) st = wait_one(scatter_recvs[slot(p, r)]);
+      }
+      if (st.is_ok()) plan.reduce(p, r);
+    }
+    if (!st.is_ok()) break;
+    plan.finish(p);
+    plan.consume(p, rank_);
+    for (int s = 1; s < n && st.is_ok(); ++s) st = send(plan.gather_send(p), mod(rank_ + s, n), kPipelineTag + 2 * p + 1);
+    if (st.is_ok()) st = drain_gathers(false);
+  }
+  while (st.is_ok() && gathers_left > 0) st = drain_gathers(true);
+  if (!st.is_ok()) return st;
   count_traffic(sent, received);
   return wait_all(sends);
 }

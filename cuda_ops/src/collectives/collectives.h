@@ -43,6 +43,31 @@ struct CollectiveConfig {
   bool yield_while_waiting = false;
 };
 
+// One message's bytes.
+struct Message {
+  uint8_t* data = nullptr;
+  int64_t bytes = 0;
+};
+
+// `parts` rounds, each a scatter (a message to and from every peer) then a gather (this rank's
+// message to every peer, and one from each). Round p+1's scatter is sent before round p's
+// scatter is reduced and its gather assembled, so the link carries one round while this rank
+// works on another. The callbacks name the buffers and do the work:
+struct PipelinedScatterGather {
+  int parts = 1;
+  std::function<Message(int part, int peer)> scatter_send, scatter_recv, gather_recv;
+  std::function<Message(int part)> gather_send;
+  // Fills scatter_send(part, peer) just before it is sent (also for peer == rank, which is not sent).
+  std::function<void(int part, int peer)> produce;
+  // scatter_recv(part, peer) has arrived: called in rank order within a part (for peer == rank
+  // after produce(part, rank), with nothing received).
+  std::function<void(int part, int peer)> reduce;
+  // Every reduce of `part` is done: fills gather_send(part).
+  std::function<void(int part)> finish;
+  // gather_recv(part, peer) has arrived (in any order; for peer == rank right after finish(part)).
+  std::function<void(int part, int peer)> consume;
+};
+
 class Collectives {
  public:
   // Collective over `comm` unless config.shm_allowed is false: the ranks adopt rank 0's
@@ -88,6 +113,8 @@ class Collectives {
                            const std::vector<uint8_t*>& recv, const std::vector<int64_t>& recv_bytes,
                            const std::function<void(int)>& produce, const std::function<void(int)>& consume,
                            bool in_rank_order);
+  // Runs `plan` over point-to-point MPI (never shared memory); every message at most 1 GiB.
+  Status pipelined_scatter_gather(const PipelinedScatterGather& plan);
   // Whether a collective of `bytes` runs through shared memory (every rank decides alike).
   bool uses_shared_memory(int64_t bytes) const { return shared_memory(bytes) != nullptr; }
   // The shared-memory segment whenever this communicator has one, whatever RELAX_SHM_MIN_BYTES

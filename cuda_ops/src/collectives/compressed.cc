@@ -1,5 +1,6 @@
 #include "collectives/compressed.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -42,106 +43,166 @@ size_t reserve(std::vector<uint8_t>& scratch, size_t& offset, size_t bytes) {
   return at;
 }
 
+// Where each part of each chunk lives: its elements in the tensor and its bytes (marker
+// included) within the chunk's encoding, which is the chunk's parts one after the other.
+struct PartLayout {
+  PartLayout(const Codec& codec, int64_t count, int size) : parts(compressed_parts(count, size)) {
+    counts = even_counts(count, size);
+    offsets = block_offsets(counts);
+    chunk_bytes.assign(static_cast<size_t>(size), 0);
+    for (int j = 0; j < size; ++j) {
+      const std::vector<int64_t> split = even_counts(counts[static_cast<size_t>(j)], parts);
+      int64_t element = offsets[static_cast<size_t>(j)];
+      for (int64_t c : split) {
+        elements.push_back(c);
+        element_offset.push_back(element);
+        bytes.push_back(kMarker + codec.encoded_bytes(c));
+        byte_offset.push_back(chunk_bytes[static_cast<size_t>(j)]);
+        element += c;
+        chunk_bytes[static_cast<size_t>(j)] += bytes.back();
+      }
+    }
+  }
+  size_t at(int chunk, int part) const {
+    return static_cast<size_t>(chunk) * static_cast<size_t>(parts) + static_cast<size_t>(part);
+  }
+
+  int parts;
+  std::vector<int64_t> counts, offsets, chunk_bytes;                  // per chunk
+  std::vector<int64_t> elements, element_offset, bytes, byte_offset;  // per at(chunk, part)
+};
+
 }  // namespace
+
+int compressed_parts(int64_t count, int size) {
+  const int64_t largest = (count + size - 1) / size;
+  return static_cast<int>(std::max<int64_t>(1, (largest + kCompressedPartElements - 1) / kCompressedPartElements));
+}
 
 Status compressed_allreduce(Collectives& collectives, const Codec& codec, const CompressedAllreduce& op,
                             const std::vector<int>& world_ranks, std::vector<uint8_t>& scratch) {
   const int n = collectives.size();
   const int me = collectives.rank();
-  const std::vector<int64_t> counts = even_counts(op.count, n);
-  const std::vector<int64_t> offsets = block_offsets(counts);
-  std::vector<int64_t> chunk_bytes(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) chunk_bytes[static_cast<size_t>(r)] = kMarker + codec.encoded_bytes(counts[static_cast<size_t>(r)]);
-  const int64_t mine = counts[static_cast<size_t>(me)];
-  const int64_t my_bytes = chunk_bytes[static_cast<size_t>(me)];
+  const PartLayout layout(codec, op.count, n);
+  const int parts = layout.parts;
+  const int64_t mine = layout.counts[static_cast<size_t>(me)];
+  const int64_t my_bytes = layout.chunk_bytes[static_cast<size_t>(me)];
+  const int64_t my_offset = layout.offsets[static_cast<size_t>(me)];
+  const std::vector<int64_t> chunk_offsets = block_offsets(layout.chunk_bytes);  // in send and in gathered
+  const int64_t encoded_total = chunk_offsets.back() + layout.chunk_bytes.back();
 
   // Layout of the scratch buffer: v | encoded chunks to send | received chunks | s | gathered.
   size_t used = 0;
-  int64_t send_total = 0, gathered_total = 0;
-  for (int64_t b : chunk_bytes) send_total += b, gathered_total += b;
   const size_t v_at = reserve(scratch, used, static_cast<size_t>(op.count) * 4);
-  const size_t send_at = reserve(scratch, used, static_cast<size_t>(send_total));
+  const size_t send_at = reserve(scratch, used, static_cast<size_t>(encoded_total));
   const size_t recv_at = reserve(scratch, used, static_cast<size_t>(my_bytes * n));
   const size_t s_at = reserve(scratch, used, static_cast<size_t>(mine) * 4 + static_cast<size_t>(my_bytes));
-  const size_t gathered_at = reserve(scratch, used, static_cast<size_t>(gathered_total));
+  const size_t gathered_at = reserve(scratch, used, static_cast<size_t>(encoded_total));
   float* v = reinterpret_cast<float*>(scratch.data() + v_at);
   uint8_t* send = scratch.data() + send_at;
   uint8_t* received = scratch.data() + recv_at;
   float* s = reinterpret_cast<float*>(scratch.data() + s_at);
   uint8_t* own_encoded = scratch.data() + s_at + static_cast<size_t>(mine) * 4;
   uint8_t* gathered = scratch.data() + gathered_at;
+  auto sent_chunk = [&](int r) { return send + chunk_offsets[static_cast<size_t>(r)]; };
+  auto received_chunk = [&](int r) { return received + static_cast<int64_t>(r) * my_bytes; };
+  auto gathered_chunk = [&](int r) { return gathered + chunk_offsets[static_cast<size_t>(r)]; };
 
-  // 1-3. Each destination's chunk: v = x + e (x itself without error feedback), encoded (or
+  // 1-3. Each destination's part: v = x + e (x itself without error feedback), encoded (or
   // marked when not finite) just before it is sent to its owner; the owner sums what it receives
-  // in rank order (the bits do not depend on arrival order) while later chunks are in flight.
+  // in rank order (the bits do not depend on arrival order) while later parts are in flight.
   if (!op.worker_error) v = const_cast<float*>(op.input);  // only read from here on
-  std::vector<int64_t> send_offsets = block_offsets(chunk_bytes);
-  std::vector<uint8_t*> send_chunks(static_cast<size_t>(n)), recv_chunks(static_cast<size_t>(n));
-  std::vector<int64_t> recv_counts(static_cast<size_t>(n), my_bytes);
-  for (int r = 0; r < n; ++r) {
-    const size_t j = static_cast<size_t>(r);
-    send_chunks[j] = send + send_offsets[j];
-    recv_chunks[j] = received + static_cast<int64_t>(r) * my_bytes;
-  }
   const int32_t me_world = world_ranks[static_cast<size_t>(me)];
-  auto encode_chunk = [&](int r) {
-    const size_t j = static_cast<size_t>(r);
-    float* chunk = v + offsets[j];
-    const bool finite = op.worker_error ? add_and_check(op.input + offsets[j], op.worker_error + offsets[j], counts[j], chunk)
-                                        : all_finite(chunk, counts[j]);
-    write_marker(send_chunks[j], finite ? -1 : me_world);
-    if (finite) codec.encode(chunk, counts[j], send_chunks[j] + kMarker);
+  auto encode_part = [&](int r, int p) {
+    const size_t k = layout.at(r, p);
+    const int64_t c = layout.elements[k], at = layout.element_offset[k];
+    uint8_t* out = sent_chunk(r) + layout.byte_offset[k];
+    const bool finite = op.worker_error ? add_and_check(op.input + at, op.worker_error + at, c, v + at)
+                                        : all_finite(v + at, c);
+    write_marker(out, finite ? -1 : me_world);
+    if (finite) codec.encode(v + at, c, out + kMarker);
   };
-  int32_t poisoned_by = -1;
+  std::vector<int32_t> poisoned_by(static_cast<size_t>(parts), -1);  // per part of this rank's chunk
   std::memset(s, 0, static_cast<size_t>(mine) * 4);
-  auto reduce_chunk = [&](int r) {
-    const uint8_t* chunk = recv_chunks[static_cast<size_t>(r)];
-    const int32_t marker = read_marker(chunk);
-    if (marker >= 0) {
-      if (poisoned_by < 0 || marker < poisoned_by) poisoned_by = marker;
-      return;
-    }
-    if (poisoned_by < 0) codec.decode_add(chunk + kMarker, mine, s);
+  auto reduce_part = [&](const uint8_t* chunk, int p) {
+    const size_t k = layout.at(me, p);
+    const uint8_t* part = chunk + layout.byte_offset[k];
+    const int32_t marker = read_marker(part);
+    int32_t& poisoned = poisoned_by[static_cast<size_t>(p)];
+    if (marker >= 0 && (poisoned < 0 || marker < poisoned)) poisoned = marker;
+    if (poisoned < 0) codec.decode_add(part + kMarker, layout.elements[k], s + (layout.element_offset[k] - my_offset));
   };
-  Status st = collectives.streamed_exchange(send_chunks, chunk_bytes, recv_chunks, recv_counts, encode_chunk,
-                                            reduce_chunk, /*in_rank_order=*/true);
-  if (!st.is_ok()) return st;
-  if (op.average) {
-    const float inverse = 1.0f / static_cast<float>(n);
-    for (int64_t i = 0; i < mine; ++i) s[i] *= inverse;
-  }
-  if (op.owner_error) {
-    for (int64_t i = 0; i < mine; ++i) s[i] += op.owner_error[i];
-  }
-  write_marker(own_encoded, poisoned_by);
-  if (poisoned_by < 0) codec.encode(s, mine, own_encoded + kMarker);
-  // 4. Everyone gets every owner's encoded chunk and decodes it: through shared memory in one
-  // collective, otherwise each chunk as soon as it arrives. A chunk marked by its owner fails the
-  // operation on every rank (the output may then hold some decoded chunks).
-  const std::vector<int64_t> gathered_offsets = block_offsets(chunk_bytes);
+  // The owner's part of the average, with its error, encoded for everyone.
+  auto finish_part = [&](int p) {
+    const size_t k = layout.at(me, p);
+    const int64_t c = layout.elements[k];
+    float* sum = s + (layout.element_offset[k] - my_offset);
+    if (op.average) {
+      const float inverse = 1.0f / static_cast<float>(n);
+      for (int64_t i = 0; i < c; ++i) sum[i] *= inverse;
+    }
+    if (op.owner_error) {
+      const float* f = op.owner_error + (layout.element_offset[k] - my_offset);
+      for (int64_t i = 0; i < c; ++i) sum[i] += f[i];
+    }
+    uint8_t* out = own_encoded + layout.byte_offset[k];
+    const int32_t poisoned = poisoned_by[static_cast<size_t>(p)];
+    write_marker(out, poisoned);
+    if (poisoned < 0) codec.encode(sum, c, out + kMarker);
+  };
+  // 4. Every owner's encoded part, decoded by everyone. A part marked by its owner fails the
+  // operation on every rank (the output may then hold some decoded parts).
   int32_t failed_by = -1;
-  auto decode_chunk = [&](int r) {
-    const size_t j = static_cast<size_t>(r);
-    const uint8_t* chunk = gathered + gathered_offsets[j];
-    const int32_t marker = read_marker(chunk);
+  auto note_marker = [&](const uint8_t* part) {
+    const int32_t marker = read_marker(part);
     if (marker >= 0 && (failed_by < 0 || marker < failed_by)) failed_by = marker;
-    if (failed_by < 0) codec.decode(chunk + kMarker, counts[j], op.output + offsets[j]);
   };
-  if (collectives.uses_shared_memory(gathered_total)) {
-    st = collectives.allgatherv(own_encoded, gathered, chunk_bytes, 1);
+  auto decode_part = [&](const uint8_t* chunk, int r, int p) {
+    const size_t k = layout.at(r, p);
+    note_marker(chunk + layout.byte_offset[k]);
+    if (failed_by < 0) codec.decode(chunk + layout.byte_offset[k] + kMarker, layout.elements[k], op.output + layout.element_offset[k]);
+  };
+
+  Status st;
+  if (parts > 1 && !collectives.uses_shared_memory(encoded_total)) {
+    PipelinedScatterGather plan;
+    plan.parts = parts;
+    plan.scatter_send = [&](int p, int r) { return Message{sent_chunk(r) + layout.byte_offset[layout.at(r, p)], layout.bytes[layout.at(r, p)]}; };
+    plan.scatter_recv = [&](int p, int r) { return Message{received_chunk(r) + layout.byte_offset[layout.at(me, p)], layout.bytes[layout.at(me, p)]}; };
+    plan.gather_send = [&](int p) { return Message{own_encoded + layout.byte_offset[layout.at(me, p)], layout.bytes[layout.at(me, p)]}; };
+    plan.gather_recv = [&](int p, int r) { return Message{gathered_chunk(r) + layout.byte_offset[layout.at(r, p)], layout.bytes[layout.at(r, p)]}; };
+    plan.produce = [&](int p, int r) { encode_part(r, p); };
+    plan.reduce = [&](int p, int r) { reduce_part(r == me ? sent_chunk(me) : received_chunk(r), p); };
+    plan.finish = finish_part;
+    plan.consume = [&](int p, int r) { decode_part(r == me ? own_encoded : gathered_chunk(r), r, p); };
+    st = collectives.pipelined_scatter_gather(plan);
     if (!st.is_ok()) return st;
-    for (int r = 0; r < n; ++r) {  // every marker first: the output stays untouched on failure
-      const int32_t marker = read_marker(gathered + gathered_offsets[static_cast<size_t>(r)]);
-      if (marker >= 0 && (failed_by < 0 || marker < failed_by)) failed_by = marker;
-    }
-    for (int r = 0; r < n && failed_by < 0; ++r) decode_chunk(r);
   } else {
-    std::vector<uint8_t*> own_to_all(static_cast<size_t>(n), own_encoded), gathered_chunks(static_cast<size_t>(n));
-    std::vector<int64_t> own_bytes(static_cast<size_t>(n), my_bytes);
-    for (int r = 0; r < n; ++r) gathered_chunks[static_cast<size_t>(r)] = gathered + gathered_offsets[static_cast<size_t>(r)];
-    st = collectives.streamed_exchange(own_to_all, own_bytes, gathered_chunks, chunk_bytes, [](int) {}, decode_chunk,
-                                       /*in_rank_order=*/false);
+    std::vector<uint8_t*> send_chunks(static_cast<size_t>(n)), recv_chunks(static_cast<size_t>(n));
+    std::vector<int64_t> recv_counts(static_cast<size_t>(n), my_bytes);
+    for (int r = 0; r < n; ++r) send_chunks[static_cast<size_t>(r)] = sent_chunk(r), recv_chunks[static_cast<size_t>(r)] = received_chunk(r);
+    st = collectives.streamed_exchange(
+        send_chunks, layout.chunk_bytes, recv_chunks, recv_counts,
+        [&](int r) { for (int p = 0; p < parts; ++p) encode_part(r, p); },
+        [&](int r) { for (int p = 0; p < parts; ++p) reduce_part(received_chunk(r), p); }, /*in_rank_order=*/true);
     if (!st.is_ok()) return st;
+    for (int p = 0; p < parts; ++p) finish_part(p);
+    auto decode_chunk = [&](int r) { for (int p = 0; p < parts; ++p) decode_part(gathered_chunk(r), r, p); };
+    if (collectives.uses_shared_memory(encoded_total)) {
+      st = collectives.allgatherv(own_encoded, gathered, layout.chunk_bytes, 1);
+      if (!st.is_ok()) return st;
+      for (int r = 0; r < n; ++r) {  // every marker first: the output stays untouched on failure
+        for (int p = 0; p < parts; ++p) note_marker(gathered_chunk(r) + layout.byte_offset[layout.at(r, p)]);
+      }
+      for (int r = 0; r < n && failed_by < 0; ++r) decode_chunk(r);
+    } else {
+      std::vector<uint8_t*> own_to_all(static_cast<size_t>(n), own_encoded), gathered_chunks(static_cast<size_t>(n));
+      std::vector<int64_t> own_bytes(static_cast<size_t>(n), my_bytes);
+      for (int r = 0; r < n; ++r) gathered_chunks[static_cast<size_t>(r)] = gathered_chunk(r);
+      st = collectives.streamed_exchange(own_to_all, own_bytes, gathered_chunks, layout.chunk_bytes, [](int) {},
+                                         decode_chunk, /*in_rank_order=*/false);
+      if (!st.is_ok()) return st;
+    }
   }
   if (failed_by >= 0) {
     return Status::error(RELAX_ERR_INVALID_ARGUMENT,
@@ -151,12 +212,15 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   // 5. Error feedback, now that the operation succeeded everywhere.
   if (op.worker_error) {
     for (int r = 0; r < n; ++r) {
-      const size_t j = static_cast<size_t>(r);
-      codec.residual(send + send_offsets[j] + kMarker, counts[j], v + offsets[j], op.worker_error + offsets[j]);
+      for (int p = 0; p < parts; ++p) {
+        const size_t k = layout.at(r, p);
+        const int64_t at = layout.element_offset[k];
+        codec.residual(sent_chunk(r) + layout.byte_offset[k] + kMarker, layout.elements[k], v + at, op.worker_error + at);
+      }
     }
   }
   if (op.owner_error) {
-    const float* q = op.output + offsets[static_cast<size_t>(me)];
+    const float* q = op.output + my_offset;
     for (int64_t i = 0; i < mine; ++i) op.owner_error[i] = s[i] - q[i];
   }
   return Status::ok();

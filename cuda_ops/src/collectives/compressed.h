@@ -3,6 +3,11 @@
 // what it received for chunk i, reduces (sum or average), adds its owner error f, re-encodes and
 // the encoded chunks are all-gathered; every rank decodes the same bytes, so all results agree.
 // e' = v - Q(v) and f' = s - Q(s) are updated only when the whole operation succeeds.
+//
+// A chunk larger than kCompressedPartElements travels in parts: every chunk is split into the
+// same number of parts (even_counts of the chunk), each encoded on its own (its own marker and
+// codec header, e.g. its own scale). Between nodes the parts are pipelined: one part's transfer
+// overlaps the encoding, reduction and decoding of others.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +17,11 @@
 #include "collectives/collectives.h"
 
 namespace relax {
+
+constexpr int64_t kCompressedPartElements = 1 << 19;
+
+// Number of parts of every chunk when `count` elements are split over `size` ranks.
+int compressed_parts(int64_t count, int size);
 
 struct CompressedAllreduce {
   const float* input = nullptr;
