@@ -10,8 +10,9 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.parametrize("np_, env", [
     (2, {}),                                      # one node: shared-memory collectives
     (3, {"RELAX_SHM_COLLECTIVES": "off",          # odd world size, every allreduce and
-         "RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # allgather on our ring over MPI
-         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0"}),
+         "RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # allgather on our ring over MPI, in 4 KiB
+         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0",    # segments (messages split as between nodes)
+         "RELAX_RING_SEGMENT_BYTES": "4096"}),
     (3, {"RELAX_SHM_SLOT_BYTES": "4096"}),        # shared memory in many rounds per operation
     (4, {"RELAX_FUSION_THRESHOLD": "65536"}),     # small fusion buffer: many fused batches
     (2, {"RELAX_SHM_COLLECTIVES": "off"}),        # MPI's own allreduce and allgather

@@ -103,7 +103,9 @@ void Collectives::count_traffic(int64_t sent, int64_t received) {
 
 Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv,
                              int64_t recv_bytes, int source) {
-  const int64_t chunk = kMaxMessageBytes;
+  // In ring segments: a larger message would exceed the TCP eager limit that follows the segment
+  // size, and its rendezvous acknowledgement would wait behind the peer's own outgoing data.
+  const int64_t chunk = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes));
   std::vector<MPI_Request> requests;
   for (int64_t off = 0; off < recv_bytes; off += chunk) {
     requests.emplace_back();
