@@ -479,21 +479,25 @@ Status Collectives::pipelined_scatter_gather(const PipelinedScatterGather& plan)
                          "pipelined_scatter_gather: " + std::to_string(parts) + " rounds (MPI tags run out)");
   }
   const size_t slots = static_cast<size_t>(parts) * static_cast<size_t>(n);
-  auto slot = [n](int part, int peer) { return static_cast<size_t>(part) * static_cast<size_t>(n) + static_cast<size_t>(peer); };
+  auto slot = [n](int part, int peer) {
+    return static_cast<size_t>(part) * static_cast<size_t>(n) + static_cast<size_t>(peer);
+  };
+  const Status too_large = Status::error(RELAX_ERR_INVALID_ARGUMENT, "pipelined_scatter_gather: a message above 1 GiB");
   std::vector<MPI_Request> scatter_recvs(slots, MPI_REQUEST_NULL), gather_recvs(slots, MPI_REQUEST_NULL);
   std::vector<MPI_Request> sends;
   sends.reserve(2 * slots);
   int64_t sent = 0, received = 0;
   auto post_receive = [&](const Message& m, int peer, int tag, MPI_Request& request) -> Status {
-    if (m.bytes > kMaxMessageBytes) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "pipelined_scatter_gather: a message above 1 GiB");
+    if (m.bytes > kMaxMessageBytes) return too_large;
     received += m.bytes;
     return mpi_status(MPI_Irecv(m.data, static_cast<int>(m.bytes), MPI_BYTE, peer, tag, comm_, &request), "MPI_Irecv");
   };
   auto send = [&](const Message& m, int peer, int tag) -> Status {
-    if (m.bytes > kMaxMessageBytes) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "pipelined_scatter_gather: a message above 1 GiB");
+    if (m.bytes > kMaxMessageBytes) return too_large;
     sent += m.bytes;
     sends.emplace_back();
-    return mpi_status(MPI_Isend(m.data, static_cast<int>(m.bytes), MPI_BYTE, peer, tag, comm_, &sends.back()), "MPI_Isend");
+    return mpi_status(MPI_Isend(m.data, static_cast<int>(m.bytes), MPI_BYTE, peer, tag, comm_, &sends.back()),
+                      "MPI_Isend");
   };
   for (int p = 0; p < parts; ++p) {
     for (int r = 0; r < n; ++r) {
@@ -535,7 +539,7 @@ Status Collectives::pipelined_scatter_gather(const PipelinedScatterGather& plan)
   Status st = send_scatter(0);
   for (int p = 0; p < parts && st.is_ok(); ++p) {
     if (p + 1 < parts) st = send_scatter(p + 1);
-    for (int r = 0; r < n && st.is_ok(); ++r) {  // rank order: the reduction's bits do not depend on arrival
+    for (int r = 0; r < n && st.is_ok(); ++r) {  // in rank order: the sum's bits do not depend on arrival
       if (r != rank_) {
         st = drain_gathers(false);
         if (st.is_ok()) st = wait_one(scatter_recvs[slot(p, r)]);
@@ -545,7 +549,9 @@ Status Collectives::pipelined_scatter_gather(const PipelinedScatterGather& plan)
     if (!st.is_ok()) break;
     plan.finish(p);
     plan.consume(p, rank_);
-    for (int s = 1; s < n && st.is_ok(); ++s) st = send(plan.gather_send(p), mod(rank_ + s, n), kPipelineTag + 2 * p + 1);
+    for (int s = 1; s < n && st.is_ok(); ++s) {
+      st = send(plan.gather_send(p), mod(rank_ + s, n), kPipelineTag + 2 * p + 1);
+    }
     if (st.is_ok()) st = drain_gathers(false);
   }
   while (st.is_ok() && gathers_left > 0) st = drain_gathers(true);

@@ -107,6 +107,11 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   auto sent_chunk = [&](int r) { return send + chunk_offsets[static_cast<size_t>(r)]; };
   auto received_chunk = [&](int r) { return received + static_cast<int64_t>(r) * my_bytes; };
   auto gathered_chunk = [&](int r) { return gathered + chunk_offsets[static_cast<size_t>(r)]; };
+  // Part p of an encoding of chunk `chunk` that starts at `base` (marker first).
+  auto part_of = [&](uint8_t* base, int chunk, int p) {
+    const size_t k = layout.at(chunk, p);
+    return Message{base + layout.byte_offset[k], layout.bytes[k]};
+  };
 
   // 1-3. Each destination's part: v = x + e (x itself without error feedback), encoded (or
   // marked when not finite) just before it is sent to its owner; the owner sums what it receives
@@ -116,7 +121,7 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   auto encode_part = [&](int r, int p) {
     const size_t k = layout.at(r, p);
     const int64_t c = layout.elements[k], at = layout.element_offset[k];
-    uint8_t* out = sent_chunk(r) + layout.byte_offset[k];
+    uint8_t* out = part_of(sent_chunk(r), r, p).data;
     const bool finite = op.worker_error ? add_and_check(op.input + at, op.worker_error + at, c, v + at)
                                         : all_finite(v + at, c);
     write_marker(out, finite ? -1 : me_world);
@@ -124,9 +129,9 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   };
   std::vector<int32_t> poisoned_by(static_cast<size_t>(parts), -1);  // per part of this rank's chunk
   std::memset(s, 0, static_cast<size_t>(mine) * 4);
-  auto reduce_part = [&](const uint8_t* chunk, int p) {
+  auto reduce_part = [&](uint8_t* chunk, int p) {
     const size_t k = layout.at(me, p);
-    const uint8_t* part = chunk + layout.byte_offset[k];
+    const uint8_t* part = part_of(chunk, me, p).data;
     const int32_t marker = read_marker(part);
     int32_t& poisoned = poisoned_by[static_cast<size_t>(p)];
     if (marker >= 0 && (poisoned < 0 || marker < poisoned)) poisoned = marker;
@@ -145,7 +150,7 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
       const float* f = op.owner_error + (layout.element_offset[k] - my_offset);
       for (int64_t i = 0; i < c; ++i) sum[i] += f[i];
     }
-    uint8_t* out = own_encoded + layout.byte_offset[k];
+    uint8_t* out = part_of(own_encoded, me, p).data;
     const int32_t poisoned = poisoned_by[static_cast<size_t>(p)];
     write_marker(out, poisoned);
     if (poisoned < 0) codec.encode(sum, c, out + kMarker);
@@ -157,20 +162,21 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
     const int32_t marker = read_marker(part);
     if (marker >= 0 && (failed_by < 0 || marker < failed_by)) failed_by = marker;
   };
-  auto decode_part = [&](const uint8_t* chunk, int r, int p) {
+  auto decode_part = [&](uint8_t* chunk, int r, int p) {
     const size_t k = layout.at(r, p);
-    note_marker(chunk + layout.byte_offset[k]);
-    if (failed_by < 0) codec.decode(chunk + layout.byte_offset[k] + kMarker, layout.elements[k], op.output + layout.element_offset[k]);
+    const uint8_t* part = part_of(chunk, r, p).data;
+    note_marker(part);
+    if (failed_by < 0) codec.decode(part + kMarker, layout.elements[k], op.output + layout.element_offset[k]);
   };
 
   Status st;
   if (parts > 1 && !collectives.uses_shared_memory(encoded_total)) {
     PipelinedScatterGather plan;
     plan.parts = parts;
-    plan.scatter_send = [&](int p, int r) { return Message{sent_chunk(r) + layout.byte_offset[layout.at(r, p)], layout.bytes[layout.at(r, p)]}; };
-    plan.scatter_recv = [&](int p, int r) { return Message{received_chunk(r) + layout.byte_offset[layout.at(me, p)], layout.bytes[layout.at(me, p)]}; };
-    plan.gather_send = [&](int p) { return Message{own_encoded + layout.byte_offset[layout.at(me, p)], layout.bytes[layout.at(me, p)]}; };
-    plan.gather_recv = [&](int p, int r) { return Message{gathered_chunk(r) + layout.byte_offset[layout.at(r, p)], layout.bytes[layout.at(r, p)]}; };
+    plan.scatter_send = [&](int p, int r) { return part_of(sent_chunk(r), r, p); };
+    plan.scatter_recv = [&](int p, int r) { return part_of(received_chunk(r), me, p); };
+    plan.gather_send = [&](int p) { return part_of(own_encoded, me, p); };
+    plan.gather_recv = [&](int p, int r) { return part_of(gathered_chunk(r), r, p); };
     plan.produce = [&](int p, int r) { encode_part(r, p); };
     plan.reduce = [&](int p, int r) { reduce_part(r == me ? sent_chunk(me) : received_chunk(r), p); };
     plan.finish = finish_part;
@@ -180,7 +186,10 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   } else {
     std::vector<uint8_t*> send_chunks(static_cast<size_t>(n)), recv_chunks(static_cast<size_t>(n));
     std::vector<int64_t> recv_counts(static_cast<size_t>(n), my_bytes);
-    for (int r = 0; r < n; ++r) send_chunks[static_cast<size_t>(r)] = sent_chunk(r), recv_chunks[static_cast<size_t>(r)] = received_chunk(r);
+    for (int r = 0; r < n; ++r) {
+      send_chunks[static_cast<size_t>(r)] = sent_chunk(r);
+      recv_chunks[static_cast<size_t>(r)] = received_chunk(r);
+    }
     st = collectives.streamed_exchange(
         send_chunks, layout.chunk_bytes, recv_chunks, recv_counts,
         [&](int r) { for (int p = 0; p < parts; ++p) encode_part(r, p); },
@@ -192,7 +201,7 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
       st = collectives.allgatherv(own_encoded, gathered, layout.chunk_bytes, 1);
       if (!st.is_ok()) return st;
       for (int r = 0; r < n; ++r) {  // every marker first: the output stays untouched on failure
-        for (int p = 0; p < parts; ++p) note_marker(gathered_chunk(r) + layout.byte_offset[layout.at(r, p)]);
+        for (int p = 0; p < parts; ++p) note_marker(part_of(gathered_chunk(r), r, p).data);
       }
       for (int r = 0; r < n && failed_by < 0; ++r) decode_chunk(r);
     } else {
@@ -215,7 +224,7 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
       for (int p = 0; p < parts; ++p) {
         const size_t k = layout.at(r, p);
         const int64_t at = layout.element_offset[k];
-        codec.residual(sent_chunk(r) + layout.byte_offset[k] + kMarker, layout.elements[k], v + at, op.worker_error + at);
+        codec.residual(part_of(sent_chunk(r), r, p).data + kMarker, layout.elements[k], v + at, op.worker_error + at);
       }
     }
   }
