@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace relax {
 namespace {
@@ -25,15 +26,38 @@ bool all_finite(const float* x, int64_t n) {
   return ok;
 }
 
-// v = x + e and whether every v is finite, in one pass.
-bool add_and_check(const float* x, const float* e, int64_t n, float* v) {
+// v = x + e, a copy of e in `saved`, and whether every v is finite, in one pass.
+bool add_save_and_check(const float* x, const float* e, int64_t n, float* v, float* saved) {
   bool ok = true;
   for (int64_t i = 0; i < n; ++i) {
     v[i] = x[i] + e[i];
+    saved[i] = e[i];
     ok &= std::isfinite(v[i]);
   }
   return ok;
 }
+
+// The worker's error feedback is updated part by part, right after each part is encoded (its
+// input is still in cache, and nothing is left to do over the whole tensor once the exchange
+// ends). Unless the operation succeeds, the destructor puts the saved values back.
+class WorkerResidualCommit {
+ public:
+  WorkerResidualCommit(float* error, const float* saved) : error_(error), saved_(saved) {}
+  WorkerResidualCommit(const WorkerResidualCommit&) = delete;
+  WorkerResidualCommit& operator=(const WorkerResidualCommit&) = delete;
+  ~WorkerResidualCommit() {
+    if (kept_) return;
+    for (const auto& [at, n] : written_) std::memcpy(error_ + at, saved_ + at, static_cast<size_t>(n) * 4);
+  }
+  void wrote(int64_t at, int64_t n) { written_.emplace_back(at, n); }
+  void keep() { kept_ = true; }
+
+ private:
+  float* error_;
+  const float* saved_;
+  std::vector<std::pair<int64_t, int64_t>> written_;
+  bool kept_ = false;
+};
 
 // Carves `bytes` out of `scratch` at `offset` (growing it), returning the offset.
 size_t reserve(std::vector<uint8_t>& scratch, size_t& offset, size_t bytes) {
@@ -91,13 +115,18 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   const std::vector<int64_t> chunk_offsets = block_offsets(layout.chunk_bytes);  // in send and in gathered
   const int64_t encoded_total = chunk_offsets.back() + layout.chunk_bytes.back();
 
-  // Layout of the scratch buffer: v | encoded chunks to send | received chunks | s | gathered.
+  // Layout of the scratch buffer: saved worker error | v (one part) | encoded chunks to send |
+  // received chunks | s | gathered.
+  int64_t largest_part = 0;
+  for (int64_t c : layout.elements) largest_part = std::max(largest_part, c);
   size_t used = 0;
-  const size_t v_at = reserve(scratch, used, static_cast<size_t>(op.count) * 4);
+  const size_t saved_at = reserve(scratch, used, op.worker_error ? static_cast<size_t>(op.count) * 4 : 0);
+  const size_t v_at = reserve(scratch, used, op.worker_error ? static_cast<size_t>(largest_part) * 4 : 0);
   const size_t send_at = reserve(scratch, used, static_cast<size_t>(encoded_total));
   const size_t recv_at = reserve(scratch, used, static_cast<size_t>(my_bytes * n));
   const size_t s_at = reserve(scratch, used, static_cast<size_t>(mine) * 4 + static_cast<size_t>(my_bytes));
   const size_t gathered_at = reserve(scratch, used, static_cast<size_t>(encoded_total));
+  float* saved = reinterpret_cast<float*>(scratch.data() + saved_at);
   float* v = reinterpret_cast<float*>(scratch.data() + v_at);
   uint8_t* send = scratch.data() + send_at;
   uint8_t* received = scratch.data() + recv_at;
@@ -114,22 +143,42 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
   };
 
   // 1-3. Each destination's part: v = x + e (x itself without error feedback), encoded (or
-  // marked when not finite) just before it is sent to its owner; the owner sums what it receives
-  // in rank order (the bits do not depend on arrival order) while later parts are in flight.
-  if (!op.worker_error) v = const_cast<float*>(op.input);  // only read from here on
+  // marked when not finite) just before it is sent to its owner, and e' = v - Q(v); the owner
+  // sums what it receives in rank order (the bits do not depend on arrival order) while later
+  // parts are in flight.
+  WorkerResidualCommit worker_commit(op.worker_error, saved);
   const int32_t me_world = world_ranks[static_cast<size_t>(me)];
+  // The residual of the part encoded last, computed once that part is on its way (at the next
+  // encoding, which reuses v, or before the owner's stage): not between encoding and sending.
+  const uint8_t* residual_of = nullptr;
+  int64_t residual_at = 0, residual_count = 0;
+  auto write_pending_residual = [&] {
+    if (!residual_of) return;
+    codec.residual(residual_of, residual_count, v, op.worker_error + residual_at);
+    worker_commit.wrote(residual_at, residual_count);
+    residual_of = nullptr;
+  };
   auto encode_part = [&](int r, int p) {
     const size_t k = layout.at(r, p);
     const int64_t c = layout.elements[k], at = layout.element_offset[k];
     uint8_t* out = part_of(sent_chunk(r), r, p).data;
-    const bool finite = op.worker_error ? add_and_check(op.input + at, op.worker_error + at, c, v + at)
-                                        : all_finite(v + at, c);
+    if (!op.worker_error) {
+      const bool finite = all_finite(op.input + at, c);
+      write_marker(out, finite ? -1 : me_world);
+      if (finite) codec.encode(op.input + at, c, out + kMarker);
+      return;
+    }
+    write_pending_residual();
+    const bool finite = add_save_and_check(op.input + at, op.worker_error + at, c, v, saved + at);
     write_marker(out, finite ? -1 : me_world);
-    if (finite) codec.encode(v + at, c, out + kMarker);
+    if (!finite) return;
+    codec.encode(v, c, out + kMarker);
+    residual_of = out + kMarker, residual_at = at, residual_count = c;
   };
   std::vector<int32_t> poisoned_by(static_cast<size_t>(parts), -1);  // per part of this rank's chunk
   std::memset(s, 0, static_cast<size_t>(mine) * 4);
   auto reduce_part = [&](uint8_t* chunk, int p) {
+    write_pending_residual();  // (the last part is sent by now)
     const size_t k = layout.at(me, p);
     const uint8_t* part = part_of(chunk, me, p).data;
     const int32_t marker = read_marker(part);
@@ -218,16 +267,10 @@ Status compressed_allreduce(Collectives& collectives, const Codec& codec, const 
                          "non-finite values (NaN or Inf) in the input of rank " + std::to_string(failed_by) +
                              "; a compressed all-reduce cannot encode them (error-feedback state unchanged)");
   }
-  // 5. Error feedback, now that the operation succeeded everywhere.
-  if (op.worker_error) {
-    for (int r = 0; r < n; ++r) {
-      for (int p = 0; p < parts; ++p) {
-        const size_t k = layout.at(r, p);
-        const int64_t at = layout.element_offset[k];
-        codec.residual(part_of(sent_chunk(r), r, p).data + kMarker, layout.elements[k], v + at, op.worker_error + at);
-      }
-    }
-  }
+  // 5. Error feedback, now that the operation succeeded everywhere: the worker's stays as
+  // written, the owner's is f' = s - Q(s).
+  write_pending_residual();
+  worker_commit.keep();
   if (op.owner_error) {
     const float* q = op.output + my_offset;
     for (int64_t i = 0; i < mine; ++i) op.owner_error[i] = s[i] - q[i];
