@@ -140,7 +140,14 @@ def test_model_averaging_trains_digits_in_fit(make):
     algorithm.average_now()
     assert algorithm.consensus_distance() == pytest.approx(0.0, abs=1e-6)
     _, accuracy = net.evaluate(x_test, y_test, verbose=0)
-    assert accuracy > 0.85
+    if isinstance(algorithm, AsyncModelAverage):
+        # How often the background thread averages depends on the machine's load (100-185 times
+        # here, 0.87-0.89 accuracy; averaging once, with a 1000 s interval, gives 0.83): it must have
+        # averaged during fit, and the model must be useful.
+        assert algorithm.averagings >= 10
+        assert accuracy > 0.8
+    else:
+        assert accuracy > 0.85
 
 
 def train_ring(steps_per_execution: int | None, epochs: int = 2) -> tuple[np.ndarray, hvd.DistributedOptimizer]:
