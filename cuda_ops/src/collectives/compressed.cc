@@ -96,6 +96,230 @@ struct PartLayout {
   std::vector<int64_t> elements, element_offset, bytes, byte_offset;  // per at(chunk, part)
 };
 
+// One compressed all-reduce: the scratch buffer's regions and the steps of each part, driven
+// by a pipelined or a streamed exchange.
+class CompressedRun {
+ public:
+  CompressedRun(Collectives& collectives, const Codec& codec, const CompressedAllreduce& op,
+                const std::vector<int>& world_ranks, std::vector<uint8_t>& scratch)
+      : collectives_(collectives),
+        codec_(codec),
+        op_(op),
+        n_(collectives.size()),
+        me_(collectives.rank()),
+        me_world_(world_ranks[static_cast<size_t>(collectives.rank())]),
+        layout_(codec, op.count, collectives.size()),
+        mine_(layout_.counts[static_cast<size_t>(me_)]),
+        my_bytes_(layout_.chunk_bytes[static_cast<size_t>(me_)]),
+        my_offset_(layout_.offsets[static_cast<size_t>(me_)]),
+        chunk_offsets_(block_offsets(layout_.chunk_bytes)),
+        encoded_total_(chunk_offsets_.back() + layout_.chunk_bytes.back()),
+        poisoned_by_(static_cast<size_t>(layout_.parts), -1) {
+    // Scratch: saved worker error | v (one part) | encoded chunks to send | received chunks |
+    // s | this rank's encoded chunk | gathered.
+    int64_t largest_part = 0;
+    for (int64_t c : layout_.elements) largest_part = std::max(largest_part, c);
+    const bool feedback = op.worker_error != nullptr;
+    size_t used = 0;
+    const size_t saved_at = reserve(scratch, used, feedback ? static_cast<size_t>(op.count) * 4 : 0);
+    const size_t v_at = reserve(scratch, used, feedback ? static_cast<size_t>(largest_part) * 4 : 0);
+    const size_t send_at = reserve(scratch, used, static_cast<size_t>(encoded_total_));
+    const size_t recv_at = reserve(scratch, used, static_cast<size_t>(my_bytes_ * n_));
+    const size_t s_at = reserve(scratch, used, static_cast<size_t>(mine_) * 4);
+    const size_t own_at = reserve(scratch, used, static_cast<size_t>(my_bytes_));
+    const size_t gathered_at = reserve(scratch, used, static_cast<size_t>(encoded_total_));
+    saved_ = reinterpret_cast<float*>(scratch.data() + saved_at);
+    v_ = reinterpret_cast<float*>(scratch.data() + v_at);
+    send_ = scratch.data() + send_at;
+    received_ = scratch.data() + recv_at;
+    s_ = reinterpret_cast<float*>(scratch.data() + s_at);
+    own_encoded_ = scratch.data() + own_at;
+    gathered_ = scratch.data() + gathered_at;
+    std::memset(s_, 0, static_cast<size_t>(mine_) * 4);
+  }
+
+  Status run() {
+    WorkerResidualCommit worker_commit(op_.worker_error, saved_);
+    commit_ = &worker_commit;
+    Status st = layout_.parts > 1 && !collectives_.uses_shared_memory(encoded_total_) ? exchange_pipelined()
+                                                                                      : exchange_streamed();
+    if (!st.is_ok()) return st;
+    if (failed_by_ >= 0) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                           "non-finite values (NaN or Inf) in the input of rank " + std::to_string(failed_by_) +
+                               "; a compressed all-reduce cannot encode them (error-feedback state unchanged)");
+    }
+    // 5. Error feedback, now that the operation succeeded everywhere: the worker's stays as
+    // written, the owner's is f' = s - Q(s).
+    write_pending_residual();
+    worker_commit.keep();
+    if (op_.owner_error) {
+      const float* q = op_.output + my_offset_;
+      for (int64_t i = 0; i < mine_; ++i) op_.owner_error[i] = s_[i] - q[i];
+    }
+    return Status::ok();
+  }
+
+ private:
+  uint8_t* sent_chunk(int r) const { return send_ + chunk_offsets_[static_cast<size_t>(r)]; }
+  uint8_t* received_chunk(int r) const { return received_ + static_cast<int64_t>(r) * my_bytes_; }
+  uint8_t* gathered_chunk(int r) const { return gathered_ + chunk_offsets_[static_cast<size_t>(r)]; }
+  // Part p of an encoding of chunk `chunk` that starts at `base` (marker first).
+  Message part_of(uint8_t* base, int chunk, int p) const {
+    const size_t k = layout_.at(chunk, p);
+    return Message{base + layout_.byte_offset[k], layout_.bytes[k]};
+  }
+
+  // 1-3. Each destination's part: v = x + e (x itself without error feedback), encoded (or
+  // marked when not finite) just before it is sent to its owner, and e' = v - Q(v); the owner
+  // sums what it receives in rank order (the bits do not depend on arrival order) while later
+  // parts are in flight.
+  void encode_part(int r, int p) {
+    const size_t k = layout_.at(r, p);
+    const int64_t c = layout_.elements[k], at = layout_.element_offset[k];
+    uint8_t* out = part_of(sent_chunk(r), r, p).data;
+    if (!op_.worker_error) {
+      const bool finite = all_finite(op_.input + at, c);
+      write_marker(out, finite ? -1 : me_world_);
+      if (finite) codec_.encode(op_.input + at, c, out + kMarker);
+      return;
+    }
+    write_pending_residual();
+    const bool finite = add_save_and_check(op_.input + at, op_.worker_error + at, c, v_, saved_ + at);
+    write_marker(out, finite ? -1 : me_world_);
+    if (!finite) return;
+    codec_.encode(v_, c, out + kMarker);
+    pending_ = {out + kMarker, at, c};
+  }
+
+  // The residual of the part encoded last, computed once that part is on its way (at the next
+  // encoding, which reuses v, or at the owner's stage): not between encoding and sending.
+  void write_pending_residual() {
+    if (!pending_.encoded) return;
+    codec_.residual(pending_.encoded, pending_.count, v_, op_.worker_error + pending_.at);
+    commit_->wrote(pending_.at, pending_.count);
+    pending_ = {};
+  }
+
+  void reduce_part(const uint8_t* chunk_encoding, int p) {
+    write_pending_residual();  // (the last part is sent by now)
+    const size_t k = layout_.at(me_, p);
+    const uint8_t* part = chunk_encoding + layout_.byte_offset[k];
+    const int32_t marker = read_marker(part);
+    int32_t& poisoned = poisoned_by_[static_cast<size_t>(p)];
+    if (marker >= 0 && (poisoned < 0 || marker < poisoned)) poisoned = marker;
+    if (poisoned >= 0) return;
+    codec_.decode_add(part + kMarker, layout_.elements[k], s_ + (layout_.element_offset[k] - my_offset_));
+  }
+
+  // The owner's part of the average, with its error, encoded for everyone.
+  void finish_part(int p) {
+    const size_t k = layout_.at(me_, p);
+    const int64_t c = layout_.elements[k];
+    float* sum = s_ + (layout_.element_offset[k] - my_offset_);
+    if (op_.average) {
+      const float inverse = 1.0f / static_cast<float>(n_);
+      for (int64_t i = 0; i < c; ++i) sum[i] *= inverse;
+    }
+    if (op_.owner_error) {
+      const float* f = op_.owner_error + (layout_.element_offset[k] - my_offset_);
+      for (int64_t i = 0; i < c; ++i) sum[i] += f[i];
+    }
+    uint8_t* out = part_of(own_encoded_, me_, p).data;
+    const int32_t poisoned = poisoned_by_[static_cast<size_t>(p)];
+    write_marker(out, poisoned);
+    if (poisoned < 0) codec_.encode(sum, c, out + kMarker);
+  }
+
+  // 4. Every owner's encoded part, decoded by everyone. A part marked by its owner fails the
+  // operation on every rank (the output may then hold some decoded parts).
+  void note_marker(const uint8_t* part) {
+    const int32_t marker = read_marker(part);
+    if (marker >= 0 && (failed_by_ < 0 || marker < failed_by_)) failed_by_ = marker;
+  }
+
+  void decode_part(uint8_t* chunk_encoding, int r, int p) {
+    const size_t k = layout_.at(r, p);
+    const uint8_t* part = part_of(chunk_encoding, r, p).data;
+    note_marker(part);
+    if (failed_by_ < 0) codec_.decode(part + kMarker, layout_.elements[k], op_.output + layout_.element_offset[k]);
+  }
+
+  // Between nodes, chunks in several parts: one part's transfer overlaps the work on another.
+  Status exchange_pipelined() {
+    PipelinedScatterGather plan;
+    plan.parts = layout_.parts;
+    plan.scatter_send = [this](int p, int r) { return part_of(sent_chunk(r), r, p); };
+    plan.scatter_recv = [this](int p, int r) { return part_of(received_chunk(r), me_, p); };
+    plan.gather_send = [this](int p) { return part_of(own_encoded_, me_, p); };
+    plan.gather_recv = [this](int p, int r) { return part_of(gathered_chunk(r), r, p); };
+    plan.produce = [this](int p, int r) { encode_part(r, p); };
+    plan.reduce = [this](int p, int r) { reduce_part(r == me_ ? sent_chunk(me_) : received_chunk(r), p); };
+    plan.finish = [this](int p) { finish_part(p); };
+    plan.consume = [this](int p, int r) { decode_part(r == me_ ? own_encoded_ : gathered_chunk(r), r, p); };
+    return collectives_.pipelined_scatter_gather(plan);
+  }
+
+  // Whole chunks: streamed point to point, the all-gather through shared memory on one node.
+  Status exchange_streamed() {
+    const int parts = layout_.parts;
+    std::vector<uint8_t*> send_chunks(static_cast<size_t>(n_)), recv_chunks(static_cast<size_t>(n_));
+    std::vector<int64_t> recv_counts(static_cast<size_t>(n_), my_bytes_);
+    for (int r = 0; r < n_; ++r) {
+      send_chunks[static_cast<size_t>(r)] = sent_chunk(r);
+      recv_chunks[static_cast<size_t>(r)] = received_chunk(r);
+    }
+    Status st = collectives_.streamed_exchange(
+        send_chunks, layout_.chunk_bytes, recv_chunks, recv_counts,
+        [&](int r) { for (int p = 0; p < parts; ++p) encode_part(r, p); },
+        [&](int r) { for (int p = 0; p < parts; ++p) reduce_part(received_chunk(r), p); }, /*in_rank_order=*/true);
+    if (!st.is_ok()) return st;
+    for (int p = 0; p < parts; ++p) finish_part(p);
+    auto decode_chunk = [&](int r) { for (int p = 0; p < parts; ++p) decode_part(gathered_chunk(r), r, p); };
+    if (collectives_.uses_shared_memory(encoded_total_)) {
+      st = collectives_.allgatherv(own_encoded_, gathered_, layout_.chunk_bytes, 1);
+      if (!st.is_ok()) return st;
+      for (int r = 0; r < n_; ++r) {  // every marker first: the output stays untouched on failure
+        for (int p = 0; p < parts; ++p) note_marker(part_of(gathered_chunk(r), r, p).data);
+      }
+      for (int r = 0; r < n_ && failed_by_ < 0; ++r) decode_chunk(r);
+      return Status::ok();
+    }
+    std::vector<uint8_t*> own_to_all(static_cast<size_t>(n_), own_encoded_), gathered_chunks(static_cast<size_t>(n_));
+    std::vector<int64_t> own_bytes(static_cast<size_t>(n_), my_bytes_);
+    for (int r = 0; r < n_; ++r) gathered_chunks[static_cast<size_t>(r)] = gathered_chunk(r);
+    return collectives_.streamed_exchange(own_to_all, own_bytes, gathered_chunks, layout_.chunk_bytes, [](int) {},
+                                          decode_chunk, /*in_rank_order=*/false);
+  }
+
+  struct PendingResidual {
+    const uint8_t* encoded = nullptr;
+    int64_t at = 0;
+    int64_t count = 0;
+  };
+
+  Collectives& collectives_;
+  const Codec& codec_;
+  const CompressedAllreduce& op_;
+  const int n_, me_;
+  const int32_t me_world_;
+  const PartLayout layout_;
+  const int64_t mine_, my_bytes_, my_offset_;
+  const std::vector<int64_t> chunk_offsets_;  // of each chunk's encoding in send_ and gathered_
+  const int64_t encoded_total_;
+  float* saved_ = nullptr;
+  float* v_ = nullptr;
+  uint8_t* send_ = nullptr;
+  uint8_t* received_ = nullptr;
+  float* s_ = nullptr;
+  uint8_t* own_encoded_ = nullptr;
+  uint8_t* gathered_ = nullptr;
+  std::vector<int32_t> poisoned_by_;  // per part of this rank's chunk
+  int32_t failed_by_ = -1;
+  PendingResidual pending_;
+  WorkerResidualCommit* commit_ = nullptr;
+};
+
 }  // namespace
 
 int compressed_parts(int64_t count, int size) {
@@ -105,177 +329,7 @@ int compressed_parts(int64_t count, int size) {
 
 Status compressed_allreduce(Collectives& collectives, const Codec& codec, const CompressedAllreduce& op,
                             const std::vector<int>& world_ranks, std::vector<uint8_t>& scratch) {
-  const int n = collectives.size();
-  const int me = collectives.rank();
-  const PartLayout layout(codec, op.count, n);
-  const int parts = layout.parts;
-  const int64_t mine = layout.counts[static_cast<size_t>(me)];
-  const int64_t my_bytes = layout.chunk_bytes[static_cast<size_t>(me)];
-  const int64_t my_offset = layout.offsets[static_cast<size_t>(me)];
-  const std::vector<int64_t> chunk_offsets = block_offsets(layout.chunk_bytes);  // in send and in gathered
-  const int64_t encoded_total = chunk_offsets.back() + layout.chunk_bytes.back();
-
-  // Layout of the scratch buffer: saved worker error | v (one part) | encoded chunks to send |
-  // received chunks | s | gathered.
-  int64_t largest_part = 0;
-  for (int64_t c : layout.elements) largest_part = std::max(largest_part, c);
-  size_t used = 0;
-  const size_t saved_at = reserve(scratch, used, op.worker_error ? static_cast<size_t>(op.count) * 4 : 0);
-  const size_t v_at = reserve(scratch, used, op.worker_error ? static_cast<size_t>(largest_part) * 4 : 0);
-  const size_t send_at = reserve(scratch, used, static_cast<size_t>(encoded_total));
-  const size_t recv_at = reserve(scratch, used, static_cast<size_t>(my_bytes * n));
-  const size_t s_at = reserve(scratch, used, static_cast<size_t>(mine) * 4 + static_cast<size_t>(my_bytes));
-  const size_t gathered_at = reserve(scratch, used, static_cast<size_t>(encoded_total));
-  float* saved = reinterpret_cast<float*>(scratch.data() + saved_at);
-  float* v = reinterpret_cast<float*>(scratch.data() + v_at);
-  uint8_t* send = scratch.data() + send_at;
-  uint8_t* received = scratch.data() + recv_at;
-  float* s = reinterpret_cast<float*>(scratch.data() + s_at);
-  uint8_t* own_encoded = scratch.data() + s_at + static_cast<size_t>(mine) * 4;
-  uint8_t* gathered = scratch.data() + gathered_at;
-  auto sent_chunk = [&](int r) { return send + chunk_offsets[static_cast<size_t>(r)]; };
-  auto received_chunk = [&](int r) { return received + static_cast<int64_t>(r) * my_bytes; };
-  auto gathered_chunk = [&](int r) { return gathered + chunk_offsets[static_cast<size_t>(r)]; };
-  // Part p of an encoding of chunk `chunk` that starts at `base` (marker first).
-  auto part_of = [&](uint8_t* base, int chunk, int p) {
-    const size_t k = layout.at(chunk, p);
-    return Message{base + layout.byte_offset[k], layout.bytes[k]};
-  };
-
-  // 1-3. Each destination's part: v = x + e (x itself without error feedback), encoded (or
-  // marked when not finite) just before it is sent to its owner, and e' = v - Q(v); the owner
-  // sums what it receives in rank order (the bits do not depend on arrival order) while later
-  // parts are in flight.
-  WorkerResidualCommit worker_commit(op.worker_error, saved);
-  const int32_t me_world = world_ranks[static_cast<size_t>(me)];
-  // The residual of the part encoded last, computed once that part is on its way (at the next
-  // encoding, which reuses v, or before the owner's stage): not between encoding and sending.
-  const uint8_t* residual_of = nullptr;
-  int64_t residual_at = 0, residual_count = 0;
-  auto write_pending_residual = [&] {
-    if (!residual_of) return;
-    codec.residual(residual_of, residual_count, v, op.worker_error + residual_at);
-    worker_commit.wrote(residual_at, residual_count);
-    residual_of = nullptr;
-  };
-  auto encode_part = [&](int r, int p) {
-    const size_t k = layout.at(r, p);
-    const int64_t c = layout.elements[k], at = layout.element_offset[k];
-    uint8_t* out = part_of(sent_chunk(r), r, p).data;
-    if (!op.worker_error) {
-      const bool finite = all_finite(op.input + at, c);
-      write_marker(out, finite ? -1 : me_world);
-      if (finite) codec.encode(op.input + at, c, out + kMarker);
-      return;
-    }
-    write_pending_residual();
-    const bool finite = add_save_and_check(op.input + at, op.worker_error + at, c, v, saved + at);
-    write_marker(out, finite ? -1 : me_world);
-    if (!finite) return;
-    codec.encode(v, c, out + kMarker);
-    residual_of = out + kMarker, residual_at = at, residual_count = c;
-  };
-  std::vector<int32_t> poisoned_by(static_cast<size_t>(parts), -1);  // per part of this rank's chunk
-  std::memset(s, 0, static_cast<size_t>(mine) * 4);
-  auto reduce_part = [&](uint8_t* chunk, int p) {
-    write_pending_residual();  // (the last part is sent by now)
-    const size_t k = layout.at(me, p);
-    const uint8_t* part = part_of(chunk, me, p).data;
-    const int32_t marker = read_marker(part);
-    int32_t& poisoned = poisoned_by[static_cast<size_t>(p)];
-    if (marker >= 0 && (poisoned < 0 || marker < poisoned)) poisoned = marker;
-    if (poisoned < 0) codec.decode_add(part + kMarker, layout.elements[k], s + (layout.element_offset[k] - my_offset));
-  };
-  // The owner's part of the average, with its error, encoded for everyone.
-  auto finish_part = [&](int p) {
-    const size_t k = layout.at(me, p);
-    const int64_t c = layout.elements[k];
-    float* sum = s + (layout.element_offset[k] - my_offset);
-    if (op.average) {
-      const float inverse = 1.0f / static_cast<float>(n);
-      for (int64_t i = 0; i < c; ++i) sum[i] *= inverse;
-    }
-    if (op.owner_error) {
-      const float* f = op.owner_error + (layout.element_offset[k] - my_offset);
-      for (int64_t i = 0; i < c; ++i) sum[i] += f[i];
-    }
-    uint8_t* out = part_of(own_encoded, me, p).data;
-    const int32_t poisoned = poisoned_by[static_cast<size_t>(p)];
-    write_marker(out, poisoned);
-    if (poisoned < 0) codec.encode(sum, c, out + kMarker);
-  };
-  // 4. Every owner's encoded part, decoded by everyone. A part marked by its owner fails the
-  // operation on every rank (the output may then hold some decoded parts).
-  int32_t failed_by = -1;
-  auto note_marker = [&](const uint8_t* part) {
-    const int32_t marker = read_marker(part);
-    if (marker >= 0 && (failed_by < 0 || marker < failed_by)) failed_by = marker;
-  };
-  auto decode_part = [&](uint8_t* chunk, int r, int p) {
-    const size_t k = layout.at(r, p);
-    const uint8_t* part = part_of(chunk, r, p).data;
-    note_marker(part);
-    if (failed_by < 0) codec.decode(part + kMarker, layout.elements[k], op.output + layout.element_offset[k]);
-  };
-
-  Status st;
-  if (parts > 1 && !collectives.uses_shared_memory(encoded_total)) {
-    PipelinedScatterGather plan;
-    plan.parts = parts;
-    plan.scatter_send = [&](int p, int r) { return part_of(sent_chunk(r), r, p); };
-    plan.scatter_recv = [&](int p, int r) { return part_of(received_chunk(r), me, p); };
-    plan.gather_send = [&](int p) { return part_of(own_encoded, me, p); };
-    plan.gather_recv = [&](int p, int r) { return part_of(gathered_chunk(r), r, p); };
-    plan.produce = [&](int p, int r) { encode_part(r, p); };
-    plan.reduce = [&](int p, int r) { reduce_part(r == me ? sent_chunk(me) : received_chunk(r), p); };
-    plan.finish = finish_part;
-    plan.consume = [&](int p, int r) { decode_part(r == me ? own_encoded : gathered_chunk(r), r, p); };
-    st = collectives.pipelined_scatter_gather(plan);
-    if (!st.is_ok()) return st;
-  } else {
-    std::vector<uint8_t*> send_chunks(static_cast<size_t>(n)), recv_chunks(static_cast<size_t>(n));
-    std::vector<int64_t> recv_counts(static_cast<size_t>(n), my_bytes);
-    for (int r = 0; r < n; ++r) {
-      send_chunks[static_cast<size_t>(r)] = sent_chunk(r);
-      recv_chunks[static_cast<size_t>(r)] = received_chunk(r);
-    }
-    st = collectives.streamed_exchange(
-        send_chunks, layout.chunk_bytes, recv_chunks, recv_counts,
-        [&](int r) { for (int p = 0; p < parts; ++p) encode_part(r, p); },
-        [&](int r) { for (int p = 0; p < parts; ++p) reduce_part(received_chunk(r), p); }, /*in_rank_order=*/true);
-    if (!st.is_ok()) return st;
-    for (int p = 0; p < parts; ++p) finish_part(p);
-    auto decode_chunk = [&](int r) { for (int p = 0; p < parts; ++p) decode_part(gathered_chunk(r), r, p); };
-    if (collectives.uses_shared_memory(encoded_total)) {
-      st = collectives.allgatherv(own_encoded, gathered, layout.chunk_bytes, 1);
-      if (!st.is_ok()) return st;
-      for (int r = 0; r < n; ++r) {  // every marker first: the output stays untouched on failure
-        for (int p = 0; p < parts; ++p) note_marker(part_of(gathered_chunk(r), r, p).data);
-      }
-      for (int r = 0; r < n && failed_by < 0; ++r) decode_chunk(r);
-    } else {
-      std::vector<uint8_t*> own_to_all(static_cast<size_t>(n), own_encoded), gathered_chunks(static_cast<size_t>(n));
-      std::vector<int64_t> own_bytes(static_cast<size_t>(n), my_bytes);
-      for (int r = 0; r < n; ++r) gathered_chunks[static_cast<size_t>(r)] = gathered_chunk(r);
-      st = collectives.streamed_exchange(own_to_all, own_bytes, gathered_chunks, layout.chunk_bytes, [](int) {},
-                                         decode_chunk, /*in_rank_order=*/false);
-      if (!st.is_ok()) return st;
-    }
-  }
-  if (failed_by >= 0) {
-    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                         "non-finite values (NaN or Inf) in the input of rank " + std::to_string(failed_by) +
-                             "; a compressed all-reduce cannot encode them (error-feedback state unchanged)");
-  }
-  // 5. Error feedback, now that the operation succeeded everywhere: the worker's stays as
-  // written, the owner's is f' = s - Q(s).
-  write_pending_residual();
-  worker_commit.keep();
-  if (op.owner_error) {
-    const float* q = op.output + my_offset;
-    for (int64_t i = 0; i < mine; ++i) op.owner_error[i] = s[i] - q[i];
-  }
-  return Status::ok();
+  return CompressedRun(collectives, codec, op, world_ranks, scratch).run();
 }
 
 }  // namespace relax
