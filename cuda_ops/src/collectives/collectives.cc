@@ -482,18 +482,20 @@ Status Collectives::pipelined_scatter_gather(const PipelinedScatterGather& plan)
   auto slot = [n](int part, int peer) {
     return static_cast<size_t>(part) * static_cast<size_t>(n) + static_cast<size_t>(peer);
   };
-  const Status too_large = Status::error(RELAX_ERR_INVALID_ARGUMENT, "pipelined_scatter_gather: a message above 1 GiB");
+  auto too_large = [] {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "pipelined_scatter_gather: a message above 1 GiB");
+  };
   std::vector<MPI_Request> scatter_recvs(slots, MPI_REQUEST_NULL), gather_recvs(slots, MPI_REQUEST_NULL);
   std::vector<MPI_Request> sends;
   sends.reserve(2 * slots);
   int64_t sent = 0, received = 0;
   auto post_receive = [&](const Message& m, int peer, int tag, MPI_Request& request) -> Status {
-    if (m.bytes > kMaxMessageBytes) return too_large;
+    if (m.bytes > kMaxMessageBytes) return too_large();
     received += m.bytes;
     return mpi_status(MPI_Irecv(m.data, static_cast<int>(m.bytes), MPI_BYTE, peer, tag, comm_, &request), "MPI_Irecv");
   };
   auto send = [&](const Message& m, int peer, int tag) -> Status {
-    if (m.bytes > kMaxMessageBytes) return too_large;
+    if (m.bytes > kMaxMessageBytes) return too_large();
     sent += m.bytes;
     sends.emplace_back();
     return mpi_status(MPI_Isend(m.data, static_cast<int>(m.bytes), MPI_BYTE, peer, tag, comm_, &sends.back()),
