@@ -132,7 +132,7 @@ TEST(decode_add_accumulates_the_decoded_values) {
   }
 }
 
-TEST(residual_is_input_minus_decoded) {
+TEST(residual_is_input_minus_decoded_also_in_place) {
   for (const relax::CodecInfo& info : relax::registered_codecs()) {
     auto codec = info.make();
     const auto values = random_values(1003, 5, -2, 2);
@@ -141,8 +141,10 @@ TEST(residual_is_input_minus_decoded) {
     std::vector<float> decoded(1003), residual(1003);
     codec->decode(bytes.data(), 1003, decoded.data());
     codec->residual(bytes.data(), 1003, values.data(), residual.data());
+    std::vector<float> in_place = values;  // out may be v itself
+    codec->residual(bytes.data(), 1003, in_place.data(), in_place.data());
     int wrong = 0;
-    for (size_t i = 0; i < 1003; ++i) wrong += residual[i] != values[i] - decoded[i];
+    for (size_t i = 0; i < 1003; ++i) wrong += residual[i] != values[i] - decoded[i] || in_place[i] != residual[i];
     CHECK_EQ(wrong, 0);
   }
 }
@@ -157,4 +159,32 @@ TEST(compressed_parts_follow_the_largest_chunk) {
   CHECK_EQ(relax::compressed_parts(4 * part + 1, 4), 2);  // chunk 0 takes the extra element
   CHECK_EQ(relax::compressed_parts(3 * 16 * part, 3), 16);
   CHECK_EQ(relax::compressed_parts(16 * part + 1, 1), 17);
+}
+
+// The vector paths give the scalar formula's bits: the scale from 8 double lanes of squares
+// (lane j: elements j, j + 8, ...; the tail in lane 0) added in lane order, decoded values
+// +-scale, sums and residuals element by element; for lengths with and without a tail.
+TEST(sign_gives_the_scalar_formulas_bits_on_every_length) {
+  auto codec = codec_named("sign");
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{1003}, int64_t{4096}, int64_t{65541}}) {
+    const auto values = random_values(static_cast<size_t>(n), 6, -3, 2);
+    double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; ++i) lanes[i < n / 8 * 8 ? i % 8 : 0] += static_cast<double>(values[i]) * values[i];
+    double squares = 0;
+    for (double lane : lanes) squares += lane;
+    const float scale = static_cast<float>(std::sqrt(squares / static_cast<double>(n)));
+    std::vector<uint8_t> bytes(static_cast<size_t>(codec->encoded_bytes(n)));
+    codec->encode(values.data(), n, bytes.data());
+    std::vector<float> decoded(static_cast<size_t>(n)), acc(static_cast<size_t>(n), 0.25f),
+        residual(static_cast<size_t>(n));
+    codec->decode(bytes.data(), n, decoded.data());
+    codec->decode_add(bytes.data(), n, acc.data());
+    codec->residual(bytes.data(), n, values.data(), residual.data());
+    int wrong = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float q = values[i] >= 0 ? scale : -scale;
+      wrong += decoded[i] != q || acc[i] != 0.25f + q || residual[i] != values[i] - q;
+    }
+    CHECK_EQ(wrong, 0);
+  }
 }

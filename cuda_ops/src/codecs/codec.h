@@ -24,7 +24,8 @@ class Codec {
   virtual void decode(const uint8_t* in, int64_t n, float* out) const = 0;
   // acc[i] += decoded value i (the owner's reduction; avoids a temporary).
   virtual void decode_add(const uint8_t* in, int64_t n, float* acc) const = 0;
-  // out[i] = v[i] - decoded value i (error feedback's residual, in one pass over memory).
+  // out[i] = v[i] - decoded value i (error feedback's residual, in one pass over memory); out may
+  // be v.
   virtual void residual(const uint8_t* in, int64_t n, const float* v, float* out) const = 0;
 };
 

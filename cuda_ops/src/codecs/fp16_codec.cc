@@ -1,4 +1,5 @@
 // fp16: every element as an IEEE half (2 bytes), rounded to nearest even. No header.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -65,8 +66,14 @@ class Fp16Codec final : public Codec {
   }
 
   void residual(const uint8_t* in, int64_t n, const float* v, float* out) const override {
-    decode(in, n, out);  // F16C decode runs at memory speed; the subtraction reads it from cache
-    for (int64_t i = 0; i < n; ++i) out[i] = v[i] - out[i];
+    // Decoded a block at a time into a buffer that stays in cache (out may be v itself).
+    constexpr int64_t kBlock = 1024;
+    float decoded[kBlock];
+    for (int64_t at = 0; at < n; at += kBlock) {
+      const int64_t c = std::min(kBlock, n - at);
+      decode(in + 2 * at, c, decoded);
+      for (int64_t i = 0; i < c; ++i) out[at + i] = v[at + i] - decoded[i];
+    }
   }
 
   void decode_add(const uint8_t* in, int64_t n, float* acc) const override {

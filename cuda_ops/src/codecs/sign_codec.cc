@@ -3,6 +3,7 @@
 // | |x| - scale | (zero for chunks of equal magnitudes). Error feedback makes the sum of what is
 // sent track the sum of the inputs; why the scale is the RMS: codecs/codec_math.h.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -33,51 +34,130 @@ const SignTable& sign_table() {
   return table;
 }
 
-void pack_portable(const float* in, int64_t bytes, uint8_t* bits) {
-  for (int64_t b = 0; b < bytes; ++b) {
+// The scale's sum of squares goes through 8 double lanes (lane j: elements j, j + 8, ...; the
+// tail into lane 0), added up in lane order, so every path below gives the same bits; each x * x
+// is exact in double.
+double lanes_total(const double (&lanes)[8]) {
+  double squares = 0.0;
+  for (double lane : lanes) squares += lane;
+  return squares;
+}
+
+// Sum of squares of in[0, n) and the sign bits of its full bytes, in one pass.
+double squares_and_bits_portable(const float* in, int64_t n, uint8_t* bits) {
+  double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t full = n / 8;
+  for (int64_t b = 0; b < full; ++b) {
     uint8_t byte = 0;
-    for (int j = 0; j < 8; ++j) byte |= static_cast<uint8_t>(codec_math::sign_bit(in[8 * b + j]) << j);
+    for (int j = 0; j < 8; ++j) {
+      const double x = in[8 * b + j];
+      lanes[j] += x * x;
+      byte |= static_cast<uint8_t>(codec_math::sign_bit(in[8 * b + j]) << j);
+    }
     bits[b] = byte;
   }
+  for (int64_t i = 8 * full; i < n; ++i) lanes[0] += static_cast<double>(in[i]) * in[i];
+  return lanes_total(lanes);
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx"))) void pack_avx(const float* in, int64_t bytes, uint8_t* bits) {
-  const __m256 zero = _mm256_setzero_ps();
-  for (int64_t b = 0; b < bytes; ++b) {
-    const __m256 x = _mm256_loadu_ps(in + 8 * b);
-    bits[b] = static_cast<uint8_t>(_mm256_movemask_ps(_mm256_cmp_ps(x, zero, _CMP_GE_OQ)));
-  }
-}
-#endif
+// Stream: Write past the cache (for outputs too large to stay there; needs 32-byte alignment).
+enum class Unpack { Write, Stream, Add, SubtractFrom };
 
-// Packs full bytes with the fastest instructions available (same bits either way).
-void pack_full_bytes(const float* in, int64_t bytes, uint8_t* bits) {
-#if defined(__x86_64__)
-  static const bool avx = __builtin_cpu_supports("avx");
-  if (avx) return pack_avx(in, bytes, bits);
-#endif
-  pack_portable(in, bytes, bits);
-}
-
-enum class Unpack { Write, Add, SubtractFrom };
-
-// out = decoded (Write), out += decoded (Add), or out = base - decoded (SubtractFrom).
+// out = decoded (Write, Stream), out += decoded (Add), or out = base - decoded (SubtractFrom),
+// for the `full` bytes of 8 elements.
 template <Unpack Mode>
-void unpack(const uint8_t* bits, int64_t n, float scale, float* out, const float* base = nullptr) {
+void unpack_portable(const uint8_t* bits, int64_t full, float scale, float* out, const float* base) {
   const SignTable& table = sign_table();
-  const int64_t full = n / 8;
   for (int64_t b = 0; b < full; ++b) {
     const float* signs = table.values[bits[b]];
     float* o = out + 8 * b;
     for (int j = 0; j < 8; ++j) {
       const float v = signs[j] * scale;
-      o[j] = Mode == Unpack::Write ? v : (Mode == Unpack::Add ? o[j] + v : base[8 * b + j] - v);
+      o[j] = Mode == Unpack::Add ? o[j] + v : (Mode == Unpack::SubtractFrom ? base[8 * b + j] - v : v);
     }
   }
+}
+
+#if defined(__x86_64__)
+// The same two loops, 8 elements per instruction (element-wise the same operations, so the
+// same bits; no FMA contraction is possible without the fma target).
+__attribute__((target("avx"))) double squares_and_bits_avx(const float* in, int64_t n, uint8_t* bits) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
+  const int64_t full = n / 8;
+  for (int64_t b = 0; b < full; ++b) {
+    const __m256 x = _mm256_loadu_ps(in + 8 * b);
+    const __m256d x_low = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    const __m256d x_high = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    low = _mm256_add_pd(low, _mm256_mul_pd(x_low, x_low));
+    high = _mm256_add_pd(high, _mm256_mul_pd(x_high, x_high));
+    bits[b] = static_cast<uint8_t>(_mm256_movemask_ps(_mm256_cmp_ps(x, zero, _CMP_GE_OQ)));
+  }
+  double lanes[8];
+  _mm256_storeu_pd(lanes, low);
+  _mm256_storeu_pd(lanes + 4, high);
+  for (int64_t i = 8 * full; i < n; ++i) lanes[0] += static_cast<double>(in[i]) * in[i];
+  return lanes_total(lanes);
+}
+
+template <Unpack Mode>
+__attribute__((target("avx"))) void unpack_avx(const uint8_t* bits, int64_t full, float scale, float* out,
+                                               const float* base) {
+  const SignTable& table = sign_table();
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int64_t b = 0; b < full; ++b) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(table.values[bits[b]]), s);
+    float* o = out + 8 * b;
+    if (Mode == Unpack::Write) _mm256_storeu_ps(o, v);
+    if (Mode == Unpack::Stream) _mm256_stream_ps(o, v);
+    if (Mode == Unpack::Add) _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), v));
+    if (Mode == Unpack::SubtractFrom) _mm256_storeu_ps(o, _mm256_sub_ps(_mm256_loadu_ps(base + 8 * b), v));
+  }
+  if (Mode == Unpack::Stream) _mm_sfence();
+}
+#endif
+
+bool has_avx() {
+#if defined(__x86_64__)
+  static const bool avx = __builtin_cpu_supports("avx");
+  return avx;
+#else
+  return false;
+#endif
+}
+
+double squares_and_bits(const float* in, int64_t n, uint8_t* bits) {
+#if defined(__x86_64__)
+  if (has_avx()) return squares_and_bits_avx(in, n, bits);
+#endif
+  return squares_and_bits_portable(in, n, bits);
+}
+
+template <Unpack Mode>
+void unpack(const uint8_t* bits, int64_t n, float scale, float* out, const float* base = nullptr) {
+  const int64_t full = n / 8;
+#if defined(__x86_64__)
+  if (has_avx()) {
+    unpack_avx<Mode>(bits, full, scale, out, base);
+  } else {
+    unpack_portable<Mode>(bits, full, scale, out, base);
+  }
+#else
+  unpack_portable<Mode>(bits, full, scale, out, base);
+#endif
   for (int64_t i = 8 * full; i < n; ++i) {
     const float v = codec_math::sign_value(codec_math::packed_bit(bits, i), scale);
-    out[i] = Mode == Unpack::Write ? v : (Mode == Unpack::Add ? out[i] + v : base[i] - v);
+    out[i] = Mode == Unpack::Add ? out[i] + v : (Mode == Unpack::SubtractFrom ? base[i] - v : v);
+  }
+}
+
+// Decoded values of a chunk larger than the caches bypass them (the same bits).
+void unpack_into(const uint8_t* bits, int64_t n, float scale, float* out) {
+  constexpr int64_t kStreamElements = int64_t{1} << 18;
+  if (n >= kStreamElements && reinterpret_cast<uintptr_t>(out) % 32 == 0) {
+    unpack<Unpack::Stream>(bits, n, scale, out);
+  } else {
+    unpack<Unpack::Write>(bits, n, scale, out);
   }
 }
 
@@ -87,22 +167,10 @@ class SignCodec final : public Codec {
   int64_t encoded_bytes(int64_t n) const override { return kHeader + (n + 7) / 8; }
 
   void encode(const float* in, int64_t n, uint8_t* out) const override {
-    double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // independent partial sums: vectorizable
-    const int64_t blocks = n / 8;
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int j = 0; j < 8; ++j) {
-        const double x = in[8 * b + j];
-        lanes[j] += x * x;
-      }
-    }
-    for (int64_t i = 8 * blocks; i < n; ++i) lanes[0] += static_cast<double>(in[i]) * in[i];
-    double squares = 0.0;
-    for (double lane : lanes) squares += lane;
-    const float scale = codec_math::sign_scale(squares, n);
-    std::memcpy(out, &scale, 4);
     uint8_t* bits = out + kHeader;
+    const float scale = codec_math::sign_scale(squares_and_bits(in, n, bits), n);
+    std::memcpy(out, &scale, 4);
     const int64_t full = n / 8;
-    pack_full_bytes(in, full, bits);
     if (n % 8) {
       uint8_t byte = 0;
       for (int64_t j = 0; j < n % 8; ++j) byte |= static_cast<uint8_t>(codec_math::sign_bit(in[8 * full + j]) << j);
@@ -113,7 +181,7 @@ class SignCodec final : public Codec {
   void decode(const uint8_t* in, int64_t n, float* out) const override {
     float scale;
     std::memcpy(&scale, in, 4);
-    unpack<Unpack::Write>(in + kHeader, n, scale, out);
+    unpack_into(in + kHeader, n, scale, out);
   }
 
   void residual(const uint8_t* in, int64_t n, const float* v, float* out) const override {
