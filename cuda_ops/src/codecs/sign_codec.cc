@@ -60,11 +60,10 @@ double squares_and_bits_portable(const float* in, int64_t n, uint8_t* bits) {
   return lanes_total(lanes);
 }
 
-// Stream: Write past the cache (for outputs too large to stay there; needs 32-byte alignment).
-enum class Unpack { Write, Stream, Add, SubtractFrom };
+enum class Unpack { Write, Add, SubtractFrom };
 
-// out = decoded (Write, Stream), out += decoded (Add), or out = base - decoded (SubtractFrom),
-// for the `full` bytes of 8 elements.
+// out = decoded (Write), out += decoded (Add), or out = base - decoded (SubtractFrom), for the
+// `full` bytes of 8 elements.
 template <Unpack Mode>
 void unpack_portable(const uint8_t* bits, int64_t full, float scale, float* out, const float* base) {
   const SignTable& table = sign_table();
@@ -73,7 +72,7 @@ void unpack_portable(const uint8_t* bits, int64_t full, float scale, float* out,
     float* o = out + 8 * b;
     for (int j = 0; j < 8; ++j) {
       const float v = signs[j] * scale;
-      o[j] = Mode == Unpack::Add ? o[j] + v : (Mode == Unpack::SubtractFrom ? base[8 * b + j] - v : v);
+      o[j] = Mode == Unpack::Write ? v : (Mode == Unpack::Add ? o[j] + v : base[8 * b + j] - v);
     }
   }
 }
@@ -100,20 +99,24 @@ __attribute__((target("avx"))) double squares_and_bits_avx(const float* in, int6
   return lanes_total(lanes);
 }
 
-template <Unpack Mode>
+// Stream: the results bypass the cache (outputs too large to stay there; 32-byte aligned).
+template <Unpack Mode, bool Stream>
 __attribute__((target("avx"))) void unpack_avx(const uint8_t* bits, int64_t full, float scale, float* out,
                                                const float* base) {
   const SignTable& table = sign_table();
   const __m256 s = _mm256_set1_ps(scale);
   for (int64_t b = 0; b < full; ++b) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(table.values[bits[b]]), s);
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(table.values[bits[b]]), s);
     float* o = out + 8 * b;
-    if (Mode == Unpack::Write) _mm256_storeu_ps(o, v);
-    if (Mode == Unpack::Stream) _mm256_stream_ps(o, v);
-    if (Mode == Unpack::Add) _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), v));
-    if (Mode == Unpack::SubtractFrom) _mm256_storeu_ps(o, _mm256_sub_ps(_mm256_loadu_ps(base + 8 * b), v));
+    if (Mode == Unpack::Add) v = _mm256_add_ps(_mm256_loadu_ps(o), v);
+    if (Mode == Unpack::SubtractFrom) v = _mm256_sub_ps(_mm256_loadu_ps(base + 8 * b), v);
+    if (Stream) {
+      _mm256_stream_ps(o, v);
+    } else {
+      _mm256_storeu_ps(o, v);
+    }
   }
-  if (Mode == Unpack::Stream) _mm_sfence();
+  if (Stream) _mm_sfence();
 }
 #endif
 
@@ -133,12 +136,20 @@ double squares_and_bits(const float* in, int64_t n, uint8_t* bits) {
   return squares_and_bits_portable(in, n, bits);
 }
 
+// Results of a chunk larger than the caches, written to a fresh aligned buffer, bypass them.
 template <Unpack Mode>
 void unpack(const uint8_t* bits, int64_t n, float scale, float* out, const float* base = nullptr) {
+  constexpr int64_t kStreamElements = int64_t{1} << 18;
   const int64_t full = n / 8;
 #if defined(__x86_64__)
   if (has_avx()) {
-    unpack_avx<Mode>(bits, full, scale, out, base);
+    const bool stream = Mode != Unpack::Add && out != base && n >= kStreamElements &&
+                        reinterpret_cast<uintptr_t>(out) % 32 == 0;
+    if (stream) {
+      unpack_avx<Mode, Mode != Unpack::Add>(bits, full, scale, out, base);
+    } else {
+      unpack_avx<Mode, false>(bits, full, scale, out, base);
+    }
   } else {
     unpack_portable<Mode>(bits, full, scale, out, base);
   }
@@ -147,17 +158,7 @@ void unpack(const uint8_t* bits, int64_t n, float scale, float* out, const float
 #endif
   for (int64_t i = 8 * full; i < n; ++i) {
     const float v = codec_math::sign_value(codec_math::packed_bit(bits, i), scale);
-    out[i] = Mode == Unpack::Add ? out[i] + v : (Mode == Unpack::SubtractFrom ? base[i] - v : v);
-  }
-}
-
-// Decoded values of a chunk larger than the caches bypass them (the same bits).
-void unpack_into(const uint8_t* bits, int64_t n, float scale, float* out) {
-  constexpr int64_t kStreamElements = int64_t{1} << 18;
-  if (n >= kStreamElements && reinterpret_cast<uintptr_t>(out) % 32 == 0) {
-    unpack<Unpack::Stream>(bits, n, scale, out);
-  } else {
-    unpack<Unpack::Write>(bits, n, scale, out);
+    out[i] = Mode == Unpack::Write ? v : (Mode == Unpack::Add ? out[i] + v : base[i] - v);
   }
 }
 
@@ -181,7 +182,7 @@ class SignCodec final : public Codec {
   void decode(const uint8_t* in, int64_t n, float* out) const override {
     float scale;
     std::memcpy(&scale, in, 4);
-    unpack_into(in + kHeader, n, scale, out);
+    unpack<Unpack::Write>(in + kHeader, n, scale, out);
   }
 
   void residual(const uint8_t* in, int64_t n, const float* v, float* out) const override {
