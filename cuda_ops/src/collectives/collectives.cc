@@ -8,6 +8,7 @@
 
 #include "collectives/reduce.h"
 #include "transport/mpi_context.h"
+#include "util/backoff.h"
 #include "util/logging.h"
 
 namespace relax {
@@ -124,27 +125,44 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
   return wait_all(requests);
 }
 
+namespace {
+
+// Polls `test` (an MPI_Test* call: MPI error code, sets its flag when done) until done. For the
+// first 200 us it yields the core between polls; then it sleeps between polls for a sixteenth of
+// the time waited so far (util/backoff.h), so a transfer ends at most about 6 % late: a yielding
+// thread stays runnable and, with ranks sharing cores, takes them from the compute of its peers,
+// while the kernel keeps sockets busy (megabytes of buffer) between polls.
+template <class Test>
+int poll_until_done(Test test) {
+  double start = 0;
+  for (;;) {
+    int done = 0;
+    const int rc = test(done);
+    if (rc != MPI_SUCCESS || done) return rc;
+    const double now = steady_seconds();
+    if (start == 0) start = now;
+    const double waited_us = (now - start) * 1e6;
+    if (waited_us < 200) {
+      sched_yield();
+    } else {
+      backoff_pause(waited_us, 1.0 / 16);
+    }
+  }
+}
+
+}  // namespace
+
 Status Collectives::wait_all(std::vector<MPI_Request>& requests) {
   const int n = static_cast<int>(requests.size());
   if (!config_.yield_while_waiting) return mpi_status(MPI_Waitall(n, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-  for (;;) {
-    int done = 0;
-    int rc = MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Testall");
-    if (done) return Status::ok();
-    sched_yield();
-  }
+  return mpi_status(poll_until_done([&](int& done) { return MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE); }),
+                    "MPI_Testall");
 }
 
 Status Collectives::wait_one(MPI_Request& request) {
   if (!config_.yield_while_waiting) return mpi_status(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
-  for (;;) {
-    int done = 0;
-    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Test");
-    if (done) return Status::ok();
-    sched_yield();
-  }
+  return mpi_status(poll_until_done([&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }),
+                    "MPI_Test");
 }
 
 Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
@@ -152,13 +170,10 @@ Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
   if (!config_.yield_while_waiting) {
     return mpi_status(MPI_Waitany(n, requests.data(), &index, MPI_STATUS_IGNORE), "MPI_Waitany");
   }
-  for (;;) {
-    int done = 0;
-    int rc = MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Testany");
-    if (done) return Status::ok();  // (also with index MPI_UNDEFINED: nothing was pending)
-    sched_yield();
-  }
+  // (done with index MPI_UNDEFINED: nothing was pending)
+  return mpi_status(
+      poll_until_done([&](int& done) { return MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE); }),
+      "MPI_Testany");
 }
 
 // Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from
