@@ -191,6 +191,7 @@ def run_worker(args) -> None:
     algorithm = getattr(optimizer, "algorithm", None)
     averagings_before = getattr(algorithm, "averagings", None)
     rates, iteration_s = [], []
+    cpu_before = time.process_time()  # every thread of this rank: compute, engine, transport
     for _ in range(args.num_iters):
         start = time.perf_counter()
         for _ in range(args.num_batches_per_iter):
@@ -198,6 +199,7 @@ def run_worker(args) -> None:
         elapsed = time.perf_counter() - start
         iteration_s.append(elapsed / args.num_batches_per_iter)
         rates.append(args.batch_size * args.num_batches_per_iter / elapsed)
+    cpu_seconds = time.process_time() - cpu_before
     if hasattr(optimizer, "flush"):
         optimizer.flush()
     timed_steps = args.num_iters * args.num_batches_per_iter
@@ -208,6 +210,7 @@ def run_worker(args) -> None:
     stats = {k: stats_after[k] - stats_before.get(k, 0) for k in stats_after}
     mine = {"rank": comms.rank, "samples_per_sec": rates, "step_seconds": iteration_s,
             "forward_backward_seconds": statistics.median(compute_s), "engine": stats,
+            "cpu_seconds_per_step": cpu_seconds / (args.num_iters * args.num_batches_per_iter),
             "averagings_per_step": averagings,
             "step_stats": comms.step_summary(timed_steps),
             "tuned_fusion_mb": getattr(getattr(optimizer, "algorithm", None), "chosen_fusion_mb", None)}
