@@ -127,13 +127,15 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
 
 namespace {
 
-// Polls `test` (an MPI_Test* call: MPI error code, sets its flag when done) until done. For the
-// first 200 us it yields the core between polls; then it sleeps between polls for a sixteenth of
-// the time waited so far (util/backoff.h), so a transfer ends at most about 6 % late: a yielding
-// thread stays runnable and, with ranks sharing cores, takes them from the compute of its peers,
-// while the kernel keeps sockets busy (megabytes of buffer) between polls.
+// Polls `test` (an MPI_Test* call: MPI error code, sets its flag when done) until done: first
+// without pause, for 1 ms (200 us when `yield`, yielding the core between polls), then sleeping
+// between polls for 1/32 of the time waited so far (util/backoff.h), so a long transfer ends at
+// most about 3 % late. A wait that spins or yields keeps a core busy or runnable for the
+// whole transfer (with ranks sharing cores, taken from the compute of its peers), while the
+// kernel keeps the sockets busy between polls from megabytes of buffer.
 template <class Test>
-int poll_until_done(Test test) {
+int poll_until_done(bool yield, Test test) {
+  const double busy_us = yield ? 200 : 1000;
   double start = 0;
   for (;;) {
     int done = 0;
@@ -142,10 +144,10 @@ int poll_until_done(Test test) {
     const double now = steady_seconds();
     if (start == 0) start = now;
     const double waited_us = (now - start) * 1e6;
-    if (waited_us < 200) {
+    if (waited_us >= busy_us) {
+      backoff_pause(waited_us, 1.0 / 32);
+    } else if (yield) {
       sched_yield();
-    } else {
-      backoff_pause(waited_us, 1.0 / 16);
     }
   }
 }
@@ -154,26 +156,25 @@ int poll_until_done(Test test) {
 
 Status Collectives::wait_all(std::vector<MPI_Request>& requests) {
   const int n = static_cast<int>(requests.size());
-  if (!config_.yield_while_waiting) return mpi_status(MPI_Waitall(n, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-  return mpi_status(poll_until_done([&](int& done) { return MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE); }),
+  return mpi_status(poll_until_done(config_.yield_while_waiting,
+                                    [&](int& done) { return MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE); }),
                     "MPI_Testall");
 }
 
 Status Collectives::wait_one(MPI_Request& request) {
-  if (!config_.yield_while_waiting) return mpi_status(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
-  return mpi_status(poll_until_done([&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }),
+  return mpi_status(poll_until_done(config_.yield_while_waiting,
+                                    [&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }),
                     "MPI_Test");
 }
 
 Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
   const int n = static_cast<int>(requests.size());
-  if (!config_.yield_while_waiting) {
-    return mpi_status(MPI_Waitany(n, requests.data(), &index, MPI_STATUS_IGNORE), "MPI_Waitany");
-  }
   // (done with index MPI_UNDEFINED: nothing was pending)
-  return mpi_status(
-      poll_until_done([&](int& done) { return MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE); }),
-      "MPI_Testany");
+  return mpi_status(poll_until_done(config_.yield_while_waiting,
+                                    [&](int& done) {
+                                      return MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE);
+                                    }),
+                    "MPI_Testany");
 }
 
 // Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from

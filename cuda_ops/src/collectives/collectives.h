@@ -38,7 +38,7 @@ struct CollectiveConfig {
   int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
   int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
   double shm_spin_us = 0;                     // barrier polling before yielding the core
-  // Point-to-point waits poll and yield the core between polls instead of MPI's busy wait (which
+  // Point-to-point waits yield the core between their first polls instead of spinning (which
   // starves a rank sharing the core with the waiting one). Set when ranks outnumber cores.
   bool yield_while_waiting = false;
 };
@@ -127,7 +127,8 @@ class Collectives {
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
-  // MPI_Waitall / MPI_Wait / MPI_Waitany, or their polite forms (config.yield_while_waiting).
+  // MPI_Waitall / MPI_Wait / MPI_Waitany by polling: busy at first (yielding the core between
+  // polls when config.yield_while_waiting), then sleeping between polls.
   Status wait_all(std::vector<MPI_Request>& requests);
   Status wait_one(MPI_Request& request);
   Status wait_any(std::vector<MPI_Request>& requests, int& index);
