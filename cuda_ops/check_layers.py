@@ -15,7 +15,7 @@ from pathlib import Path
 
 # Bottom to top: each layer may include itself and the layers before it.
 LAYERS: tuple[tuple[str, str], ...] = (
-    ("util", "types, status, logging, text formatting, half-precision math"),
+    ("util", "types, status, logging, text formatting, half-precision math, polling with back-off, CPU features"),
     ("codecs", "compression codecs: encode/decode on the CPU and their CUDA kernels, the registry"),
     ("transport", "MPI context, shared-memory segments, Open MPI's shared-memory transport choice"),
     ("collectives", "all-reduce, all-gather, ... over MPI and shared memory; reduction kernels; "

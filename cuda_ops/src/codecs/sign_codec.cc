@@ -13,6 +13,7 @@
 
 #include "codecs/codec.h"
 #include "codecs/codec_math.h"
+#include "util/cpu.h"
 
 namespace relax {
 namespace {
@@ -120,18 +121,9 @@ __attribute__((target("avx"))) void unpack_avx(const uint8_t* bits, int64_t full
 }
 #endif
 
-bool has_avx() {
-#if defined(__x86_64__)
-  static const bool avx = __builtin_cpu_supports("avx");
-  return avx;
-#else
-  return false;
-#endif
-}
-
 double squares_and_bits(const float* in, int64_t n, uint8_t* bits) {
 #if defined(__x86_64__)
-  if (has_avx()) return squares_and_bits_avx(in, n, bits);
+  if (cpu_has_avx()) return squares_and_bits_avx(in, n, bits);
 #endif
   return squares_and_bits_portable(in, n, bits);
 }
@@ -142,7 +134,7 @@ void unpack(const uint8_t* bits, int64_t n, float scale, float* out, const float
   constexpr int64_t kStreamElements = int64_t{1} << 18;
   const int64_t full = n / 8;
 #if defined(__x86_64__)
-  if (has_avx()) {
+  if (cpu_has_avx()) {
     const bool stream = Mode != Unpack::Add && out != base && n >= kStreamElements &&
                         reinterpret_cast<uintptr_t>(out) % 32 == 0;
     if (stream) {

@@ -1,7 +1,5 @@
 #include "collectives/collectives.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -127,29 +125,15 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
 
 namespace {
 
-// Polls `test` (an MPI_Test* call: MPI error code, sets its flag when done) until done: first
-// without pause, for 1 ms (200 us when `yield`, yielding the core between polls), then sleeping
-// between polls for 1/32 of the time waited so far (util/backoff.h), so a long transfer ends at
-// most about 3 % late. A wait that spins or yields keeps a core busy or runnable for the
-// whole transfer (with ranks sharing cores, taken from the compute of its peers), while the
-// kernel keeps the sockets busy between polls from megabytes of buffer.
+// Polls an MPI_Test* call until its requests are done: without pause for 1 ms (200 us when
+// `yield`, yielding the core between polls), then sleeping between polls for 1/32 of the time
+// waited so far, so a long transfer ends at most about 3 % late. A wait that spins or yields
+// keeps a core busy or runnable for the whole transfer (with ranks sharing cores, taken from the
+// compute of its peers), while the kernel keeps the sockets busy between polls from megabytes of
+// buffer. (MPI_SUCCESS is 0.)
 template <class Test>
 int poll_until_done(bool yield, Test test) {
-  const double busy_us = yield ? 200 : 1000;
-  double start = 0;
-  for (;;) {
-    int done = 0;
-    const int rc = test(done);
-    if (rc != MPI_SUCCESS || done) return rc;
-    const double now = steady_seconds();
-    if (start == 0) start = now;
-    const double waited_us = (now - start) * 1e6;
-    if (waited_us >= busy_us) {
-      backoff_pause(waited_us, 1.0 / 32);
-    } else if (yield) {
-      sched_yield();
-    }
-  }
+  return poll_with_backoff(test, yield ? 200 : 1000, yield, 1.0 / 32);
 }
 
 }  // namespace

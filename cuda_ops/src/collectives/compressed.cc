@@ -11,6 +11,8 @@
 #include <immintrin.h>
 #endif
 
+#include "util/cpu.h"
+
 namespace relax {
 namespace {
 
@@ -71,8 +73,7 @@ __attribute__((target("avx"))) bool add_save_and_check_avx(const float* x, const
 
 bool add_save_and_check(const float* x, const float* e, int64_t n, float* v, float* saved) {
 #if defined(__x86_64__)
-  static const bool avx = __builtin_cpu_supports("avx");
-  if (avx) return add_save_and_check_avx(x, e, n, v, saved);
+  if (cpu_has_avx()) return add_save_and_check_avx(x, e, n, v, saved);
 #endif
   return add_save_and_check_portable(x, e, n, v, saved);
 }

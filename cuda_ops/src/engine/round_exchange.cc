@@ -50,14 +50,8 @@ RoundBuffers& round_buffers() {
 // Waits for a non-blocking MPI request: polls for 50 us (peers usually arrive within
 // microseconds), then sleeps with growing pauses so an idle rank leaves the cores to busy peers.
 int wait_with_backoff(MPI_Request* request) {
-  const double start = steady_seconds();
-  for (;;) {
-    int done = 0;
-    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done) return rc;
-    const double waited_us = (steady_seconds() - start) * 1e6;
-    if (waited_us >= 50) backoff_pause(waited_us);
-  }
+  return poll_with_backoff([request](int& done) { return MPI_Test(request, &done, MPI_STATUS_IGNORE); }, 50,
+                           /*yield=*/false, 0.25);
 }
 
 // Every rank's `lengths[r]` bytes into `out` at `displs[r]`, where this rank's are already in

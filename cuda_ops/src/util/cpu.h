@@ -1,0 +1,16 @@
+// What the CPU can run, for kernels chosen at run time (same bits on every path).
+#pragma once
+
+namespace relax {
+
+// True when the CPU and the OS support AVX (256-bit float vectors); checked once.
+inline bool cpu_has_avx() {
+#if defined(__x86_64__)
+  static const bool avx = __builtin_cpu_supports("avx");
+  return avx;
+#else
+  return false;
+#endif
+}
+
+}  // namespace relax
