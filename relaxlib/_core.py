@@ -173,7 +173,8 @@ class Stats(ctypes.Structure):
     """relax_stats_t."""
 
     _fields_ = [(name, ctypes.c_int64) for name in
-                ("rounds", "completed", "bytes_sent", "bytes_received", "negotiation_ns", "execution_ns")]
+                ("rounds", "completed", "bytes_sent", "bytes_received", "negotiation_ns", "execution_ns",
+                 "inline_allreduces")]
 
 
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64))

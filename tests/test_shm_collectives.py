@@ -29,13 +29,24 @@ def segments(run) -> list[str]:
             for out in run.outputs]
 
 
+def inline_allreduces(run) -> list[int]:
+    """Per rank: all-reduces whose data travelled in their negotiation round (-1: not reported)."""
+    return [int(next((line for line in out.splitlines() if line.startswith("INLINE=")), "INLINE=-1")[7:])
+            for out in run.outputs]
+
+
 @pytest.mark.parametrize("env, expected", [
     ({}, 1),                                # one node: on by default
     ({"RELAX_SHM_COLLECTIVES": "off"}, 0),
     ({"RELAX_LOCAL_SIZE": "1"}, 0),         # ranks on (pretended) separate nodes
 ])
 def test_used_on_one_node_unless_switched_off(env, expected):
-    assert segments(run_script(2, env)) == [f"SEGMENTS={expected}"] * 2
+    """Repeated small all-reduces then also carry their data in the negotiation round (the
+    script checks the bits against the negotiated run); without the segment, none can."""
+    run = run_script(2, env)
+    assert segments(run) == [f"SEGMENTS={expected}"] * 2
+    counts = inline_allreduces(run)
+    assert (all(c >= 60 for c in counts) if expected else counts == [0, 0]), counts
 
 
 @pytest.mark.parametrize("np_", [3, 4])
@@ -43,11 +54,15 @@ def test_float_sums_are_in_rank_order_wherever_fusion_puts_a_tensor(np_):
     """With three or more ranks the order of a float sum shows in its bits: each element must be
     summed in rank order, whichever rank's block it lands in, so results do not change with the
     fusion batching (the script compares alone / in place / fused with numpy)."""
-    assert segments(run_script(np_, {})) == ["SEGMENTS=1"] * np_
+    run = run_script(np_, {})
+    assert segments(run) == ["SEGMENTS=1"] * np_
+    assert all(c >= 60 for c in inline_allreduces(run)), inline_allreduces(run)
 
 
 def test_a_process_set_gets_its_own_segment():
-    assert segments(run_script(3, {}, "subset")) == ["SEGMENTS=2", "SEGMENTS=2", "SEGMENTS=1"]
+    run = run_script(3, {}, "subset")
+    assert segments(run) == ["SEGMENTS=2", "SEGMENTS=2", "SEGMENTS=1"]
+    assert all(c >= 60 for c in inline_allreduces(run)[:2]), inline_allreduces(run)  # in the set's own rounds
 
 
 def test_falls_back_to_mpi_with_a_warning_when_the_segment_cannot_be_reserved():

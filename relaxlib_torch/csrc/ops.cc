@@ -418,15 +418,17 @@ void finish_run(int status, relax_handle_t h) {
 
 // relax_run in slices of kWaitSliceMs with the interrupt check between them. If the check
 // throws, `flight` (the request's buffers) is kept alive for the engine and the exception
-// propagates: Ctrl-C reaches Python while a peer has not submitted.
+// propagates: Ctrl-C reaches Python while a peer has not submitted. A request whose only state
+// is the caller's `input` and `output` passes no flight: one is made only if the wait is abandoned.
 int run_interruptibly(const relax_request_t& r, relax_alloc_fn alloc, std::unique_ptr<InFlight>& flight,
-                      relax_handle_t* h) {
+                      relax_handle_t* h, const at::Tensor* input = nullptr, const at::Tensor* output = nullptr) {
   int status = relax_run_for(&r, alloc, flight.get(), h, kWaitSliceMs);
   while (status == RELAX_PENDING) {
     if (const relaxlib_torch::InterruptCheck check = g_interrupt_check.load()) {
       try {
         check();
       } catch (...) {
+        if (!flight) flight = std::make_unique<InFlight>(InFlight{*input, *output, input->scalar_type()});
         std::lock_guard<std::mutex> lock(g_mutex);
         g_abandoned.push_back(std::move(flight));
         throw;
@@ -520,9 +522,9 @@ void set_interrupt_check(InterruptCheck check) { g_interrupt_check.store(check);
 void allreduce_sync(const at::Tensor& input, const at::Tensor& output, const std::string& name, int64_t op,
                     double prescale, double postscale, int64_t process_set) {
   const relax_request_t r = allreduce_request(input, output, name, op, prescale, postscale, process_set);
-  auto flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
+  std::unique_ptr<InFlight> flight;
   relax_handle_t h = 0;
-  const int status = run_interruptibly(r, nullptr, flight, &h);
+  const int status = run_interruptibly(r, nullptr, flight, &h, &input, &output);
   finish_run(status, h);
 }
 

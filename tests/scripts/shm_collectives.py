@@ -29,6 +29,13 @@ except relaxlib.InvalidArgumentError as exc:
     print(f"INIT-ERROR {exc}", flush=True)
     sys.exit(0)
 
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bit patterns (so NaN and -0.0 compare exactly)."""
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
 subset = len(sys.argv) > 1 and sys.argv[1] == "subset"
 process_set = hvd.add_process_set([0, 1]) if subset else hvd.global_process_set
 if not subset or hvd.rank() in process_set.ranks:
@@ -62,6 +69,20 @@ if not subset or hvd.rank() in process_set.ranks:
                                          process_set=process_set)
         for label, result in (("alone", alone), ("in place", in_place), ("fused", fused)):
             assert (result.numpy().view("int32") == expected.view("int32")).all(), ("rank-order sum", label, count)
+    # A small all-reduce announced again (by its cache id) and alone carries its data in the
+    # negotiation round: the same bits as its first, negotiated, run.
+    inline_before = hvd.engine_stats()["inline_allreduces"]
+    for count in (3, 1000):
+        for dtype in (torch.float32, torch.int32, torch.float16):
+            mine = (torch.randn(count, generator=torch.Generator().manual_seed(count + hvd.rank())) * 100).to(dtype)
+            for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+                name = f"inline.{count}.{dtype}.{op}"
+                first = hvd.allreduce(mine, op=op, name=name, process_set=process_set)
+                again = hvd.allreduce(mine, op=op, name=name, process_set=process_set)
+                in_place = hvd.allreduce_(mine.clone(), op=op, name=name, process_set=process_set)
+                for label, result in (("again", again), ("in place", in_place)):
+                    assert bits(result).equal(bits(first)), ("inline", label, count, dtype, op)
+    print(f"INLINE={hvd.engine_stats()['inline_allreduces'] - inline_before}", flush=True)
 hvd.barrier()  # a rank that shuts down ends the job's collectives: wait for the subset
 names = {line.split()[-2] if line.endswith("(deleted)") else line.split()[-1]
          for line in Path("/proc/self/maps").read_text().splitlines() if "/relaxlib-" in line}

@@ -366,6 +366,7 @@ typedef struct {
   int64_t bytes_received;
   int64_t negotiation_ns;  /* engine time inside negotiation rounds (includes waiting for peers) */
   int64_t execution_ns;    /* engine and direct-lane time executing collectives and averages */
+  int64_t inline_allreduces; /* small all-reduces whose data travelled in their negotiation round */
 } relax_stats_t;
 RELAX_API int relax_get_stats(relax_stats_t* out);
 

@@ -212,7 +212,8 @@ int relax_get_stats(relax_stats_t* out) {
     s.bytes_received += runtime().lane->traffic().bytes_received;
     s.execution_ns += runtime().lane->busy_ns();
   }
-  *out = relax_stats_t{s.rounds, s.completed, s.bytes_sent, s.bytes_received, s.negotiation_ns, s.execution_ns};
+  *out = relax_stats_t{s.rounds,         s.completed,    s.bytes_sent,       s.bytes_received,
+                       s.negotiation_ns, s.execution_ns, s.inline_allreduces};
   return RELAX_OK;
 }
 

@@ -95,6 +95,12 @@ ShmCollectives* Collectives::shared_memory(int64_t bytes) const {
   return bytes >= config_.shm_min_bytes ? shm_.get() : nullptr;
 }
 
+void Collectives::reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale) {
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  count_traffic(bytes, bytes * (size_ - 1));  // its data to every peer's reach, theirs read here
+  shm_->reduce_inline(dst, count, dtype, op, postscale);
+}
+
 void Collectives::count_traffic(int64_t sent, int64_t received) {
   traffic_.bytes_sent += sent;
   traffic_.bytes_received += received;

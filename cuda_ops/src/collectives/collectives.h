@@ -120,6 +120,9 @@ class Collectives {
   // The shared-memory segment whenever this communicator has one, whatever RELAX_SHM_MIN_BYTES
   // says (negotiation rounds go through it): null on every rank or on none.
   ShmCollectives* shared_segment() const { return shm_.get(); }
+  // dst = the all-reduce of the data every rank carried in the last negotiation round through
+  // the shared segment (ShmCollectives::exchange_records), with allreduce()'s bits.
+  void reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
 
  private:
   Status exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,

@@ -17,6 +17,7 @@ namespace {
 constexpr size_t kFlagStride = 64;       // one cache line per rank's barrier flag
 constexpr int64_t kPage = 4096;
 constexpr int64_t kReduceTile = 64 << 10;  // reduce and publish in tiles that stay in cache
+constexpr int64_t kInlineAlign = 64;       // inline data starts on a cache line after its record
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -230,6 +231,34 @@ Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts,
     }
   }
   return Status::ok();
+}
+
+int64_t ShmCollectives::inline_capacity(int64_t record_bytes) const {
+  return std::max<int64_t>(0, slot_bytes_ - (record_bytes + kInlineAlign - 1) / kInlineAlign * kInlineAlign);
+}
+
+void ShmCollectives::exchange_records(uint8_t* records, int64_t record_bytes, const void* inline_data,
+                                      int64_t inline_bytes) {
+  if (record_bytes > slot_bytes_) {  // (a cache of millions of entries) several rounds, nothing inline
+    allgatherv(records, std::vector<int64_t>(static_cast<size_t>(size_), record_bytes), 1, Wait::kRound);
+    return;
+  }
+  uint8_t* mine = slot(rank_, rounds_);
+  std::memcpy(mine, records + rank_ * record_bytes, static_cast<size_t>(record_bytes));
+  inline_offset_ = (record_bytes + kInlineAlign - 1) / kInlineAlign * kInlineAlign;
+  if (inline_bytes > 0) std::memcpy(mine + inline_offset_, inline_data, static_cast<size_t>(inline_bytes));
+  barrier(Wait::kRound);
+  for (int j = 0; j < size_; ++j) {
+    if (j != rank_) std::memcpy(records + j * record_bytes, slot(j, rounds_), static_cast<size_t>(record_bytes));
+  }
+  inline_round_ = rounds_++;
+}
+
+void ShmCollectives::reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale) const {
+  const auto data = [&](int j) { return slot(j, inline_round_) + inline_offset_; };
+  reduce_pair(dst, data(0), data(1), count, dtype, op);
+  for (int j = 2; j < size_; ++j) reduce_pair(dst, dst, data(j), count, dtype, op);
+  scale_buffer(dst, count, dtype, postscale);
 }
 
 }  // namespace relax

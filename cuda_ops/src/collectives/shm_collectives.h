@@ -59,6 +59,17 @@ class ShmCollectives {
   Status allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size,
                     Wait wait = Wait::kCollective);
 
+  // A negotiation round's exchange of one `record_bytes` record per rank (this rank's already at
+  // records + rank * record_bytes) that may carry `inline_bytes` (at most inline_capacity()) of
+  // this rank's data behind its record. The data stays readable until this rank's next
+  // collective on the segment: reduce_inline() reads it. Waits as Wait::kRound.
+  void exchange_records(uint8_t* records, int64_t record_bytes, const void* inline_data, int64_t inline_bytes);
+  // Largest payload exchange_records() carries behind records of `record_bytes`.
+  int64_t inline_capacity(int64_t record_bytes) const;
+  // dst = the reduction of every rank's inline data of the last exchange_records() (`count`
+  // elements of `dtype`), summed in rank order and scaled by `postscale`: allreduce()'s bits.
+  void reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale) const;
+
  private:
   // A reduction over blocks of `counts` elements (block r reduced by rank r), cut into rounds of
   // `window` elements per block.
@@ -85,6 +96,8 @@ class ShmCollectives {
   const size_t data_offset_;  // flags first, then the two slot sets
   uint64_t epoch_ = 0;        // barriers passed
   int64_t rounds_ = 0;        // rounds run: selects the slot set
+  int64_t inline_round_ = -1;        // the round of the last exchange_records()
+  int64_t inline_offset_ = 0;        // where its data sits in a slot
 };
 
 }  // namespace relax

@@ -25,6 +25,8 @@ enum RoundFlags : uint32_t {
   // This rank is in shutdown(): it may still serve relaxed averages (direct lane) but submits no
   // negotiated request again, so one only such ranks have not submitted fails at once.
   kFlagFinishing = 1u << 3,
+  // This rank's record carries the data of its lone announced request (round_exchange.h).
+  kFlagInline = 1u << 4,
 };
 // Flags that stay set round after round (they do not count as progress).
 constexpr uint32_t kStandingFlags = kFlagBlocked | kFlagFinishing;
@@ -133,7 +135,8 @@ class Coordinator {
   std::map<uint64_t, Entry> entries_;  // ordered by first announcement
   std::unordered_map<std::string, uint64_t> seq_by_name_;
   std::vector<Descriptor> cache_;
-  std::unordered_map<std::string, uint32_t> cache_index_;
+  std::unordered_map<std::string, uint32_t> cache_index_;      // by encoded descriptor
+  std::unordered_map<std::string, uint32_t> cache_by_name_;    // latest id cached under a name
   bool joined_gather_nothing_ = false;
   std::vector<bool> joined_;
   std::vector<bool> finishing_;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/request_kind.h"
+#include "engine/requests/kind_support.h"
 #include "engine/round_exchange.h"
 #include "util/logging.h"
 #include "util/text.h"
@@ -117,10 +118,12 @@ Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, b
                                                       std::to_string(process_set) + " (ranks " +
                                                       rank_list(info->second.world_ranks) + ")");
     }
-    std::unordered_set<std::string> in_group;
+    std::vector<std::string>& keys = submit_keys_;
+    keys.clear();
+    std::unordered_set<std::string> in_group;  // only a group can repeat a name within itself
     for (const LocalRequest& r : requests) {
-      const std::string key = request_key(process_set, r.desc.name);
-      if (active_keys_.count(key) || !in_group.insert(key).second) {
+      std::string key = request_key(process_set, r.desc.name);
+      if (active_keys_.count(key) || (requests.size() > 1 && !in_group.insert(key).second)) {
         return Status::error(RELAX_ERR_DUPLICATE_NAME,
                              r.desc.name == kJoinRequestName
                                  ? std::string("join() is already pending on this rank.")
@@ -128,11 +131,13 @@ Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, b
                                        "' is already pending on this rank; names must be unique among "
                                        "outstanding operations.");
       }
+      keys.push_back(std::move(key));
     }
     const double now = steady_seconds();
     last_submission_.store(now);
-    for (LocalRequest& r : requests) {
-      active_keys_.insert(request_key(process_set, r.desc.name));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      LocalRequest& r = requests[i];
+      active_keys_.insert(std::move(keys[i]));
       r.enqueued_at = now;
       incoming_.emplace_back(process_set, std::move(r));
     }
@@ -163,12 +168,14 @@ void Engine::drive(relax_handle_t handle) {
   std::unique_lock<std::mutex> running(cycle_mutex_, std::try_to_lock);
   if (running.owns_lock()) {
     bool progress = true;
-    while (progress && !finished_.load() && handles_.poll(handle) == 0) {
+    int done = handles_.poll(handle);
+    while (progress && !finished_.load() && done == 0) {
       progress = false;
       if (!step(driver_messages_, progress)) break;
+      done = handles_.poll(handle);
     }
     running.unlock();
-    if (handles_.poll(handle) != 0 && !busy_.load() && !finished_.load()) {
+    if (done != 0 && !busy_.load() && !finished_.load()) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (incoming_.empty() && !stop_requested_) return;  // nothing left for the engine thread
     }
@@ -217,6 +224,7 @@ EngineStats Engine::stats() const {
   s.completed = completed_.load();
   s.negotiation_ns = negotiation_ns_.load();
   s.execution_ns = execution_ns_.load();
+  s.inline_allreduces = inline_allreduces_.load();
   std::lock_guard<std::mutex> lock(mutex_);  // the engine thread changes sets_ under this lock
   for (const auto& entry : sets_) {
     s.bytes_sent += entry.second->collectives.traffic().bytes_sent;
@@ -292,9 +300,23 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
     }
   }
   const double round_start = clock;
+  InlineData inline_data;
+  const LocalRequest* lone = inline_candidate(set, mine);
+  if (lone) inline_data = {lone->input, kinds::byte_size(lone->desc)};
   Status status = exchange_round(set.control(), set.collectives.shared_segment(), mine, set.coordinator.cache_size(),
-                                 set.id == 0 ? static_cast<size_t>(next_set_id_) : 0, messages);
+                                 set.id == 0 ? static_cast<size_t>(next_set_id_) : 0, lone ? &inline_data : nullptr,
+                                 messages);
   if (!status.is_ok()) return status;
+  if (lone && every_member_inlined(messages, mine.cached.front())) {
+    progress = true;
+    set.executor.run_inline_allreduce(set.pending);
+    clock = steady_seconds();
+    inline_allreduces_.fetch_add(1, std::memory_order_relaxed);
+    // The round was the collective: all of it counts as execution.
+    execution_ns_.fetch_add(static_cast<int64_t>((clock - round_start) * 1e9), std::memory_order_relaxed);
+    rounds_.fetch_add(1, std::memory_order_relaxed);
+    return Status::ok();
+  }
   const double round_end = steady_seconds();
   std::vector<Response> responses = set.coordinator.process(messages, now);
   progress = progress || made_progress(messages, responses);
@@ -324,6 +346,41 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
   rounds_.fetch_add(1, std::memory_order_relaxed);
   apply_membership(membership);
   return Status::ok();
+}
+
+// A request that may carry its data in this round: this rank announces it alone, by its cache
+// id, nothing else is pending on any member (the coordinator's state is the same everywhere),
+// and it is an all-reduce the shared segment would run, without prescaling. Every member that
+// announces the same request reaches the same answer, except for local state (a timeline, an
+// older request still pending here) that the other members then see in the round's flags.
+const LocalRequest* Engine::inline_candidate(const ProcessSetState& set, const RankMessage& mine) const {
+  if (mine.flags != 0 || mine.cached.size() != 1 || !mine.descriptors.empty() || !mine.stall_aborts.empty() ||
+      !mine.active_sets.empty() || set.pending.size() != 1 || set.coordinator.pending_count() != 0 ||
+      set.coordinator.joined_count() != 0 || timeline_.active()) {
+    return nullptr;
+  }
+  const LocalRequest& local = set.pending.begin()->second;
+  const Descriptor& d = local.desc;
+  const bool plain_reduction = d.reduce_op == RELAX_OP_SUM || d.reduce_op == RELAX_OP_AVERAGE ||
+                               d.reduce_op == RELAX_OP_MIN || d.reduce_op == RELAX_OP_MAX ||
+                               d.reduce_op == RELAX_OP_PRODUCT;
+  const int64_t bytes = kinds::byte_size(d);
+  if (d.type != RELAX_REQ_ALLREDUCE || !plain_reduction || d.prescale != 1.0 || !d.group.empty() || bytes <= 0 ||
+      !local.input || !local.output || !set.collectives.uses_shared_memory(bytes)) {
+    return nullptr;
+  }
+  return &local;
+}
+
+// Whether every member announced only request `id` and carried its data in the round.
+bool Engine::every_member_inlined(const std::vector<RankMessage>& messages, uint32_t id) {
+  for (const RankMessage& m : messages) {
+    if (m.flags != kFlagInline || m.cached.size() != 1 || m.cached.front() != id || !m.descriptors.empty() ||
+        !m.stall_aborts.empty() || !m.active_sets.empty()) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void Engine::fail_set(ProcessSetState& set, int32_t status, const std::string& message) {
@@ -428,7 +485,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
   struct Leave {
     ~Leave() { t_running_rounds = false; }
   } leave;
-  std::vector<std::pair<int32_t, LocalRequest>> fresh;
+  std::vector<std::pair<int32_t, LocalRequest>>& fresh = step_incoming_;  // swapped: both keep their capacity
   bool stopping;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -450,6 +507,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
                      "process set " + std::to_string(id) + " was removed before this request ran");
     }
   }
+  fresh.clear();
   const double step_start = steady_seconds();  // one clock read serves the step's bookkeeping
   blocked_ = blocked_too_long(step_start);
   const double now = step_start - start_time_;

@@ -36,6 +36,7 @@ struct EngineStats {
   int64_t bytes_received = 0;
   int64_t negotiation_ns = 0;
   int64_t execution_ns = 0;
+  int64_t inline_allreduces = 0;  // all-reduces whose data travelled in their negotiation round
 };
 
 // Members of a process set, as seen by threads other than the engine's.
@@ -99,6 +100,8 @@ class Engine {
   Status run_round(ProcessSetState& set, bool stopping, double now, std::vector<RankMessage>& messages,
                    bool& progress, double& clock);
   RankMessage announce(ProcessSetState& set, bool stopping, double now);
+  const LocalRequest* inline_candidate(const ProcessSetState& set, const RankMessage& mine) const;
+  static bool every_member_inlined(const std::vector<RankMessage>& messages, uint32_t id);
   void inspect_stalls(ProcessSetState& set, RankMessage& mine, double now);
   void apply_membership(std::vector<Response>& responses);
   void add_process_set(const Response& response);
@@ -123,6 +126,7 @@ class Engine {
   std::atomic<uint64_t> submissions_{0};  // counts submit() calls, for the lock-free idle poll
   std::atomic<double> last_submission_{0};  // steady seconds of the latest submit()
   std::unordered_set<std::string> active_keys_;  // request_key(set, name) of pending requests
+  std::vector<std::string> submit_keys_;         // submit()'s keys, kept for their capacity
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
   bool woken_ = false;       // a driving caller handed work back to the engine thread
@@ -142,6 +146,7 @@ class Engine {
   std::map<int32_t, std::unique_ptr<ProcessSetState>> sets_;
   int32_t next_set_id_ = 1;
   std::vector<RankMessage> driver_messages_;
+  std::vector<std::pair<int32_t, LocalRequest>> step_incoming_;  // step()'s share of incoming_
   bool blocked_ = false;  // this step's rounds carry kFlagBlocked
   std::atomic<double> throttle_ms_{0};
   std::atomic<bool> busy_{false};            // some set has pending requests after the last round
@@ -153,6 +158,7 @@ class Engine {
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> negotiation_ns_{0};
   std::atomic<int64_t> execution_ns_{0};
+  std::atomic<int64_t> inline_allreduces_{0};
   const double start_time_;
 };
 

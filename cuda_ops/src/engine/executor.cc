@@ -105,6 +105,15 @@ void Executor::run(std::vector<Response>& responses, PendingMap& pending) {
   flush();
 }
 
+void Executor::run_inline_allreduce(PendingMap& pending) {
+  pending_ = &pending;
+  Item item{nullptr, &pending.begin()->second};
+  const Descriptor& d = item.local->desc;
+  collectives_.reduce_inline(item.local->output, d.num_elements(), d.dtype, kinds::reduction_of(d.reduce_op),
+                             kinds::postscale_of(d, collectives_.size()));
+  complete(item, Status::ok());
+}
+
 void Executor::run_allreduce_batch(std::vector<Item>& items) {
   size_t i = 0;
   while (i < items.size()) {

@@ -29,6 +29,9 @@ class Executor {
 
   // Executes `responses` in order; removes completed requests from `pending`.
   void run(std::vector<Response>& responses, PendingMap& pending);
+  // Completes the lone all-reduce in `pending` from the data every member carried in the round
+  // that announced it (Engine::run_round decides when; see round_exchange.h).
+  void run_inline_allreduce(PendingMap& pending);
 
  private:
   using Item = ExecItem;

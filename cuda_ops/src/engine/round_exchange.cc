@@ -73,7 +73,7 @@ Status gather(MPI_Comm comm, ShmCollectives* shm, uint8_t* out, const std::vecto
 }  // namespace
 
 Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
-                      size_t set_count, std::vector<RankMessage>& all) {
+                      size_t set_count, const InlineData* inline_data, std::vector<RankMessage>& all) {
   int size = 1, rank = 0;
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
@@ -88,7 +88,9 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
   recv.assign(record * static_cast<size_t>(size), 0);
   uint8_t* send = recv.data() + record * static_cast<size_t>(rank);
   const uint32_t payload_bytes = static_cast<uint32_t>(payload.size());
-  std::memcpy(send, &mine.flags, 4);
+  const bool carry = shm && inline_data && inline_data->bytes <= shm->inline_capacity(static_cast<int64_t>(record));
+  const uint32_t flags = carry ? mine.flags | kFlagInline : mine.flags;
+  std::memcpy(send, &flags, 4);
   std::memcpy(send + 4, &payload_bytes, 4);
   set_bits(send + kHeaderBytes, mine.cached);
   set_bits(send + kHeaderBytes + 8 * words, mine.active_sets);
@@ -97,8 +99,13 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
   lengths.assign(static_cast<size_t>(size), static_cast<int>(record));
   displs.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = r * static_cast<int>(record);
-  Status status = gather(comm, shm, recv.data(), lengths, displs);
-  if (!status.is_ok()) return status;
+  if (shm) {
+    shm->exchange_records(recv.data(), static_cast<int64_t>(record), carry ? inline_data->data : nullptr,
+                          carry ? inline_data->bytes : 0);
+  } else {
+    Status status = gather(comm, nullptr, recv.data(), lengths, displs);
+    if (!status.is_ok()) return status;
+  }
 
   all.resize(static_cast<size_t>(size));  // cleared in place: the vectors keep their capacity
   for (RankMessage& m : all) {
@@ -125,7 +132,7 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
 
   std::string gathered(static_cast<size_t>(total_payload), '\0');
   std::memcpy(gathered.data() + displs[static_cast<size_t>(rank)], payload.data(), payload.size());
-  status = gather(comm, shm, reinterpret_cast<uint8_t*>(gathered.data()), lengths, displs);
+  Status status = gather(comm, shm, reinterpret_cast<uint8_t*>(gathered.data()), lengths, displs);
   if (!status.is_ok()) return status;
   for (int r = 0; r < size; ++r) {
     const std::string bytes = gathered.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
