@@ -107,6 +107,23 @@ def test_non_contiguous_inputs_and_inplace_outputs():
     assert torch.equal(out, torch.arange(12.0).reshape(3, 4).t() * total)
     hvd.allreduce_(view, op=hvd.Sum)
     assert torch.equal(base, torch.arange(12.0).reshape(3, 4) * total)
+    # Named calls take the binding's fast path, which hands non-contiguous tensors back.
+    base = torch.arange(12.0).reshape(3, 4) * (RANK + 1)
+    view = base.t()
+    named = hvd.allreduce(view, op=hvd.Sum, name="noncontiguous")
+    assert torch.equal(named, torch.arange(12.0).reshape(3, 4).t() * total)
+    assert hvd.allreduce_(view, op=hvd.Sum, name="noncontiguous_") is view
+    assert torch.equal(base, torch.arange(12.0).reshape(3, 4) * total)
+
+
+def test_the_direct_binding_names_its_signature_when_called_wrongly():
+    from relaxlib_torch import mpi_ops
+    with pytest.raises(TypeError, match=r"allreduce_sync\(input, output, name, op"):
+        mpi_ops._allreduce_sync_direct(torch.ones(2), torch.ones(2), "x")
+    with pytest.raises(TypeError):
+        mpi_ops._allreduce_sync_direct(torch.ones(2), torch.ones(2), "x", "sum", 1.0, 1.0, 0)
+    with pytest.raises(TypeError, match="allreduce_sync"):
+        mpi_ops._allreduce_sync_direct([1.0], torch.ones(2), "x", 1, 1.0, 1.0, 0)
 
 
 def test_async_handles_poll_and_synchronize_many_small_tensors():
