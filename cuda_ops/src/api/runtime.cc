@@ -262,16 +262,18 @@ int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t coun
     local.done = done;
     local.user = users ? users[i] : nullptr;
   }
-  for (int32_t i = 0; i < count; ++i) locals[static_cast<size_t>(i)].handle = rt.handles.create(true);
-  std::vector<relax_handle_t> created;
-  for (const LocalRequest& l : locals) created.push_back(l.handle);
+  for (int32_t i = 0; i < count; ++i) {
+    handles_out[i] = locals[static_cast<size_t>(i)].handle = rt.handles.create(true);
+  }
   Status s = engine->submit(process_set, std::move(locals), driver == nullptr);
   if (!s.is_ok()) {
-    for (relax_handle_t h : created) rt.handles.release(h);
+    for (int32_t i = 0; i < count; ++i) {
+      rt.handles.release(handles_out[i]);
+      handles_out[i] = 0;
+    }
     return fail(s);
   }
   if (driver) *driver = rt.engine;
-  for (int32_t i = 0; i < count; ++i) handles_out[i] = created[static_cast<size_t>(i)];
   return RELAX_OK;
 }
 

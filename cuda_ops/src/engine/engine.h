@@ -65,7 +65,8 @@ class Engine {
   // With wake == false the engine thread is not woken: the caller drive()s the request next.
   Status submit(int32_t process_set, std::vector<LocalRequest> requests, bool wake = true);
   // Runs rounds on the calling thread until `handle` completes or a round changes nothing (peers
-  // not there yet), if no other thread is running one; then leaves the rest to the engine thread.
+  // not there yet), if no other thread is running one (it waits up to 20 us for one that is
+  // finishing); then leaves the rest to the engine thread.
   // The caller still waits on the handle afterwards. Must not hold locks a completion needs.
   void drive(relax_handle_t handle);
   // True on a thread that is running a round: inside a completion callback, where waiting for
@@ -94,6 +95,7 @@ class Engine {
   void wait_for_work();
   bool round_due();
   void wake_engine();
+  bool lock_for_driving(std::unique_lock<std::mutex>& lock) const;  // for drive(): cycle_mutex_
   bool cycle(std::vector<RankMessage>& messages);
   bool step(std::vector<RankMessage>& messages, bool& progress);
   // `clock` (steady seconds): when the round began on entry, when it ended on return.
