@@ -81,7 +81,7 @@ std::unique_ptr<ProcessSetState> Engine::make_set(int32_t id, std::vector<int> r
                                                   MPI_Comm data, bool owns) {
   return std::make_unique<ProcessSetState>(
       id, std::move(ranks), rank, control, data, owns, handles_, config_, collective_config_, timeline_,
-      [this, id](const std::string& name) { retire(request_key(id, name)); });
+      [this, id](const std::string& name) { retire(id, name); });
 }
 
 void Engine::start() {
@@ -98,10 +98,11 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Engine::retire(const std::string& key) {
+void Engine::retire(int32_t process_set, const std::string& name) {
   completed_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
-  active_keys_.erase(key);
+  auto names = active_names_.find(process_set);
+  if (names != active_names_.end()) names->second.erase(name);
 }
 
 Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, bool wake) {
@@ -123,12 +124,11 @@ Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, b
                                                       std::to_string(process_set) + " (ranks " +
                                                       rank_list(info->second.world_ranks) + ")");
     }
-    std::vector<std::string>& keys = submit_keys_;
-    keys.clear();
+    std::unordered_set<std::string>& active = active_names_[process_set];
     std::unordered_set<std::string> in_group;  // only a group can repeat a name within itself
     for (const LocalRequest& r : requests) {
-      std::string key = request_key(process_set, r.desc.name);
-      if (active_keys_.count(key) || (requests.size() > 1 && !in_group.insert(key).second)) {
+      const std::string& key = r.desc.name;
+      if (active.count(key) || (requests.size() > 1 && !in_group.insert(key).second)) {
         return Status::error(RELAX_ERR_DUPLICATE_NAME,
                              r.desc.name == kJoinRequestName
                                  ? std::string("join() is already pending on this rank.")
@@ -136,13 +136,11 @@ Status Engine::submit(int32_t process_set, std::vector<LocalRequest> requests, b
                                        "' is already pending on this rank; names must be unique among "
                                        "outstanding operations.");
       }
-      keys.push_back(std::move(key));
     }
     const double now = steady_seconds();
     last_submission_.store(now);
-    for (size_t i = 0; i < requests.size(); ++i) {
-      LocalRequest& r = requests[i];
-      active_keys_.insert(std::move(keys[i]));
+    for (LocalRequest& r : requests) {
+      active.insert(r.desc.name);
       r.enqueued_at = now;
       incoming_.emplace_back(process_set, std::move(r));
     }
@@ -410,7 +408,7 @@ void Engine::fail_set(ProcessSetState& set, int32_t status, const std::string& m
   for (LocalRequest& r : set.fresh) set.pending.emplace(r.desc.name, std::move(r));
   set.fresh.clear();
   for (auto& [name, request] : set.pending) {
-    retire(request_key(set.id, name));
+    retire(set.id, name);
     finish_request(handles_, request, status, message);
   }
   set.pending.clear();
@@ -525,7 +523,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
     if (it != sets_.end()) {
       it->second->fresh.push_back(std::move(request));
     } else {  // the set was removed between submission and now
-      retire(request_key(id, request.desc.name));
+      retire(id, request.desc.name);
       finish_request(handles_, request, RELAX_ERR_PROCESS_SET,
                      "process set " + std::to_string(id) + " was removed before this request ran");
     }

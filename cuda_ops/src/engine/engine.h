@@ -114,7 +114,7 @@ class Engine {
   void fail_set(ProcessSetState& set, int32_t status, const std::string& message);
   void fail_everything(int32_t status, const std::string& message);
   void finish(int32_t status, const std::string& message);
-  void retire(const std::string& key);
+  void retire(int32_t process_set, const std::string& name);
 
   MpiContext& mpi_;
   HandleTable& handles_;
@@ -127,8 +127,8 @@ class Engine {
   std::vector<std::pair<int32_t, LocalRequest>> incoming_;
   std::atomic<uint64_t> submissions_{0};  // counts submit() calls, for the lock-free idle poll
   std::atomic<double> last_submission_{0};  // steady seconds of the latest submit()
-  std::unordered_set<std::string> active_keys_;  // request_key(set, name) of pending requests
-  std::vector<std::string> submit_keys_;         // submit()'s keys, kept for their capacity
+  // Names of pending requests, by process set (names are unique per set).
+  std::unordered_map<int32_t, std::unordered_set<std::string>> active_names_;
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
   bool woken_ = false;       // a driving caller handed work back to the engine thread

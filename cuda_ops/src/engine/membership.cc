@@ -15,7 +15,7 @@ void Engine::finish_membership(const Response& response, ProcessSetState& global
     if (local == global.pending.end()) continue;
     LocalRequest request = std::move(local->second);
     global.pending.erase(local);
-    retire(request_key(0, t.name));
+    retire(0, t.name);
     finish_request(handles_, request, status.code, status.message, result);
   }
 }

@@ -26,8 +26,4 @@ ProcessSetState::~ProcessSetState() {
   }
 }
 
-std::string request_key(int32_t process_set, const std::string& name) {
-  return std::to_string(process_set) + '\x1f' + name;
-}
-
 }  // namespace relax

@@ -50,7 +50,4 @@ class ProcessSetState {
   bool owns_comms_;
 };
 
-// Key of a request in the engine's table of active names: names are unique per process set.
-std::string request_key(int32_t process_set, const std::string& name);
-
 }  // namespace relax
