@@ -26,6 +26,7 @@ Adasum = 2
 Min = 3
 Max = 4
 Product = 5
+REDUCTIONS = (Average, Sum, Min, Max, Product)  # the ops relaxlib implements
 
 
 def exact_gradients() -> bool:
@@ -62,7 +63,7 @@ def resolve_op(op: int | None, average: bool | None) -> int:
         op = Sum if average is False else Average
     if op == Adasum:
         raise NotImplementedError("relaxlib does not implement the Adasum reduction; use op=Average or op=Sum.")
-    if op not in (Average, Sum, Min, Max, Product):
+    if op not in REDUCTIONS:
         raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Min, Max or Product")
     return op
 

@@ -73,7 +73,7 @@ def _wait_core(core_handle: int) -> None:
 
 
 # Reductions a call may name without the general argument handling (None: the default, Average).
-_PLAIN_OPS = {None: Average, Average: Average, Sum: Sum, Min: Min, Max: Max, Product: Product}
+_PLAIN_OPS = {None: Average, **{op: op for op in basics.REDUCTIONS}}
 
 
 # The synchronous all-reduce binding: returns NotImplemented, doing nothing, for a non-contiguous

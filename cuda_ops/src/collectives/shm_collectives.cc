@@ -27,6 +27,9 @@ void cpu_relax() {
 #endif
 }
 
+// Where inline data starts in a slot behind a record of `record_bytes`.
+int64_t inline_offset(int64_t record_bytes) { return (record_bytes + kInlineAlign - 1) / kInlineAlign * kInlineAlign; }
+
 // Elements of a block of `count` that fall in round `round` of `window` elements each.
 int64_t in_round(int64_t count, int64_t round, int64_t window) {
   return std::clamp<int64_t>(count - round * window, 0, window);
@@ -234,7 +237,7 @@ Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts,
 }
 
 int64_t ShmCollectives::inline_capacity(int64_t record_bytes) const {
-  return std::max<int64_t>(0, slot_bytes_ - (record_bytes + kInlineAlign - 1) / kInlineAlign * kInlineAlign);
+  return std::max<int64_t>(0, slot_bytes_ - inline_offset(record_bytes));
 }
 
 void ShmCollectives::exchange_records(uint8_t* records, int64_t record_bytes, const void* inline_data,
@@ -245,7 +248,7 @@ void ShmCollectives::exchange_records(uint8_t* records, int64_t record_bytes, co
   }
   uint8_t* mine = slot(rank_, rounds_);
   std::memcpy(mine, records + rank_ * record_bytes, static_cast<size_t>(record_bytes));
-  inline_offset_ = (record_bytes + kInlineAlign - 1) / kInlineAlign * kInlineAlign;
+  inline_offset_ = inline_offset(record_bytes);
   if (inline_bytes > 0) std::memcpy(mine + inline_offset_, inline_data, static_cast<size_t>(inline_bytes));
   barrier(Wait::kRound);
   for (int j = 0; j < size_; ++j) {

@@ -378,13 +378,10 @@ const LocalRequest* Engine::inline_candidate(const ProcessSetState& set, const R
       set.coordinator.joined_count() != 0 || timeline_.active()) {
     return nullptr;
   }
-  const LocalRequest& local = set.pending.begin()->second;
+  const LocalRequest& local = set.pending.begin()->second;  // (its reduction is valid: checked at submission)
   const Descriptor& d = local.desc;
-  const bool plain_reduction = d.reduce_op == RELAX_OP_SUM || d.reduce_op == RELAX_OP_AVERAGE ||
-                               d.reduce_op == RELAX_OP_MIN || d.reduce_op == RELAX_OP_MAX ||
-                               d.reduce_op == RELAX_OP_PRODUCT;
   const int64_t bytes = kinds::byte_size(d);
-  if (d.type != RELAX_REQ_ALLREDUCE || !plain_reduction || d.prescale != 1.0 || !d.group.empty() || bytes <= 0 ||
+  if (d.type != RELAX_REQ_ALLREDUCE || d.prescale != 1.0 || !d.group.empty() || bytes <= 0 ||
       !local.input || !local.output || bytes > kInlineMaxBytes || !set.collectives.uses_shared_memory(bytes)) {
     return nullptr;
   }
