@@ -398,6 +398,9 @@ def main() -> None:
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=29500, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    unknown = [op for op in args.ops if op not in OPS]
+    if unknown:
+        parser.error(f"unknown --ops {','.join(unknown)}; choose from {','.join(OPS)}")
     if args.libs is None:
         default = TF_LIBRARIES if args.framework == "tf" else LIBRARIES
         # relaxlib changes the transport only on a virtual machine, and over TCP (--bandwidth) it plays no part
