@@ -78,6 +78,9 @@ class KerasGraphContext(KerasBinding):
     def add_change_to_params(self, indices: list[int], after, before) -> None:
         self.add_to_params(indices, after - before)
 
+    def sqrt(self, tensor) -> tf.Tensor:
+        return tf.sqrt(tensor)  # correctly rounded (tf.pow(x, 0.5) is not)
+
     def clone(self, tensor) -> tf.Tensor:
         return tf.identity(tensor)
 

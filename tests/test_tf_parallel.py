@@ -33,7 +33,7 @@ def test_keras_dear():
     assert run.returncode == 0, run.report()
 
 
-@pytest.mark.parametrize("np_", [2, 4])
+@pytest.mark.parametrize("np_", [2, 3, 4])
 def test_torch_and_keras_conformance(np_):
     # 4 ranks as two emulated nodes of 2: the hierarchical case then compresses between leaders
     env = {"RELAX_LOCAL_SIZE": "2"} if np_ == 4 else None

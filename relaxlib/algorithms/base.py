@@ -140,6 +140,12 @@ class TrainingContext(ABC):
     def concat(self, tensors: list[Any]) -> Any:
         """A new flat tensor: ``tensors`` (flat, one dtype) one after another."""
 
+    def sqrt(self, tensor: Any) -> Any:
+        """Element-wise square root as a new tensor, correctly rounded (IEEE 754), so that every
+        binding computes the same bits. This default suits host arrays (numpy's power 0.5 is its
+        sqrt); a binding whose own square root rounds otherwise overrides it."""
+        return tensor ** 0.5
+
     def difference(self, a: Any, b: Any) -> Any:
         """``a - b`` as a new tensor."""
         return a - b

@@ -275,7 +275,7 @@ class OneBitAdam(Algorithm):
         a user-given mask for."""
         if bucket not in self._frozen:
             v_hat = self._variance[bucket] / (1 - self._betas[1] ** self.warmup_steps)
-            root = v_hat ** 0.5
+            root = ctx.sqrt(v_hat)
             numel = sum(ctx.parameters()[i].numel for i in self._buckets[bucket])
             floor = self.variance_floor * math.sqrt(ctx.sum_of_squares(root) / max(numel, 1))
             self._frozen[bucket] = (root + (self.eps + floor), v_hat / (v_hat + 1e-30))
@@ -317,7 +317,7 @@ class OneBitAdam(Algorithm):
                 self._variance[bucket] = beta2 * self._variance[bucket] + (1 - beta2) * received * received
                 m_hat = self._momentum[bucket] / (1 - beta1 ** t)
                 v_hat = self._variance[bucket] / (1 - beta2 ** t)
-                step = m_hat / (v_hat ** 0.5 + self.eps)
+                step = m_hat / (ctx.sqrt(v_hat) + self.eps)
             else:  # the averaged 1-bit step under the frozen variance
                 denominator, mask = self._preconditioner(ctx, bucket)
                 step = received * mask

@@ -7,7 +7,8 @@ in both frameworks, with g drawn per (rank, step): what differs between the runs
 binding (hooks, flattening, contexts, optimizer glue), which is what this suite is about. Where
 the algorithm takes the step itself (compressed SGD steps, 1-bit Adam) the frameworks agree bit
 for bit; where the wrapped optimizer applies it (torch.optim.SGD vs keras.optimizers.SGD) they
-agree to float32 rounding. Launched by tests/test_tf_parallel.py with 2 and 4 ranks.
+agree to float32 rounding. Launched by tests/test_tf_parallel.py with 2, 3 and 4 ranks (3: chunks of
+uneven length, and an average that is no power of two).
 """
 
 import keras
@@ -26,6 +27,9 @@ from relaxlib.algorithms import (
     OneBitAdam,
     PartialAllReduce,
 )
+from relaxlib_tf.context import KerasContext
+from relaxlib_tf.graph_context import KerasGraphContext
+from relaxlib_torch.context import TorchContext
 
 torch_hvd.init()
 RANK, SIZE = torch_hvd.rank(), torch_hvd.size()
@@ -137,3 +141,17 @@ def test_torch_and_keras_end_with_the_same_parameters(case):
                 np.testing.assert_array_equal(mine, theirs, err_msg=message)
             else:
                 np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6, err_msg=message)
+
+
+def test_every_binding_takes_correctly_rounded_square_roots():
+    """Algorithms that take their own step (1-bit Adam) use ``ctx.sqrt``; torch's own CPU sqrt is
+    one ulp off for part of the float32 inputs, which made torch and Keras differ by one ulp."""
+    values = np.abs(np.random.default_rng(3).standard_normal(100_000)).astype(np.float32)
+    exact = np.sqrt(values.astype(np.float64)).astype(np.float32)  # double rounding is exact for sqrt
+    roots = {
+        "torch": TorchContext.sqrt(object.__new__(TorchContext), torch.from_numpy(values)).numpy(),
+        "Keras host": KerasContext.sqrt(object.__new__(KerasContext), values),
+        "Keras graph": KerasGraphContext.sqrt(object.__new__(KerasGraphContext), tf.constant(values)).numpy(),
+    }
+    for binding, root in roots.items():
+        np.testing.assert_array_equal(root, exact, err_msg=binding)
