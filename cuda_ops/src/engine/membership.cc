@@ -96,6 +96,7 @@ void Engine::remove_process_set(const Response& response) {
              "process set " + std::to_string(id) + " was removed before this request completed");
     std::lock_guard<std::mutex> lock(mutex_);
     sets_.erase(it);
+    active_names_.erase(id);  // fail_set retired them all; a later set may reuse the id
   }
   RELAX_LOG(Debug, "removed process set " << id);
   finish_membership(response, global, Status::ok(), id);
