@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <chrono>
 #include <cstring>
 
@@ -59,11 +60,11 @@ void GroupPolicy::retire(int rank) { retired_[static_cast<size_t>(rank)] = true;
 
 void GroupPolicy::arrive(int rank, int64_t step, double now) {
   const auto r = static_cast<size_t>(rank);
-  if (retired_[r]) {
-    last_arrival_[r] = -1.0;  // the pause after a retirement is not a step
-  }
+  // A rank back after retiring (a new training run in the same job) numbers its steps anew: its
+  // old progress would make it, or everyone else, look lagging. The pause is not a step either.
+  progress_[r] = retired_[r] ? step : std::max(progress_[r], step);
+  if (retired_[r]) last_arrival_[r] = -1.0;
   retired_[r] = false;
-  progress_[r] = std::max(progress_[r], step);
   if (last_arrival_[r] >= 0) {
     const double gap = now - last_arrival_[r];
     interval_[r] = interval_[r] > 0 ? 0.75 * interval_[r] + 0.25 * gap : gap;
@@ -98,7 +99,69 @@ GroupAssignment GroupPolicy::make(const std::vector<Waiting>& contributors, cons
   return a;
 }
 
+const std::vector<int>& GroupPolicy::partition(int64_t step) const {
+  auto found = partitions_.find(step);
+  if (found != partitions_.end()) return found->second;
+  const auto n = static_cast<size_t>(size_);
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  uint64_t state = static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+  for (size_t i = n; i > 1; --i) {  // Fisher-Yates with splitmix64
+    state += 0x9E3779B97F4A7C15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    std::swap(order[i - 1], order[(z ^ (z >> 31)) % i]);
+  }
+  order.resize(2 * n);
+  for (size_t at = 0; at < n; ++at) order[n + static_cast<size_t>(order[at])] = static_cast<int>(at);
+  return partitions_.emplace(step, std::move(order)).first->second;
+}
+
+std::vector<int> GroupPolicy::intended_partners(const Waiting& w, const std::vector<Waiting>& fresh,
+                                                int64_t leader) const {
+  const std::vector<int>& order = partition(w.step);
+  const auto n = static_cast<size_t>(size_), g = static_cast<size_t>(group_size_);
+  const size_t first = static_cast<size_t>(order[n + static_cast<size_t>(w.rank)]) / g * g;
+  std::vector<int> partners;
+  for (size_t at = first; at < std::min(n, first + g); ++at) {
+    const int r = order[at];
+    if (r == w.rank) continue;
+    const auto i = static_cast<size_t>(r);
+    const bool waiting_here = std::any_of(fresh.begin(), fresh.end(),
+                                          [&](const Waiting& x) { return x.rank == r && x.step == w.step; });
+    if (waiting_here || (!retired_[i] && progress_[i] < w.step && progress_[i] + max_lag_ >= leader)) {
+      partners.push_back(r);
+    }
+  }
+  return partners;
+}
+
+std::vector<GroupPolicy::Waiting> GroupPolicy::group_for(const Waiting& w, const std::vector<Waiting>& fresh,
+                                                         int64_t leader, double now) const {
+  const std::vector<int> wanted = intended_partners(w, fresh, leader);
+  std::vector<Waiting> chosen{w};
+  auto add_if = [&](auto&& take) {
+    for (const Waiting& x : fresh) {
+      if (x.rank != w.rank && static_cast<int>(chosen.size()) < group_size_ && take(x)) chosen.push_back(x);
+    }
+  };
+  if (wanted.empty()) {  // with others whose intended partners cannot come either, or alone
+    add_if([&](const Waiting& x) { return intended_partners(x, fresh, leader).empty(); });
+    return chosen;
+  }
+  add_if([&](const Waiting& x) {
+    return x.step == w.step && std::find(wanted.begin(), wanted.end(), x.rank) != wanted.end();
+  });
+  if (chosen.size() == wanted.size() + 1) return chosen;
+  if (now < w.deadline) return {};
+  chosen.resize(1);  // grace over: whoever waits, in arrival order, or alone
+  add_if([](const Waiting&) { return true; });
+  return chosen;
+}
+
 std::vector<GroupAssignment> GroupPolicy::form(double now) {
+  partitions_.clear();  // (only the few steps of the ranks waiting now are looked up)
   std::vector<GroupAssignment> formed;
   while (!waiting_.empty()) {
     int64_t leader = -1;
@@ -111,11 +174,11 @@ std::vector<GroupAssignment> GroupPolicy::form(double now) {
     std::vector<Waiting> fresh, stale;
     for (const Waiting& w : waiting_) (w.step + max_lag_ >= leader ? fresh : stale).push_back(w);
     std::vector<Waiting> chosen;
-    if (static_cast<int>(fresh.size()) >= group_size_) {
-      chosen.assign(fresh.begin(), fresh.begin() + group_size_);
-    } else if (!fresh.empty() && now >= fresh.front().deadline) {
-      chosen = fresh;  // nobody else is ready: a smaller group (or alone) rather than waiting
-    } else if (fresh.empty() && waiting_.size() >= active) {
+    for (const Waiting& w : fresh) {  // oldest first
+      chosen = group_for(w, fresh, leader, now);
+      if (!chosen.empty()) break;
+    }
+    if (fresh.empty() && waiting_.size() >= active) {
       // Nobody can come to adopt from (the most advanced rank is waiting or retired): lagging
       // ranks average among themselves rather than wait forever.
       chosen.assign(stale.begin(), stale.begin() + std::min<size_t>(stale.size(), static_cast<size_t>(group_size_)));
