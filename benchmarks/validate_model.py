@@ -128,6 +128,8 @@ def picks(points: list[dict], exclude: tuple[str, ...] = ()) -> list[dict]:
     out = []
     for key in dict.fromkeys((p["bandwidth_mbit"], p["straggler"]) for p in points):
         cell = [p for p in points if (p["bandwidth_mbit"], p["straggler"]) == key and p["mode"] not in exclude]
+        if not cell:  # (--modes left nothing to choose from here)
+            continue
         pick = max(cell, key=lambda p: p["predicted_samples_per_s"])
         best = max(cell, key=lambda p: p["measured_samples_per_s"])
         out.append({"bandwidth_mbit": key[0], "straggler": key[1], "pick": pick["mode"], "best": best["mode"],
@@ -146,6 +148,8 @@ def summarize(points: list[dict], modes: list[str]) -> dict:
     for label, exclude in (("all_modes", ()), ("without_async", ("async",)),
                            ("without_async_and_smart", ("async", "partial-smart"))):
         chosen = picks(points, exclude)
+        if not chosen:
+            continue
         summary[f"picks_within_10pct_{label}"] = sum(c["pick_over_best"] >= 0.9 for c in chosen) / len(chosen)
         summary[f"picks_{label}"] = chosen
     return summary
