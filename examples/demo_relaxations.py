@@ -41,7 +41,7 @@ WHAT = {"allreduce": "exact: gradients averaged every step (the baseline)",
         "decentralized-ring": "models averaged with ring neighbours",
         "decentralized-random": "models averaged with a random peer",
         "partial-static": "models averaged in fixed groups of 2",
-        "partial-smart": "groups of whoever is ready (stragglers)",
+        "partial-smart": "random groups of ranks that are ready (stragglers)",
         "async": "models averaged by a background thread",
         "ddp": "torch DistributedDataParallel over gloo (for comparison)"}
 

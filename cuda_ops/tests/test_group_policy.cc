@@ -241,3 +241,23 @@ TEST(group_policy_a_new_run_after_every_rank_retired_starts_afresh) {
     CHECK(g.members.size() == 2 && g.weights[0] == 0.5 && g.weights[1] == 0.5 && g.new_step == 1);
   }
 }
+
+TEST(group_policy_lagging_ranks_go_on_when_the_ranks_ahead_do_not_come) {
+  // Ranks 0 and 1 ran ahead and then stopped asking without retiring (blocked in a collective of
+  // the whole job that waits for ranks 2 and 3): the lagging ranks must not wait for them forever.
+  GroupPolicy policy(4, 2, 2, 0.01);
+  for (int t = 0; t < 2; ++t) {
+    for (int r = 0; r < 4; ++r) policy.arrive(r, t, t);
+    CHECK(policy.form(t).size() == 2);
+  }
+  for (int t = 2; t <= 10; ++t) {
+    for (int r = 0; r < 2; ++r) policy.arrive(r, t, t);
+    policy.form(t + 0.5);  // (their intended partners lag, so they go on without them)
+  }
+  policy.arrive(2, 2, 10.5);
+  policy.arrive(3, 2, 10.5);
+  CHECK(policy.form(11.0).empty());  // within two of the fastest rank's steps: waiting to adopt
+  const std::vector<GroupAssignment> groups = policy.form(12.6);
+  CHECK(groups.size() == 1 && groups[0].members == (std::vector<int>{2, 3}));
+  CHECK(policy.waiting() == 0);
+}

@@ -1,6 +1,7 @@
 #include "relaxed/group_service.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <chrono>
@@ -76,9 +77,20 @@ void GroupPolicy::arrive(int rank, int64_t step, double now) {
 double GroupPolicy::next_deadline(double now) const {
   double earliest = std::numeric_limits<double>::infinity();
   for (const Waiting& w : waiting_) {
-    if (w.deadline > now) earliest = std::min(earliest, w.deadline);
+    for (double t : {w.deadline, adoption_deadline(w)}) {
+      if (t > now) earliest = std::min(earliest, t);
+    }
   }
   return earliest;
+}
+
+double GroupPolicy::adoption_deadline(const Waiting& w) const {
+  double fastest = std::numeric_limits<double>::infinity();
+  for (size_t r = 0; r < interval_.size(); ++r) {
+    if (!retired_[r] && interval_[r] > 0) fastest = std::min(fastest, interval_[r]);
+  }
+  const double wait = std::isfinite(fastest) ? 2 * fastest : 0;
+  return std::max(w.deadline, w.since + wait);
 }
 
 GroupAssignment GroupPolicy::make(const std::vector<Waiting>& contributors, const Waiting* adopter) {
@@ -178,9 +190,12 @@ std::vector<GroupAssignment> GroupPolicy::form(double now) {
       chosen = group_for(w, fresh, leader, now);
       if (!chosen.empty()) break;
     }
-    if (fresh.empty() && waiting_.size() >= active) {
-      // Nobody can come to adopt from (the most advanced rank is waiting or retired): lagging
-      // ranks average among themselves rather than wait forever.
+    if (chosen.empty() && !stale.empty() &&
+        ((fresh.empty() && waiting_.size() >= active) || now >= adoption_deadline(stale.front()))) {
+      // Nobody can come to adopt from (the most advanced rank is waiting or retired), or nobody
+      // came within about a step of the fastest rank (the ranks ahead may be blocked in a
+      // collective of the whole job that waits for these): lagging ranks average among
+      // themselves rather than wait forever.
       chosen.assign(stale.begin(), stale.begin() + std::min<size_t>(stale.size(), static_cast<size_t>(group_size_)));
       stale.clear();
     }

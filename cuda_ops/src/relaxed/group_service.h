@@ -89,8 +89,12 @@ class GroupPolicy {
   // Groups to start now; each listed rank is removed from the waiting list.
   std::vector<GroupAssignment> form(double now);
   size_t waiting() const { return waiting_.size(); }
-  // The earliest time after `now` that a waiting rank's grace runs out (infinity if none).
+  // The earliest time after `now` that a waiting rank's grace or adoption wait runs out
+  // (infinity if none).
   double next_deadline(double now) const;
+  // Until when a lagging rank waits for a group to adopt from: two step intervals of the fastest
+  // rank (its own grace if longer, or if no interval is known yet).
+  double adoption_deadline(const Waiting& w) const;
 
  private:
   GroupAssignment make(const std::vector<Waiting>& contributors, const Waiting* adopter);
