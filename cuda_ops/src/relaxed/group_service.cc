@@ -173,7 +173,11 @@ std::vector<GroupPolicy::Waiting> GroupPolicy::group_for(const Waiting& w, const
 }
 
 std::vector<GroupAssignment> GroupPolicy::form(double now) {
-  partitions_.clear();  // (only the few steps of the ranks waiting now are looked up)
+  if (!waiting_.empty()) {  // keep the partitions of the steps still waited at (form() runs every poll)
+    int64_t oldest = waiting_.front().step;
+    for (const Waiting& w : waiting_) oldest = std::min(oldest, w.step);
+    partitions_.erase(partitions_.begin(), partitions_.lower_bound(oldest));
+  }
   std::vector<GroupAssignment> formed;
   while (!waiting_.empty()) {
     int64_t leader = -1;

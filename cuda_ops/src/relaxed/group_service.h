@@ -92,11 +92,11 @@ class GroupPolicy {
   // The earliest time after `now` that a waiting rank's grace or adoption wait runs out
   // (infinity if none).
   double next_deadline(double now) const;
+
+ private:
   // Until when a lagging rank waits for a group to adopt from: two step intervals of the fastest
   // rank (its own grace if longer, or if no interval is known yet).
   double adoption_deadline(const Waiting& w) const;
-
- private:
   GroupAssignment make(const std::vector<Waiting>& contributors, const Waiting* adopter);
   // The intended partition of a step (a pseudo-random order of the ranks, cut into groups in
   // that order), followed by each rank's position in the order.
@@ -118,7 +118,7 @@ class GroupPolicy {
   std::vector<double> interval_;      // per rank, smoothed time between its requests (0: unknown)
   std::vector<bool> retired_;
   std::vector<Waiting> waiting_;
-  mutable std::map<int64_t, std::vector<int>> partitions_;  // partition() of the steps looked up in form()
+  mutable std::map<int64_t, std::vector<int>> partitions_;  // partition() by step, from the oldest waited at
 };
 
 }  // namespace relax
