@@ -39,6 +39,18 @@ def test_allreduce_steps_record_compute_and_ring_bytes():
         assert r["bytes_received"] >= 2 * (SIZE - 1) * PARAMS * 4 // SIZE
 
 
+def test_inline_and_segment_allreduces_count_ring_bytes():
+    """Small all-reduces alone in a round carry their data in the round (inline) or run on the
+    shared segment, as timing decides: both count what a ring moves, so steps compare."""
+    before = hvd.engine_stats()
+    for i in range(20):
+        hvd.allreduce(torch.full((PARAMS,), float(i)), name="inline.probe")
+    after = hvd.engine_stats()
+    ring_bytes = 20 * (2 * (SIZE - 1) * PARAMS * 4 // SIZE)
+    assert after["bytes_sent"] - before["bytes_sent"] == ring_bytes
+    assert after["bytes_received"] - before["bytes_received"] == ring_bytes
+
+
 def test_ring_neighbour_average_sends_the_model_to_each_neighbour():
     records = train(Decentralized(topology="ring"))
     neighbours = 2 if SIZE > 2 else 1

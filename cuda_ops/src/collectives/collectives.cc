@@ -97,7 +97,9 @@ ShmCollectives* Collectives::shared_memory(int64_t bytes) const {
 
 void Collectives::reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale) {
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
-  count_traffic(bytes, bytes * (size_ - 1));  // its data to every peer's reach, theirs read here
+  // Counted as a ring would move, like shared_memory()'s all-reduce: which of the two paths runs
+  // depends on timing, and the step telemetry and performance model compare ring bytes.
+  count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);
   shm_->reduce_inline(dst, count, dtype, op, postscale);
 }
 
