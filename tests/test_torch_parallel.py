@@ -67,6 +67,13 @@ def test_convergence_grid_slice_with_four_ranks():
     assert run.returncode == 0, run.report()
 
 
+@pytest.mark.slow
+def test_scaled_sign_compression_on_two_ranks_keeps_allreduce_accuracy():
+    """The grid's worst 1-bit cells without the per-element step scale, with it and without."""
+    run = run_pytest_on_ranks(2, "torch_sign_two_ranks.py", per_test_timeout=300)
+    assert run.returncode == 0, run.report()
+
+
 @pytest.mark.parametrize("np_", [2, 3, 4])
 def test_decentralized_and_partial_allreduce(np_):
     run = run_pytest_on_ranks(np_, "torch_decentralized.py")

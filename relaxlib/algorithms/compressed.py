@@ -9,6 +9,7 @@ from relaxlib import perfmodel
 from relaxlib.algorithms import modes
 from relaxlib.algorithms.base import Algorithm, TrainingContext
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.step_scale import StepScale
 from relaxlib.compression import CODECS
 
 MB = 1 << 20
@@ -52,23 +53,40 @@ class CompressedScatterReduce(Algorithm):
     - ``"gradient"``: the gradients are compressed and the wrapped optimizer runs on their
       average, whatever it is (for Adam-like optimizers; 1-bit Adam is ``OneBitAdam``).
     - ``"auto"`` (default): ``"update"`` with SGD and a lossy codec, else ``"gradient"``.
+
+    ``scale_warmup`` (SGD steps compressed, ``"update"``; 0, the default, is off): the first this
+    many steps are all-reduced exactly and measure each element's typical step; afterwards every
+    element's step is divided by it before compression and multiplied back after, so that one
+    codec scale per chunk fits layers whose steps differ by orders of magnitude
+    (relaxlib.algorithms.step_scale). It helps 1-bit steps on non-negative, sparse inputs over
+    longer runs and can hurt once the frozen scale goes stale (docs/compression.md).
+    ``scale_floor`` bounds the division for elements that barely moved during the warm-up (a
+    fraction of the bucket's root mean scale added to every element's). The warm-up steps cost a
+    full-precision all-reduce each.
     """
 
     name = "compressed_scatter_reduce"
 
     def __init__(self, codec: str = "uint8", error_feedback: bool = True, hierarchical: bool = False,
-                 fusion_mb: float = 10, compress: str = "auto") -> None:
+                 fusion_mb: float = 10, compress: str = "auto", scale_warmup: int = 0,
+                 scale_floor: float = 0.1) -> None:
         if codec not in CODECS:
             raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)}")
         if fusion_mb <= 0:
             raise ValueError("fusion_mb must be positive")
         if compress not in ("auto", "update", "gradient"):
             raise ValueError(f"compress must be 'auto', 'update' or 'gradient', not {compress!r}")
+        if isinstance(scale_warmup, bool) or not isinstance(scale_warmup, int) or scale_warmup < 0:
+            raise ValueError(f"scale_warmup must be an integer >= 0, not {scale_warmup!r}")
+        if not scale_floor > 0:
+            raise ValueError(f"scale_floor must be > 0, not {scale_floor!r}")
         self.codec = codec
         self.error_feedback = error_feedback
         self.hierarchical = hierarchical
         self.fusion_mb = fusion_mb
         self.compress = compress
+        self.scale_warmup = scale_warmup
+        self.scale_floor = scale_floor
 
     def requirements(self) -> frozenset[str]:
         needs = {"compressed_allreduce"} | ({"error_feedback"} if self.error_feedback else set())
@@ -100,6 +118,9 @@ class CompressedScatterReduce(Algorithm):
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
         group = self._leaders if self.hierarchical else None
         self._memories = [ctx.error_feedback(numel, group=group) if holds_state else None for numel in self._numels]
+        warmup = self.scale_warmup if self._updates else 0
+        self._scales = ([StepScale(ctx, numel, warmup, self.scale_floor) for numel in self._numels]
+                        if warmup and self._numels else None)
 
     def _compresses_updates_with(self, snapshot: list[dict]) -> bool:
         """Whether ``compress`` means SGD steps with this optimizer (ValueError if it cannot)."""
@@ -114,10 +135,11 @@ class CompressedScatterReduce(Algorithm):
         """The same ops every step (with node groups too: a rank's part of the hierarchy is fixed
         at setup), with the residuals and SGD's momentum in context state. Not with
         ``max_grad_norm`` (a host norm) or, when SGD steps are compressed, SGD's ``dampening``
-        (whose first step differs from the others)."""
+        (whose first step differs from the others) or a scale warm-up (exact steps first)."""
         snapshot = ctx.snapshot()
-        damped = self._compresses_updates_with(snapshot) and any(group["dampening"] for group in snapshot)
-        return not (ctx.max_grad_norm or damped)
+        updates = self._compresses_updates_with(snapshot)
+        damped = updates and any(group["dampening"] for group in snapshot)
+        return not (ctx.max_grad_norm or damped or (updates and self.scale_warmup))
 
     def compresses_updates(self) -> bool:
         """Whether this run compresses SGD steps (``compress="update"`` in effect) rather than gradients."""
@@ -154,11 +176,20 @@ class CompressedScatterReduce(Algorithm):
             grad = grad + momentum * buffer if hyper["nesterov"] else buffer
         return hyper["lr"] * grad
 
+    def _warming_up(self) -> bool:
+        """Whether this step's SGD steps are all-reduced exactly (the scale's warm-up)."""
+        return self._scales is not None and self._scales[0].warming_up
+
     def _start(self, ctx: TrainingContext, bucket: int) -> None:
         flat = ctx.flatten_grads(self._buckets[bucket])
         if self._updates:
             flat = self._local_step(ctx, bucket, flat)
         name = f"{self.name}.{bucket}"
+        if self._warming_up():
+            self._started[bucket] = ctx.allreduce_async(flat, name + ".warmup", average=True)
+            return
+        if self._scales is not None:
+            flat = flat / self._scales[bucket].value(ctx)
         if not self.hierarchical:
             self._started[bucket] = ctx.compressed_allreduce_async(flat, name, self.codec, self._memories[bucket])
         else:  # first stage only; the rest follows in step()
@@ -166,7 +197,7 @@ class CompressedScatterReduce(Algorithm):
 
     def _finish(self, ctx: TrainingContext, bucket: int):
         result = ctx.wait(self._started.pop(bucket))
-        if not self.hierarchical:
+        if not self.hierarchical or self._warming_up():
             return result
         name = f"{self.name}.{bucket}"
         if self._leaders is not None:  # node mean -> mean over nodes, compressed
@@ -180,6 +211,12 @@ class CompressedScatterReduce(Algorithm):
                 self._start(ctx, bucket)  # parameters without gradient this step: zeros
         averaged = [self._finish(ctx, b) for b in range(len(self._buckets))]
         self._ready = [0] * len(self._buckets)
+        if self._scales is not None:
+            if self._warming_up():
+                for scale, update in zip(self._scales, averaged):
+                    scale.observe(ctx, update)
+            else:
+                averaged = [update * scale.value(ctx) for scale, update in zip(self._scales, averaged)]
         if self._updates:  # averaged SGD steps, already scaled by the learning rate
             for members, update in zip(self._buckets, averaged):
                 ctx.add_to_params(members, update, alpha=-1.0)
@@ -198,7 +235,8 @@ class CompressedScatterReduce(Algorithm):
     def state_dict(self) -> dict:
         return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],
                 "momentum": [m * 1.0 if m is not None and started else None
-                             for m, started in zip(self._momentum, self._momentum_started)]}
+                             for m, started in zip(self._momentum, self._momentum_started)],
+                "step_scale": [s.state_dict() for s in self._scales] if self._scales is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         for memory, saved in zip(self._memories, state["error_feedback"]):
@@ -211,6 +249,10 @@ class CompressedScatterReduce(Algorithm):
                 self._momentum[bucket] = self._ctx.zeros(len(saved))
             self._ctx.copy_(self._momentum[bucket], saved)
             self._momentum_started[bucket] = True
+        saved_scales = state.get("step_scale")
+        if self._scales is not None and saved_scales is not None:
+            for scale, saved in zip(self._scales, saved_scales):
+                scale.load_state_dict(self._ctx, saved)
 
 
 class OneBitAdam(Algorithm):

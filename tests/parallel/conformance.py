@@ -106,6 +106,9 @@ CASES = {
     "compressed-sign": (lambda: CompressedScatterReduce("sign"), "sgd", True),
     "compressed-uint8-adam": (lambda: CompressedScatterReduce("uint8"), "adam", False),
     "compressed-sign-hierarchical": (lambda: CompressedScatterReduce("sign", hierarchical=True), "sgd", True),
+    # the per-element step scale: 3 exact warm-up steps, then 3 scaled 1-bit ones (host steps in Keras)
+    "compressed-sign-scaled-hierarchical": (lambda: CompressedScatterReduce("sign", hierarchical=True, scale_warmup=3),
+                                            "sgd", True),
     "onebit-adam": (lambda: OneBitAdam(warmup_steps=3), "adam", True),
     "decentralized-ring": (lambda: Decentralized(topology="ring"), "sgd", False),
     "decentralized-ring-uint8": (lambda: Decentralized(topology="ring", codec="uint8"), "sgd", False),

@@ -142,13 +142,15 @@ def train(opt, model, steps):
         opt.step()
 
 
-@pytest.mark.parametrize("codec", ["uint8", "sign"])
-def test_checkpoint_and_resume_give_the_uninterrupted_trajectory(codec):
+@pytest.mark.parametrize("codec, scale_warmup", [("uint8", 0), ("sign", 0), ("sign", 2), ("sign", 6)],
+                         ids=["uint8", "sign", "sign-scaled-checkpoint-after-warmup",
+                              "sign-scaled-checkpoint-during-warmup"])
+def test_checkpoint_and_resume_give_the_uninterrupted_trajectory(codec, scale_warmup):
     def fresh():
         model = make_model()
+        algorithm = CompressedScatterReduce(codec, fusion_mb=0.0002, scale_warmup=scale_warmup)
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                       named_parameters=model.named_parameters(),
-                                       algorithm=CompressedScatterReduce(codec, fusion_mb=0.0002))
+                                       named_parameters=model.named_parameters(), algorithm=algorithm)
         return model, opt
 
     model, opt = fresh()
@@ -156,7 +158,8 @@ def test_checkpoint_and_resume_give_the_uninterrupted_trajectory(codec):
     # Copies, as torch.save would make: state_dict() returns the live tensors.
     checkpoint = copy.deepcopy({"model": model.state_dict(), "optimizer": opt.state_dict()})
     memories = checkpoint["optimizer"]["relaxlib"]["error_feedback"]
-    assert any(m is not None and m["worker"].abs().sum() > 0 for m in memories)
+    compressed_yet = scale_warmup < 4  # (warm-up steps are exact: no residuals)
+    assert any(m is not None and m["worker"].abs().sum() > 0 for m in memories) == compressed_yet
     train(opt, model, range(4, 8))
     uninterrupted = [p.detach().clone() for p in model.parameters()]
 
@@ -166,3 +169,58 @@ def test_checkpoint_and_resume_give_the_uninterrupted_trajectory(codec):
     train(opt, model, range(4, 8))
     for a, b in zip(model.parameters(), uninterrupted):
         assert torch.equal(a.detach(), b)
+
+
+def linear_sgd(algorithm, gradient: torch.Tensor, steps: int, lr: float = 0.1, momentum: float = 0.0):
+    """Parameters after ``steps`` SGD steps on the loss <w, gradient> (whose gradient is exactly
+    ``gradient``, every step), from zeros."""
+    w = torch.nn.Parameter(torch.zeros(len(gradient)))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=lr, momentum=momentum), named_parameters=[("w", w)],
+                                   algorithm=algorithm)
+    for _ in range(steps):
+        opt.zero_grad()
+        (w * gradient).sum().backward()
+        opt.step()
+    return w.detach()
+
+
+def spread_gradient(per_rank: bool) -> torch.Tensor:
+    """Magnitudes from 1e-3 to 1 in one bucket (a first layer's steps beside a last layer's),
+    random signs; different on every rank, or the same."""
+    gen = torch.Generator().manual_seed(3 + (RANK if per_rank else 0))
+    signs = torch.randint(0, 2, (96,), generator=gen) * 2.0 - 1
+    return signs * torch.logspace(-3, 0, 96)[torch.randperm(96, generator=gen)]
+
+
+def test_scale_warmup_steps_are_exact_sgd_steps():
+    gradient = spread_gradient(per_rank=True)
+    reference = linear_sgd(None, gradient, 3, momentum=0.9)
+    scaled = linear_sgd(CompressedScatterReduce("sign", scale_warmup=3), gradient, 3, momentum=0.9)
+    torch.testing.assert_close(scaled, reference, rtol=1e-6, atol=1e-9)
+
+
+def test_the_step_scale_sends_steps_of_very_different_magnitudes_exactly():
+    """The same step every time and on every rank: after the warm-up each scaled element has
+    magnitude 1, which the sign codec sends exactly, however far apart the magnitudes are (with
+    a negligible floor). Without the scale the 1-bit codec sends every element of a
+    chunk with one magnitude and the small ones move too far."""
+    gradient = spread_gradient(per_rank=False)
+    steps = 12
+    exact = linear_sgd(None, gradient, steps)
+    scaled = linear_sgd(CompressedScatterReduce("sign", scale_warmup=2, scale_floor=1e-9), gradient, steps)
+    unscaled = linear_sgd(CompressedScatterReduce("sign", scale_warmup=0), gradient, steps)
+
+    def worst_relative_error(w):
+        return float(((w - exact).abs() / exact.abs().clamp_min(1e-12)).max())
+
+    assert worst_relative_error(scaled) < 1e-5
+    assert worst_relative_error(unscaled) > 1.0  # the negative control: the test can tell them apart
+
+
+def test_the_step_scale_arguments_are_checked():
+    assert CompressedScatterReduce("sign").scale_warmup == 0  # off unless asked for
+    for bad in (-1, 2.5, True, None):
+        with pytest.raises(ValueError, match="scale_warmup"):
+            CompressedScatterReduce("sign", scale_warmup=bad)
+    with pytest.raises(ValueError, match="scale_floor"):
+        CompressedScatterReduce("sign", scale_floor=0)

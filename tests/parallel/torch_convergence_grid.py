@@ -2,19 +2,13 @@
 initial weights, schedule and modes), asserting the grid's targets against all-reduce (1-bit
 Adam against Adam) at the same cell. Run on 4 ranks."""
 
-import sys
-from pathlib import Path
-
+import grid_cells
 import pytest
+from grid_cells import grid
 
 import relaxlib_torch as hvd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import convergence_grid as grid  # noqa: E402
-
 hvd.init()
-DATA = grid.load_data()
-RESULTS: dict[tuple, dict] = {}
 # (model, lr, momentum): the point where 1-bit training failed (lr 0.05, momentum 0.9), a higher
 # learning rate, no momentum, the conv net
 CELLS = {"mlp-0.05-0.9": ("mlp", 0.05, 0.9), "mlp-0.1-0.9": ("mlp", 0.1, 0.9), "mlp-0.1-0": ("mlp", 0.1, 0.0),
@@ -22,20 +16,13 @@ CELLS = {"mlp-0.05-0.9": ("mlp", 0.05, 0.9), "mlp-0.1-0.9": ("mlp", 0.1, 0.9), "
 
 
 def accuracy(mode: str, cell: str, seed: int = 0, **options) -> float:
-    """Test accuracy (%) of ``mode`` at a grid cell from initial weights ``seed``, with
-    ``run_cell``'s optional keys (trained once per module)."""
-    model, lr, momentum = CELLS[cell]
-    key = (mode, cell, seed, tuple(sorted(options.items())))
-    if key not in RESULTS:
-        RESULTS[key] = grid.run_cell(hvd, DATA, {"model": model, "mode": mode, "lr": lr, "momentum": momentum,
-                                                 "seed": seed, **options})
-        assert RESULTS[key].get("ranks_agree", False), RESULTS[key]
-    return RESULTS[key]["accuracy"]
+    """Test accuracy (%) of ``mode`` at a named cell from initial weights ``seed``."""
+    return grid_cells.accuracy(mode, *CELLS[cell], seed, **options)
 
 
 def mean_accuracy(mode: str, cell: str, seeds: range, **options) -> float:
-    """Mean test accuracy (%) of ``mode`` over several initial weights."""
-    return sum(accuracy(mode, cell, seed, **options) for seed in seeds) / len(seeds)
+    """Mean test accuracy (%) of ``mode`` at a named cell over several initial weights."""
+    return grid_cells.mean_accuracy(mode, *CELLS[cell], seeds, **options)
 
 
 def bound(target: str) -> float:
@@ -48,17 +35,23 @@ def test_exact_modes_match_allreduce(mode):
     assert abs(accuracy(mode, cell) - accuracy("allreduce", cell)) <= bound("exact")
 
 
+# Lossy codecs are judged on means over initial weights, as the grid does: one seed's accuracy
+# moves by up to 2 points (the 1-point bound would then test the seed, not the codec).
+LOSSY_SEEDS = range(3)
+
+
 @pytest.mark.parametrize("cell", sorted(CELLS))
 @pytest.mark.parametrize("mode", grid.TARGETS["compressed with error feedback"][1])
 def test_compression_with_error_feedback_keeps_allreduce_accuracy(mode, cell):
-    reference = accuracy("allreduce", cell)
+    reference = mean_accuracy("allreduce", cell, LOSSY_SEEDS)
     assert reference >= grid.CONVERGED
-    assert accuracy(mode, cell) >= reference - bound("compressed with error feedback"), (mode, cell)
+    assert mean_accuracy(mode, cell, LOSSY_SEEDS) >= reference - bound("compressed with error feedback"), (mode, cell)
 
 
 @pytest.mark.parametrize("cell", ["mlp-0.05-0.9", "mlp-0.1-0"])
 def test_sign_error_feedback_is_never_worse_than_without(cell):
-    assert accuracy("compressed-sign", cell) >= accuracy("compressed-sign-noef", cell)
+    assert mean_accuracy("compressed-sign", cell, LOSSY_SEEDS) >= mean_accuracy("compressed-sign-noef", cell,
+                                                                               LOSSY_SEEDS)
 
 
 def test_error_feedback_through_the_momentum_is_measurably_worse():
