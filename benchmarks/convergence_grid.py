@@ -7,10 +7,19 @@ all-reduce, the momentum column then being Adam's beta1 and the learning rate a 
 column's). Model-averaging modes are measured after their final exact average (average_now).
 ``compressed-sign-gradient`` is the ablation of the default: 1-bit gradients with error feedback and
 SGD's momentum applied after the average (compress="gradient"), instead of compressing each rank's
-momentum step.
+momentum step; ``compressed-sign-scaled`` adds the per-element step scale (scale_warmup=10,
+relaxlib.algorithms.step_scale).
 
     python benchmarks/convergence_grid.py                      # the whole grid, 2 and 4 ranks
     python benchmarks/convergence_grid.py --np 4 --models mlp --modes allreduce,compressed-sign
+    python benchmarks/convergence_grid.py --dataset synthetic --models mlp,deep-mlp   # held out
+
+``--dataset synthetic`` and the model ``deep-mlp`` are a problem and a model no setting was
+chosen on: a check that what the digits grid shows carries over. ``narrow-mlp`` (64-32-10) is
+where compressed-sign-scaled's frozen scale goes stale in short runs:
+
+    python benchmarks/convergence_grid.py --np 2 --models narrow-mlp --lrs 0.05 --momenta 0.9 \
+        --seeds 10 --batch 32 --epochs 4 --modes allreduce,compressed-sign,compressed-sign-scaled
 
 Writes benchmarks/results/convergence_grid.json (every cell, the targets met or missed, the
 worst cell per mode) and convergence_grid.png (a heat map of the accuracy difference).
@@ -34,12 +43,13 @@ from relaxlib_launch.mpirun_command import mpirun_environment
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-MODELS = ("mlp", "conv")
+MODELS = ("mlp", "conv")  # the default grid
+EXTRA_MODELS = ("deep-mlp", "narrow-mlp")  # on request (--models)
 LRS = (0.01, 0.03, 0.05, 0.1)
 MOMENTA = (0.0, 0.9)
 ADAM_LR_FACTOR = 0.1  # Adam's cells run at a tenth of the column's learning rate
 MODES = ("allreduce", "dear", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-sign-noef",
-         "compressed-sign-gradient",
+         "compressed-sign-scaled", "compressed-sign-gradient",
          "adam", "onebit-adam", "decentralized-ring", "decentralized-random", "decentralized-ring-uint8",
          "partial-static", "partial-random", "partial-smart", "async")
 REFERENCE = {"onebit-adam": "adam", "adam": "adam"}  # every other mode is compared with allreduce
@@ -61,6 +71,11 @@ def build_model(name: str):
     import torch
     if name == "mlp":
         return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    if name == "deep-mlp":  # not in the default grid: a held-out model
+        return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64), torch.nn.ReLU(),
+                                   torch.nn.Linear(64, 10))
+    if name == "narrow-mlp":  # not in the default grid: where a frozen step scale goes stale
+        return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
     return torch.nn.Sequential(  # the digits as 1x8x8 images
         torch.nn.Unflatten(1, (1, 8, 8)),
         torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -75,6 +90,8 @@ def build_algorithm(mode: str):
         return None
     if mode == "compressed-sign-noef":
         return algorithms.CompressedScatterReduce("sign", error_feedback=False)
+    if mode == "compressed-sign-scaled":  # the per-element step scale (relaxlib.algorithms.step_scale)
+        return algorithms.CompressedScatterReduce("sign", scale_warmup=SIGN_SCALE_WARMUP)
     if mode == "compressed-sign-gradient":  # error feedback on the gradient, momentum after the average
         return algorithms.CompressedScatterReduce("sign", compress="gradient")
     if mode == "onebit-adam":
@@ -89,6 +106,7 @@ def build_algorithm(mode: str):
 
 
 EPOCHS, BATCH = 8, 16  # defaults of a cell: epochs, samples per rank and step
+SIGN_SCALE_WARMUP = 10  # exact steps before compressed-sign-scaled's scale is frozen (10 and 20 scored alike here)
 
 
 def shard(x, y, rank: int, size: int, by_label: bool = False):
@@ -153,14 +171,24 @@ def run_cell(hvd, data, cell: dict, epochs: int = EPOCHS, batch: int = BATCH) ->
     return {"accuracy": accuracy, "final_loss": float(loss.detach()), "ranks_agree": bool(spread.abs().max() == 0)}
 
 
-def load_data():
-    """Digits scaled to [0, 1]: (x_train, y_train, x_test, y_test), a stratified half each."""
+def load_data(dataset: str = "digits"):
+    """(x_train, y_train, x_test, y_test), a stratified half each: scikit-learn's digits scaled to
+    [0, 1], or ``"synthetic"``, a held-out problem of the same shape (64 features, 10 classes;
+    make_classification, fixed seed) for checking that a choice made on digits carries over."""
     import torch
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits, make_classification
     from sklearn.model_selection import train_test_split
-    digits = load_digits()
-    x = torch.tensor(digits.data, dtype=torch.float32) / 16
-    y = torch.tensor(digits.target)
+    if dataset == "synthetic":
+        features, labels = make_classification(n_samples=3600, n_features=64, n_informative=24, n_redundant=8,
+                                               n_classes=10, n_clusters_per_class=1, class_sep=2.0,
+                                               random_state=7)
+        features = (features - features.mean(0)) / features.std(0) / 3  # digits' spread (standard deviation 0.3-0.4)
+        x = torch.tensor(features, dtype=torch.float32)
+        y = torch.tensor(labels)
+    else:
+        digits = load_digits()
+        x = torch.tensor(digits.data, dtype=torch.float32) / 16
+        y = torch.tensor(digits.target)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.5, random_state=0, stratify=y)
     return x_train, y_train, x_test, y_test
 
@@ -171,7 +199,7 @@ def worker(args: argparse.Namespace) -> int:
     import relaxlib_torch as hvd
     torch.set_num_threads(1)
     hvd.init()
-    data = load_data()
+    data = load_data(args.dataset)
     cells = json.loads(Path(args.cells).read_text())
     with open(args.out, "a") if hvd.rank() == 0 else open(os.devnull, "w") as out:
         for number, cell in enumerate(cells, 1):
@@ -200,7 +228,7 @@ def run_ranks(np_: int, cells: list[dict], args: argparse.Namespace, workdir: Pa
     cells_file.write_text(json.dumps(cells))
     command = [sys.executable, "-m", "relaxlib_launch.relaxrun", "-np", str(np_), sys.executable, __file__,
                "--worker", "--cells", str(cells_file), "--out", str(out_file), "--epochs", str(args.epochs),
-               "--batch", str(args.batch)]
+               "--batch", str(args.batch), "--dataset", args.dataset]
     try:
         subprocess.run(command, env=mpirun_environment(), timeout=args.timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -351,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="pause after each backward pass, standing for a larger model's compute")
     parser.add_argument("--shards", choices=("strided", "by-label"), default="strided",
                         help="training data per rank: every size-th sample, or a slice of the set sorted by label")
+    parser.add_argument("--dataset", choices=("digits", "synthetic"), default="digits",
+                        help="digits, or a held-out synthetic problem of the same shape")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per job")
     parser.add_argument("--out", type=Path, default=RESULTS / "convergence_grid.json")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -361,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args)
     args.models = parse_list(args.models, str)
     args.modes = parse_list(args.modes, str)
-    unknown = sorted(set(args.modes) - set(MODES)) + sorted(set(args.models) - set(MODELS))
+    unknown = sorted(set(args.modes) - set(MODES)) + sorted(set(args.models) - set(MODELS) - set(EXTRA_MODELS))
     if unknown:
         parser.error(f"unknown modes or models: {unknown}")
     for needed, by in (("allreduce", set(args.modes) - {"adam", "onebit-adam"}), ("adam", {"onebit-adam"})):
@@ -378,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(records)
     summary["settings"] = {"np": parse_list(args.np, int), "models": args.models, "lrs": args.lrs,
                            "momenta": args.momenta, "seeds": args.seeds, "epochs": args.epochs,
-                           "batch_per_rank": args.batch, "data": "digits, half train (sharded), half test",
+                           "batch_per_rank": args.batch, "data": f"{args.dataset}, half train (sharded), half test",
                            "shards": args.shards, "compute_ms_per_step": args.compute_ms,
                            "adam_lr_factor": ADAM_LR_FACTOR, "converged_if_reference_at_least": CONVERGED,
                            "seconds": round(time.perf_counter() - started, 1)}
