@@ -16,12 +16,16 @@ class PartialAllReduce(ModelAveraging):
 
     ``generator``: ``"static"`` (a rotating partition computed from the step number: every rank
     in exactly one group per step), ``"random"`` (a fresh seeded random partition per step) or
-    ``"smart"`` (heterogeneity-aware: groups form from ranks that are ready, in arrival order; a
-    rank more than ``max_lag`` steps behind the most advanced one is left out of others' averages
-    and instead adopts the next group's average and step; a rank that finds no partner within its
-    grace time goes on alone). The grace time is ``grace_ms`` or ``grace_fraction`` of the rank's
-    own step interval, whichever is longer: ranks whose steps jitter by a few percent still meet,
-    and a rank never waits more than that fraction of a step for a partner. ``static``/``random``
+    ``"smart"`` (heterogeneity-aware: each step has a pseudo-random intended partition and a
+    rank waits within its grace time for its intended partners that are ready or coming, then
+    goes with whoever waits, or alone; a rank more than ``max_lag`` steps behind the most
+    advanced one is left out of others' averages and instead adopts the next group's average and
+    step). The grace time is ``grace_ms`` or ``grace_fraction`` of the rank's own step interval,
+    whichever is longer: ranks whose steps jitter still meet, and a rank never waits more than
+    that fraction of a step for a partner. 0.3 lets ranks over slow links, whose pairs finish
+    their averaging out of phase with each other, still meet their intended partners (0.1 left
+    them alone in half of the steps and their models 2-10x further apart than random groups'),
+    and costs nothing measurable with a straggler (docs/decentralized.md). ``static``/``random``
     keep all ranks in lock step through the overlapping groups; ``smart`` is the one that lets
     fast ranks run ahead of a straggler."""
 
@@ -31,7 +35,7 @@ class PartialAllReduce(ModelAveraging):
         return super().requirements() | {"group_average"}
 
     def __init__(self, group_size: int = 2, generator: str = "static", max_lag: int = 2, period: int = 1,
-                 seed: int = 0, grace_ms: float = 2.0, grace_fraction: float = 0.1) -> None:
+                 seed: int = 0, grace_ms: float = 2.0, grace_fraction: float = 0.3) -> None:
         if generator not in groups.GENERATORS:
             raise ValueError(f"unknown generator {generator!r}; choose one of {groups.GENERATORS}")
         if not isinstance(group_size, int) or group_size < 2:
