@@ -84,20 +84,10 @@ if not subset or hvd.rank() in process_set.ranks:
                     assert bits(result).equal(bits(first)), ("inline", label, count, dtype, op)
     print(f"INLINE={hvd.engine_stats()['inline_allreduces'] - inline_before}", flush=True)
 hvd.barrier()  # a rank that shuts down ends the job's collectives: wait for the subset
-
-
-def mapped_segments() -> set[str]:
-    """Names of relaxlib segments in one read of /proc/self/maps."""
-    return {line.split()[-2] if line.endswith("(deleted)") else line.split()[-1]
-            for line in Path("/proc/self/maps").read_text().splitlines() if "/relaxlib-" in line}
-
-
-# The kernel writes /proc/self/maps a page at a time while MPI's and the engine's threads may
-# change the address space, and two clean-clone runs saw a segment missing from one read. A
-# segment is mapped until shutdown, so the union of a few reads counts them; reads that differ
-# are reported.
-reads = [mapped_segments() for _ in range(3)]
-if any(r != reads[0] for r in reads):
-    print(f"MAPS-READS-DIFFER {[sorted(r) for r in reads]}", file=sys.stderr, flush=True)
-print(f"SEGMENTS={len(set().union(*reads))}", flush=True)
+names = {line.split()[-2] if line.endswith("(deleted)") else line.split()[-1]
+         for line in Path("/proc/self/maps").read_text().splitlines() if "/relaxlib-" in line}
+# A rank that shuts down ends every rank's engine, which unmaps the segments: nobody may shut down
+# before every rank has counted (two clean-clone runs saw a rank count too few).
+hvd.barrier()
+print(f"SEGMENTS={len(names)}", flush=True)
 hvd.shutdown()
