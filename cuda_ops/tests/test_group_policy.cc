@@ -276,7 +276,7 @@ TEST(group_policy_equal_speeds_over_a_slow_link_keep_mixing) {
   // leave an averaging together and out of phase with the other pairs, so an intended partner
   // from another pair is up to a step away. A grace of a tenth of a step (the former default)
   // left ranks alone in 12-49 % of steps here and the drifting quantity 59-81 apart; on 4 ranks of
-  // make demo's shaped part the models ended 2-10x further apart than with random groups. With
+  // make demo's shaped part the models ended 2-12x further apart than with random groups. With
   // PartialAllReduce's default of 0.3 the ranks fall into step and take new partners.
   for (int size : {4, 8}) {
     const Outcome o = simulate(size, 2, 2, 0.002, std::vector<double>(static_cast<size_t>(size), 0.2), 2000, 0.3,

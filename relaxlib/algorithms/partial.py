@@ -24,8 +24,10 @@ class PartialAllReduce(ModelAveraging):
     whichever is longer: ranks whose steps jitter still meet, and a rank never waits more than
     that fraction of a step for a partner. 0.3 lets ranks over slow links, whose pairs finish
     their averaging out of phase with each other, still meet their intended partners (0.1 left
-    them alone in half of the steps and their models 2-10x further apart than random groups'),
-    and costs nothing measurable with a straggler (docs/decentralized.md). ``static``/``random``
+    them alone in half of the steps and their models 2-12x further apart than random groups').
+    With a straggler it costs nothing measurable on shared memory; over slow links it averages
+    more often at some speed, where 0.1 buys speed by skipping averagings (docs/decentralized.md).
+    ``static``/``random``
     keep all ranks in lock step through the overlapping groups; ``smart`` is the one that lets
     fast ranks run ahead of a straggler."""
 
