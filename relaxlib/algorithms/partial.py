@@ -27,9 +27,8 @@ class PartialAllReduce(ModelAveraging):
     them alone in half of the steps and their models 2-12x further apart than random groups').
     With a straggler it costs nothing measurable on shared memory; over slow links it averages
     more often at some speed, where 0.1 buys speed by skipping averagings (docs/decentralized.md).
-    ``static``/``random``
-    keep all ranks in lock step through the overlapping groups; ``smart`` is the one that lets
-    fast ranks run ahead of a straggler."""
+    ``static``/``random`` keep all ranks in lock step through the overlapping groups; ``smart``
+    is the one that lets fast ranks run ahead of a straggler."""
 
     name = "partial_allreduce"
 
