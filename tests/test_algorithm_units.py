@@ -80,6 +80,15 @@ def test_model_averaging_arguments_are_checked():
     assert Decentralized("ring", codec="sign").consensus_step < Decentralized("ring", codec="fp16").consensus_step
 
 
+def test_the_step_scale_arguments_are_checked():
+    assert CompressedScatterReduce("sign").scale_warmup == 0  # off unless asked for
+    for bad in (-1, 2.5, True, None):
+        with pytest.raises(ValueError, match="scale_warmup"):
+            CompressedScatterReduce("sign", scale_warmup=bad)
+    with pytest.raises(ValueError, match="scale_floor"):
+        CompressedScatterReduce("sign", scale_floor=0)
+
+
 def test_algorithms_declare_the_context_capabilities_they_use():
     assert AllReduce().requirements() == frozenset()
     assert AsyncModelAverage().requirements() == {"weights"}  # averaging writes the weights
