@@ -62,6 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tune", action="store_true", help="DeAR: tune the bucket size")
     parser.add_argument("--codec", default="uint8", choices=["fp16", "uint8", "sign"], help="compressed: codec")
     parser.add_argument("--no-error-feedback", action="store_true", help="compressed: without error feedback")
+    parser.add_argument("--step-scale", default="auto", choices=["auto", "factored", "none"],
+                        help="compressed: the per-element step scale (auto: with sign and SGD)")
     parser.add_argument("--compress-model", action="store_true", help="decentralized: send --codec (CHOCO)")
     parser.add_argument("--topology", default="ring", choices=["ring", "random"], help="decentralized: neighbours")
     parser.add_argument("--generator", default="smart", choices=["static", "random", "smart"],
@@ -122,7 +124,8 @@ class Comms:
             "allreduce": lambda: None,
             "dear": lambda: algorithms.DeAR(fusion_mb=args.fusion_mb, tune=args.tune),
             "compressed": lambda: algorithms.CompressedScatterReduce(args.codec,
-                                                                     error_feedback=not args.no_error_feedback),
+                                                                     error_feedback=not args.no_error_feedback,
+                                                                     step_scale=args.step_scale),
             "onebit_adam": lambda: algorithms.OneBitAdam(lr=1e-4, warmup_steps=2),
             "decentralized": lambda: algorithms.Decentralized(args.topology, codec=args.codec if args.compress_model
                                                               else None),
@@ -226,7 +229,7 @@ def worker_argv(args, result: str) -> list[str]:
     argv = [sys.executable, __file__, "--worker", "--result", result]
     for key in ("algorithm", "model", "layers", "width", "forward_ms", "backward_ms", "batch_size",
                 "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec",
-                "topology", "generator", "group_size", "sync_interval_ms"):
+                "topology", "generator", "group_size", "sync_interval_ms", "step_scale"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.straggler:
         argv += ["--straggler", args.straggler]

@@ -95,6 +95,11 @@ def chunk_count(count: int, size: int, rank: int) -> int:
     return count // size + (1 if rank < count % size else 0)
 
 
+def chunk_offset(count: int, size: int, rank: int) -> int:
+    """Where ``rank``'s chunk starts when ``count`` elements are split over ``size`` ranks."""
+    return rank * (count // size) + min(rank, count % size)
+
+
 def part_counts(count: int, size: int, rank: int) -> list[int]:
     """Elements of each part of ``rank``'s chunk (what one codec header covers)."""
     parts = int(_core.lib().relax_compressed_parts(count, size))

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from relaxlib import compression, direct
 from relaxlib.basics import Average, Sum
-from relaxlib.compression import chunk_count
+from relaxlib.compression import chunk_count, chunk_offset
 from relaxlib.direct import Buffer
 from relaxlib.process_sets import global_process_set, process_set_id
 from relaxlib_tf import mpi_ops
@@ -44,6 +44,13 @@ class ErrorFeedback(tf.Module):
         own = chunk_count(numel, process_set.size(), process_set.rank())
         self.worker = tf.Variable(tf.zeros([numel], tf.float32), trainable=False, name="worker_error")
         self.owner = tf.Variable(tf.zeros([own], tf.float32), trainable=False, name="owner_error")
+        self._owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+
+    def rescale(self, factor) -> None:
+        """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
+        keeps them in the input's units when the input's per-element scale changes."""
+        self.worker.assign(self.worker * factor)
+        self.owner.assign(self.owner * factor[self._owner_offset:self._owner_offset + self.owner.shape[0]])
 
     def reset(self) -> None:
         """Forgets the accumulated residuals."""
@@ -106,6 +113,13 @@ class HostErrorFeedback:
         self.process_set = process_set
         self.worker = np.zeros(numel, np.float32)
         self.owner = np.zeros(chunk_count(numel, process_set.size(), process_set.rank()), np.float32)
+        self._owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+
+    def rescale(self, factor: np.ndarray) -> None:
+        """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
+        keeps them in the input's units when the input's per-element scale changes."""
+        self.worker *= factor
+        self.owner *= factor[self._owner_offset:self._owner_offset + self.owner.size]
 
     def reset(self) -> None:
         """Forgets the accumulated residuals."""

@@ -51,7 +51,7 @@ class KerasBinding(TrainingContext):
         # Keras variables name their dtype as a string, tf.Variables as a tf.DType: accept both.
         dtypes = [np.dtype(tf.as_dtype(v.dtype).as_numpy_dtype) for v in self._variables]
         self._refs = [ParamRef(i, getattr(v, "path", None) or getattr(v, "name", None) or f"source{i}",
-                               int(np.prod(v.shape)), dtype.itemsize, dtype.name)
+                               int(np.prod(v.shape)), dtype.itemsize, dtype.name, shape=tuple(int(d) for d in v.shape))
                       for i, (v, dtype) in enumerate(zip(self._variables, dtypes))]
 
     def set_gradients(self, grads: list) -> None:

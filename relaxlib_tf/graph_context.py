@@ -81,6 +81,17 @@ class KerasGraphContext(KerasBinding):
     def sqrt(self, tensor) -> tf.Tensor:
         return tf.sqrt(tensor)  # correctly rounded (tf.pow(x, 0.5) is not)
 
+    def factor_mean_squares(self, tensor, rows: int, cols: int) -> tf.Tensor:
+        squares = tf.square(tf.reshape(tf.cast(tensor, tf.float64), [rows, cols]))
+        row = tf.reduce_mean(squares, axis=1)
+        return tf.cast(tf.concat([row, tf.reduce_mean(squares, axis=0), [tf.reduce_mean(row)]], axis=0), tf.float32)
+
+    def outer(self, a, b) -> tf.Tensor:
+        return tf.reshape(a[:, None] * b[None, :], [-1])
+
+    def repeat(self, tensor, count: int) -> tf.Tensor:
+        return tf.repeat(tensor, count)
+
     def clone(self, tensor) -> tf.Tensor:
         return tf.identity(tensor)
 

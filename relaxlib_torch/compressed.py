@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from relaxlib.compression import chunk_count, codec_id
+from relaxlib.compression import chunk_count, chunk_offset, codec_id
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
 
@@ -19,6 +19,13 @@ class ErrorFeedback:
         self.numel = numel
         self.worker = torch.zeros(numel, dtype=torch.float32)
         self.owner = torch.zeros(chunk_count(numel, process_set.size(), process_set.rank()), dtype=torch.float32)
+        self._owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+
+    def rescale(self, factor: torch.Tensor) -> None:
+        """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
+        keeps them in the input's units when the input's per-element scale changes."""
+        self.worker.mul_(factor)
+        self.owner.mul_(factor[self._owner_offset:self._owner_offset + self.owner.numel()])
 
     def reset(self) -> None:
         """Forgets the accumulated residuals."""

@@ -29,7 +29,8 @@ class TorchContext(TrainingContext):
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         self._group_of = [gi for gi, group in enumerate(optimizer.param_groups) for _ in group["params"]]
         self._index_of = {p: i for i, p in enumerate(self._params)}
-        self._refs = [ParamRef(i, names[p], p.numel(), p.element_size(), str(p.dtype), self._group_of[i])
+        self._refs = [ParamRef(i, names[p], p.numel(), p.element_size(), str(p.dtype), self._group_of[i],
+                               tuple(p.shape))
                       for i, p in enumerate(self._params)]
         self._recording = model is not None
         self._module_calls: list[torch.nn.Module] = []
@@ -143,6 +144,17 @@ class TorchContext(TrainingContext):
         if tensor.device.type != "cpu" or tensor.dtype not in (torch.float32, torch.float64):
             return torch.sqrt(tensor)
         return torch.from_numpy(np.sqrt(tensor.detach().numpy()))
+
+    def factor_mean_squares(self, tensor: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+        squares = tensor.detach().to(torch.float64).reshape(rows, cols).square()
+        row = squares.mean(1)
+        return torch.cat([row, squares.mean(0), row.mean().reshape(1)]).float()
+
+    def outer(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.outer(a, b).reshape(-1)
+
+    def repeat(self, tensor: torch.Tensor, count: int) -> torch.Tensor:
+        return tensor.repeat_interleave(count)
 
     def zeros(self, numel: int) -> torch.Tensor:
         """On the parameters' device: algorithms keep it as state next to them (e.g. momentum)."""

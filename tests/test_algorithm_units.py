@@ -1,7 +1,9 @@
-"""Framework-neutral algorithm pieces without MPI: bucketing and the fusion-size search."""
+"""Framework-neutral algorithm pieces without MPI: bucketing, the fusion-size search, argument
+checks and the step scale's statistics."""
 
 import math
 
+import numpy as np
 import pytest
 
 from relaxlib.algorithms import (
@@ -13,8 +15,9 @@ from relaxlib.algorithms import (
     OneBitAdam,
     PartialAllReduce,
 )
-from relaxlib.algorithms.base import CAPABILITIES, missing_capabilities
+from relaxlib.algorithms.base import CAPABILITIES, TrainingContext, missing_capabilities
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.step_scale import factor_shape
 from relaxlib.algorithms.tuning import BayesianSearch
 
 
@@ -81,12 +84,26 @@ def test_model_averaging_arguments_are_checked():
 
 
 def test_the_step_scale_arguments_are_checked():
-    assert CompressedScatterReduce("sign").scale_warmup == 0  # off unless asked for
-    for bad in (-1, 2.5, True, None):
-        with pytest.raises(ValueError, match="scale_warmup"):
-            CompressedScatterReduce("sign", scale_warmup=bad)
+    assert CompressedScatterReduce("sign").step_scale == "auto"
+    for bad in ("warmup", None, True, 0):
+        with pytest.raises(ValueError, match="step_scale"):
+            CompressedScatterReduce("sign", step_scale=bad)
     with pytest.raises(ValueError, match="scale_floor"):
         CompressedScatterReduce("sign", scale_floor=0)
+
+
+def test_parameters_factor_as_first_dimension_against_the_rest():
+    assert factor_shape((16, 1, 3, 3)) == (16, 9)  # a convolution: out x (in * kh * kw)
+    assert factor_shape((10, 128)) == (10, 128)
+    assert factor_shape((10,)) == factor_shape(()) == (1, 1)  # a bias, a scalar: one scale
+    assert factor_shape((1, 64)) == factor_shape((64, 1)) == (1, 1)  # not a float of statistics per element
+
+
+def test_factored_statistics_are_the_mean_squares_of_rows_columns_and_whole():
+    step = np.arange(6, dtype=np.float32)  # [[0, 1, 2], [3, 4, 5]]
+    stats = TrainingContext.factor_mean_squares(None, step, 2, 3)
+    assert stats.dtype == np.float32
+    np.testing.assert_allclose(stats, [5 / 3, 50 / 3, 4.5, 8.5, 14.5, 55 / 6], rtol=1e-7)
 
 
 def test_algorithms_declare_the_context_capabilities_they_use():

@@ -35,6 +35,7 @@ class ParamRef:
     itemsize: int
     dtype: str
     group: int = 0  # index of its optimizer parameter group
+    shape: tuple[int, ...] = ()  # the parameter's shape (() for a scalar, or where unknown)
 
 
 # What a binding may lack, by name: an algorithm lists what it needs (Algorithm.requirements), a
@@ -145,6 +146,28 @@ class TrainingContext(ABC):
         binding computes the same bits. This default suits host arrays (numpy's power 0.5 is its
         sqrt); a binding whose own square root rounds otherwise overrides it."""
         return tensor ** 0.5
+
+    def factor_mean_squares(self, tensor: Any, rows: int, cols: int) -> Any:
+        """Mean squares of a flat float32 ``tensor`` viewed as ``rows x cols`` (a parameter's
+        step), as a new float32 tensor of ``rows + cols + 1``: each row's, each column's, then the
+        whole tensor's. Computed in float64 and rounded once, so every binding gets the same bits.
+        This default is for host arrays."""
+        import numpy as np
+        squares = np.square(np.asarray(tensor, np.float64).reshape(rows, cols))
+        row = squares.mean(axis=1)
+        return np.concatenate([row, squares.mean(axis=0), [row.mean()]]).astype(np.float32)
+
+    def outer(self, a: Any, b: Any) -> Any:
+        """The outer product of two flat tensors, flattened row by row (``a[i] * b[j]`` at
+        ``i * len(b) + j``), as a new tensor. This default is for host arrays."""
+        import numpy as np
+        return np.outer(a, b).reshape(-1)
+
+    def repeat(self, tensor: Any, count: int) -> Any:
+        """A new flat tensor: each element of ``tensor`` ``count`` times in a row. This default is
+        for host arrays."""
+        import numpy as np
+        return np.repeat(tensor, count)
 
     def difference(self, a: Any, b: Any) -> Any:
         """``a - b`` as a new tensor."""

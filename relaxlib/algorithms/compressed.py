@@ -9,7 +9,7 @@ from relaxlib import perfmodel
 from relaxlib.algorithms import modes
 from relaxlib.algorithms.base import Algorithm, TrainingContext
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
-from relaxlib.algorithms.step_scale import StepScale
+from relaxlib.algorithms.step_scale import FactoredScale
 from relaxlib.compression import CODECS
 
 MB = 1 << 20
@@ -24,6 +24,11 @@ def gradient_buckets(ctx: TrainingContext, fusion_mb: float) -> list[list[int]]:
         raise ValueError(f"compressed algorithms handle float32 parameters; these are not: {odd[:5]}")
     specs = [ParamSpec(p.index, p.numel, p.itemsize, f"group{p.group}") for p in params]
     return make_buckets(specs, int(fusion_mb * MB))
+
+
+def _shape(param) -> tuple[int, ...]:
+    """A parameter's shape, or a vector of its size where the binding does not know it."""
+    return param.shape if math.prod(param.shape) == param.numel else (param.numel,)
 
 
 SGD_KEYS = frozenset({"lr", "momentum", "dampening", "nesterov"})
@@ -54,21 +59,22 @@ class CompressedScatterReduce(Algorithm):
       average, whatever it is (for Adam-like optimizers; 1-bit Adam is ``OneBitAdam``).
     - ``"auto"`` (default): ``"update"`` with SGD and a lossy codec, else ``"gradient"``.
 
-    ``scale_warmup`` (SGD steps compressed, ``"update"``; 0, the default, is off): the first this
-    many steps are all-reduced exactly and measure each element's typical step; afterwards every
-    element's step is divided by it before compression and multiplied back after, so that one
-    codec scale per chunk fits layers whose steps differ by orders of magnitude
-    (relaxlib.algorithms.step_scale). It helps 1-bit steps on non-negative, sparse inputs over
-    longer runs and can hurt once the frozen scale goes stale (docs/compression.md).
-    ``scale_floor`` bounds the division for elements that barely moved during the warm-up (a
-    fraction of the bucket's root mean scale added to every element's). The warm-up steps cost a
-    full-precision all-reduce each.
+    ``step_scale`` says whether each element's value is divided by its typical magnitude before
+    compression (and the decoded average multiplied back), so that one codec scale per chunk fits
+    layers whose steps differ by orders of magnitude: ``"factored"`` (a scale per element from
+    the mean squares of each parameter's rows and columns, averaged over the ranks by one small
+    all-reduce per bucket and step: relaxlib.algorithms.step_scale), ``"none"``, or ``"auto"``
+    (default): factored for the 1-bit ``"sign"`` codec with error feedback when SGD steps are
+    compressed, none otherwise (without error feedback the scale cost accuracy).
+    ``scale_floor`` bounds the division where a row or column barely moves (a fraction of the
+    parameter's root mean square). The statistics cost ``rows + cols + 1`` floats per parameter
+    on the wire (docs/compression.md gives the bits per element).
     """
 
     name = "compressed_scatter_reduce"
 
     def __init__(self, codec: str = "uint8", error_feedback: bool = True, hierarchical: bool = False,
-                 fusion_mb: float = 10, compress: str = "auto", scale_warmup: int = 0,
+                 fusion_mb: float = 10, compress: str = "auto", step_scale: str = "auto",
                  scale_floor: float = 0.1) -> None:
         if codec not in CODECS:
             raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)}")
@@ -76,8 +82,8 @@ class CompressedScatterReduce(Algorithm):
             raise ValueError("fusion_mb must be positive")
         if compress not in ("auto", "update", "gradient"):
             raise ValueError(f"compress must be 'auto', 'update' or 'gradient', not {compress!r}")
-        if isinstance(scale_warmup, bool) or not isinstance(scale_warmup, int) or scale_warmup < 0:
-            raise ValueError(f"scale_warmup must be an integer >= 0, not {scale_warmup!r}")
+        if step_scale not in ("auto", "factored", "none"):
+            raise ValueError(f"step_scale must be 'auto', 'factored' or 'none', not {step_scale!r}")
         if not scale_floor > 0:
             raise ValueError(f"scale_floor must be > 0, not {scale_floor!r}")
         self.codec = codec
@@ -85,7 +91,7 @@ class CompressedScatterReduce(Algorithm):
         self.hierarchical = hierarchical
         self.fusion_mb = fusion_mb
         self.compress = compress
-        self.scale_warmup = scale_warmup
+        self.step_scale = step_scale
         self.scale_floor = scale_floor
 
     def requirements(self) -> frozenset[str]:
@@ -101,6 +107,7 @@ class CompressedScatterReduce(Algorithm):
         self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
         self._ready = [0] * len(self._buckets)
         self._started: dict[int, object] = {}
+        self._waiting: dict[int, tuple] = {}  # buckets waiting for their scale's statistics
         self._local = self._leaders = None
         self._leader = 0
         self._ctx = ctx
@@ -118,9 +125,10 @@ class CompressedScatterReduce(Algorithm):
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
         group = self._leaders if self.hierarchical else None
         self._memories = [ctx.error_feedback(numel, group=group) if holds_state else None for numel in self._numels]
-        warmup = self.scale_warmup if self._updates else 0
-        self._scales = ([StepScale(ctx, numel, warmup, self.scale_floor) for numel in self._numels]
-                        if warmup and self._numels else None)
+        scaled = self.step_scale == "factored" or (self.step_scale == "auto" and self._updates and self.codec == "sign"
+                                                   and self.error_feedback)
+        self._scales = [FactoredScale(ctx, [_shape(ctx.parameters()[i]) for i in members], self.scale_floor)
+                        for members in self._buckets] if scaled else None
 
     def _compresses_updates_with(self, snapshot: list[dict]) -> bool:
         """Whether ``compress`` means SGD steps with this optimizer (ValueError if it cannot)."""
@@ -133,13 +141,13 @@ class CompressedScatterReduce(Algorithm):
 
     def traceable(self, ctx: TrainingContext) -> bool:
         """The same ops every step (with node groups too: a rank's part of the hierarchy is fixed
-        at setup), with the residuals and SGD's momentum in context state. Not with
-        ``max_grad_norm`` (a host norm) or, when SGD steps are compressed, SGD's ``dampening``
-        (whose first step differs from the others) or a scale warm-up (exact steps first)."""
+        at setup), with the residuals, SGD's momentum and the step scale in context state. Not
+        with ``max_grad_norm`` (a host norm) or, when SGD steps are compressed, SGD's
+        ``dampening`` (whose first step differs from the others)."""
         snapshot = ctx.snapshot()
         updates = self._compresses_updates_with(snapshot)
         damped = updates and any(group["dampening"] for group in snapshot)
-        return not (ctx.max_grad_norm or damped or (updates and self.scale_warmup))
+        return not (ctx.max_grad_norm or damped)
 
     def compresses_updates(self) -> bool:
         """Whether this run compresses SGD steps (``compress="update"`` in effect) rather than gradients."""
@@ -176,20 +184,36 @@ class CompressedScatterReduce(Algorithm):
             grad = grad + momentum * buffer if hyper["nesterov"] else buffer
         return hyper["lr"] * grad
 
-    def _warming_up(self) -> bool:
-        """Whether this step's SGD steps are all-reduced exactly (the scale's warm-up)."""
-        return self._scales is not None and self._scales[0].warming_up
-
     def _start(self, ctx: TrainingContext, bucket: int) -> None:
         flat = ctx.flatten_grads(self._buckets[bucket])
         if self._updates:
             flat = self._local_step(ctx, bucket, flat)
         name = f"{self.name}.{bucket}"
-        if self._warming_up():
-            self._started[bucket] = ctx.allreduce_async(flat, name + ".warmup", average=True)
+        if self._scales is None:
+            self._send(ctx, bucket, flat)
             return
-        if self._scales is not None:
-            flat = flat / self._scales[bucket].value(ctx)
+        # The scale needs every rank's statistics of this step: their all-reduce runs while
+        # backward goes on, and the bucket leaves once the next one is ready (or in step()).
+        statistics = self._scales[bucket].statistics(ctx, flat)
+        self._waiting[bucket] = (flat, ctx.allreduce_async(statistics, name + ".scale", average=True))
+        self._send_waiting(ctx, keep=bucket)
+
+    def _send_waiting(self, ctx: TrainingContext, keep: int | None = None) -> None:
+        """Sends the buckets waiting for their scale statistics (but ``keep``), in bucket order:
+        each divided by its updated scale, its error-feedback memories following the change."""
+        for bucket in sorted(self._waiting):
+            if bucket == keep:
+                continue
+            flat, statistics = self._waiting.pop(bucket)
+            scale = self._scales[bucket]
+            change = scale.update(ctx, ctx.wait(statistics))
+            if self._memories[bucket] is not None:
+                self._memories[bucket].rescale(change)
+            self._send(ctx, bucket, flat / scale.value)
+
+    def _send(self, ctx: TrainingContext, bucket: int, flat) -> None:
+        """Starts a bucket's compressed all-reduce (hierarchical: its first, node-local stage)."""
+        name = f"{self.name}.{bucket}"
         if not self.hierarchical:
             self._started[bucket] = ctx.compressed_allreduce_async(flat, name, self.codec, self._memories[bucket])
         else:  # first stage only; the rest follows in step()
@@ -197,7 +221,7 @@ class CompressedScatterReduce(Algorithm):
 
     def _finish(self, ctx: TrainingContext, bucket: int):
         result = ctx.wait(self._started.pop(bucket))
-        if not self.hierarchical or self._warming_up():
+        if not self.hierarchical:
             return result
         name = f"{self.name}.{bucket}"
         if self._leaders is not None:  # node mean -> mean over nodes, compressed
@@ -207,16 +231,13 @@ class CompressedScatterReduce(Algorithm):
 
     def step(self, ctx: TrainingContext) -> None:
         for bucket in range(len(self._buckets)):
-            if bucket not in self._started:
+            if bucket not in self._started and bucket not in self._waiting:
                 self._start(ctx, bucket)  # parameters without gradient this step: zeros
+        self._send_waiting(ctx)
         averaged = [self._finish(ctx, b) for b in range(len(self._buckets))]
         self._ready = [0] * len(self._buckets)
         if self._scales is not None:
-            if self._warming_up():
-                for scale, update in zip(self._scales, averaged):
-                    scale.observe(ctx, update)
-            else:
-                averaged = [update * scale.value(ctx) for scale, update in zip(self._scales, averaged)]
+            averaged = [update * scale.value for scale, update in zip(self._scales, averaged)]
         if self._updates:  # averaged SGD steps, already scaled by the learning rate
             for members, update in zip(self._buckets, averaged):
                 ctx.add_to_params(members, update, alpha=-1.0)
@@ -236,7 +257,7 @@ class CompressedScatterReduce(Algorithm):
         return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],
                 "momentum": [m * 1.0 if m is not None and started else None
                              for m, started in zip(self._momentum, self._momentum_started)],
-                "step_scale": [s.state_dict() for s in self._scales] if self._scales is not None else None}
+                "step_scale": [s.state_dict(self._ctx) for s in self._scales] if self._scales is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         for memory, saved in zip(self._memories, state["error_feedback"]):

@@ -1,22 +1,29 @@
-"""A per-element scale for SGD steps that go through a codec with one scale per chunk.
+"""A per-element scale, fresh every step, for steps that go through a codec with one scale per chunk.
 
 The 1-bit codec sends every element of a chunk with the same magnitude, and a chunk of a fused
-bucket holds elements whose steps differ by orders of magnitude: with inputs that are never
-negative and often zero (pixels), a weight's step is the unit's error times its input, so a
-row of the first layer's steps has one sign and magnitudes that follow the input, which 1-bit
-codes as all equal. Error feedback repairs that only over many steps; with momentum it cost up
-to 6 points of accuracy on digits (docs/compression.md).
+bucket holds elements whose steps differ by orders of magnitude. With inputs that are never
+negative and often zero (pixels), a weight's step is its unit's error times its input: a row of
+the first layer's steps has one sign and magnitudes that follow the input, which 1-bit codes as
+all equal. Error feedback repairs that only over many steps: with momentum it cost up to 6
+points of accuracy on digits (docs/compression.md).
 
-The remedy is 1-bit Adam's: for ``warmup_steps`` steps the steps are all-reduced exactly and the
-mean square of each element's averaged step is recorded; from then on each rank divides its step
-by that element's root mean square before compression (the values the codec sees then have
-similar magnitudes) and the decoded average is multiplied back. The scale comes from all-reduced
-values, so it is the same on every rank, and it is frozen, so the error-feedback memories keep
-their units. ``floor`` times the bucket's root mean scale is added to every element's: an element that
-barely moved during warm-up would otherwise have its later steps divided by almost zero (1-bit
-Adam's frozen variance takes the same floor). Where each element's step keeps its warm-up
-magnitude and the floor is small, the scaled values all have magnitude 1, which the sign codec
-sends exactly.
+The remedy divides each element's step by its typical magnitude before compression and
+multiplies the decoded average back, so the codec sees values of similar magnitude. The
+magnitude is *factored* (Adafactor's second-moment estimate): a weight of ``rows x cols`` (a
+convolution's kernel as ``out x (in * kh * kw)``) gets ``sqrt(row_i * col_j / total)`` from the
+mean squares of its step's row ``i``, its column ``j`` and the whole weight, so the statistics
+cost ``rows + cols + 1`` floats per weight; a vector, such as a bias, gets one scale, its root
+mean square (one float). Every step each rank computes them from its own step, one small
+all-reduce averages them (so the scale is the same on every rank and the average of the scaled
+steps is the scaled average), and an exponential moving average (weight ``decay`` on the past)
+smooths them. ``floor`` times the parameter's root mean square is added to every element's scale,
+which keeps the division bounded where a row or column barely moves.
+
+The error-feedback memories hold residuals in scaled units; when the scale changes they are
+multiplied by old / new scale, so the residual in the step's own units is unchanged.
+
+Every operation is element-wise float32 (square roots correctly rounded) or a float64 reduction
+rounded to float32 (the binding's ``factor_mean_squares``), so torch and Keras compute the same bits.
 """
 
 from __future__ import annotations
@@ -26,44 +33,88 @@ from typing import Any
 
 from relaxlib.algorithms.base import TrainingContext
 
+# Added to a parameter's mean square: a step of zeros still gets a positive scale (a float32
+# normal number far below any real statistic).
+TINY_MEAN_SQUARE = 1e-30
+DECAY = 0.5  # weight of the past statistics (0 diverged on the digits grid; 0.5 and 0.7 scored alike)
 
-class StepScale:
-    """The per-element scale of one bucket: records the averaged steps of the warm-up
-    (``observe``), then ``value`` is the frozen scale (computed once, on first use)."""
 
-    def __init__(self, ctx: TrainingContext, numel: int, warmup_steps: int, floor: float) -> None:
-        self.numel = numel
-        self.warmup_steps = warmup_steps
+def statistics_count(rows: int, cols: int) -> int:
+    """Floats of statistics a parameter factored as ``rows x cols`` sends: its rows', columns' and
+    whole mean squares (a vector, 1 x 1: its whole's only)."""
+    return 1 if rows == 1 else rows + cols + 1
+
+
+def factor_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(rows, cols) a parameter of ``shape`` is factored as: the first dimension against the rest;
+    (1, 1) where that leaves a single row or column (vectors, scalars, ``1 x n``, ``n x 1``),
+    which gets one scale, its root mean square (factors would cost a float per element)."""
+    rows = shape[0] if shape else 1
+    cols = math.prod(shape) // rows if rows else 0
+    return (1, 1) if rows == 1 or cols == 1 else (rows, cols)
+
+
+class FactoredScale:
+    """The factored per-element scale of one bucket (parameters ``shapes``, in bucket order)."""
+
+    def __init__(self, ctx: TrainingContext, shapes: list[tuple[int, ...]], floor: float,
+                 decay: float = DECAY) -> None:
+        # (rows, cols, elements) per parameter; parameters without elements take no part
+        self.factors = [(*factor_shape(shape), math.prod(shape)) for shape in shapes if math.prod(shape)]
         self.floor = floor
-        self._squares = ctx.zeros(numel)
-        self._observed = 0
-        self._value: Any = None
+        self.decay = decay
+        self.stats_numel = sum(statistics_count(rows, cols) for rows, cols, _ in self.factors)
+        self.numel = sum(numel for _, _, numel in self.factors)
+        # context state from the start (a traced step updates it in place): the smoothed
+        # statistics, zero before the first step, and the scale in use, zero before the first
+        # step too (the first ratio old / new is then 0, and the memories are still empty)
+        self._smoothed = ctx.zeros(self.stats_numel)
+        self._value = ctx.zeros(self.numel)
+
+    def statistics(self, ctx: TrainingContext, step: Any) -> Any:
+        """This rank's statistics of a bucket's ``step``: per parameter the mean squares of its
+        rows, of its columns and of the whole (a vector's: of the whole only)."""
+        parts, offset = [], 0
+        for rows, cols, numel in self.factors:
+            part = step[offset:offset + numel]
+            if rows == 1:  # one mean square: (1 x numel)'s row's, the first of row, columns and whole
+                parts.append(ctx.factor_mean_squares(part, 1, numel)[0:1])
+            else:
+                parts.append(ctx.factor_mean_squares(part, rows, cols))
+            offset += numel
+        return ctx.concat(parts)
+
+    def update(self, ctx: TrainingContext, averaged_statistics: Any) -> Any:
+        """Takes the statistics averaged over the ranks, smooths them and returns the factor by
+        which the error-feedback memories must be multiplied (old scale / new scale)."""
+        smoothed = self.decay * self._smoothed + (1.0 - self.decay) * averaged_statistics
+        ctx.copy_(self._smoothed, smoothed)
+        parts, offset = [], 0
+        for rows, cols, numel in self.factors:
+            count = statistics_count(rows, cols)
+            total = smoothed[offset + count - 1:offset + count] + TINY_MEAN_SQUARE
+            floor = self.floor * ctx.sqrt(total)
+            if rows == 1:
+                parts.append(ctx.repeat(ctx.sqrt(total) + floor, numel))
+            else:  # sqrt(row_i * col_j / total) estimates element (i, j)'s root mean square
+                row, col = smoothed[offset:offset + rows], smoothed[offset + rows:offset + rows + cols]
+                parts.append(ctx.sqrt(ctx.outer(row, col) / total) + floor)
+            offset += count
+        scale = ctx.concat(parts)
+        change = self._value / scale
+        ctx.copy_(self._value, scale)
+        return change
 
     @property
-    def warming_up(self) -> bool:
-        """Whether the next step is still exchanged exactly (and observed)."""
-        return self._observed < self.warmup_steps
-
-    def observe(self, ctx: TrainingContext, averaged: Any) -> None:
-        """Adds one warm-up step's averaged step (the same on every rank)."""
-        ctx.copy_(self._squares, self._squares + averaged * averaged)
-        self._observed += 1
-
-    def value(self, ctx: TrainingContext) -> Any:
-        """The frozen scale: each element's root mean square step over the warm-up plus the floor."""
-        if self._value is None:
-            root = ctx.sqrt(self._squares / float(self._observed))
-            floor = self.floor * math.sqrt(ctx.sum_of_squares(root) / max(self.numel, 1))
-            # a bucket that did not move at all during warm-up (frozen layers) is left unscaled
-            self._value = root + (floor if floor > 0 else 1.0)
+    def value(self) -> Any:
+        """The scale of the current step (after ``update``)."""
         return self._value
 
-    def state_dict(self) -> dict:
-        """What a checkpoint keeps: the warm-up's sum of squares and how many steps it holds."""
-        return {"squares": self._squares * 1.0, "observed": self._observed}
+    def state_dict(self, ctx: TrainingContext) -> dict:
+        """What a checkpoint keeps: the smoothed statistics and the scale in use."""
+        return {"smoothed": ctx.clone(self._smoothed), "value": ctx.clone(self._value)}
 
     def load_state_dict(self, ctx: TrainingContext, state: dict) -> None:
-        """Restores ``state_dict``'s values (the frozen scale is recomputed from them)."""
-        ctx.copy_(self._squares, state["squares"])
-        self._observed = int(state["observed"])
-        self._value = None
+        """Restores ``state_dict``'s values."""
+        ctx.copy_(self._smoothed, state["smoothed"])
+        ctx.copy_(self._value, state["value"])

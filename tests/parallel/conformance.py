@@ -106,9 +106,8 @@ CASES = {
     "compressed-sign": (lambda: CompressedScatterReduce("sign"), "sgd", True),
     "compressed-uint8-adam": (lambda: CompressedScatterReduce("uint8"), "adam", False),
     "compressed-sign-hierarchical": (lambda: CompressedScatterReduce("sign", hierarchical=True), "sgd", True),
-    # the per-element step scale: 3 exact warm-up steps, then 3 scaled 1-bit ones (host steps in Keras)
-    "compressed-sign-scaled-hierarchical": (lambda: CompressedScatterReduce("sign", hierarchical=True, scale_warmup=3),
-                                            "sgd", True),
+    # (the sign codec's default per-element step scale, in each case above, turned off)
+    "compressed-sign-unscaled": (lambda: CompressedScatterReduce("sign", step_scale="none"), "sgd", True),
     "onebit-adam": (lambda: OneBitAdam(warmup_steps=3), "adam", True),
     "decentralized-ring": (lambda: Decentralized(topology="ring"), "sgd", False),
     "decentralized-ring-uint8": (lambda: Decentralized(topology="ring", codec="uint8"), "sgd", False),
@@ -118,8 +117,8 @@ CASES = {
 }
 # what Keras traces into tf.function as TF ops (the others run there in a py_function on host arrays)
 IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam",
-            "compressed-sign-hierarchical", "decentralized-ring", "decentralized-ring-uint8", "decentralized-random",
-            "partial-static", "partial-random"}
+            "compressed-sign-hierarchical", "compressed-sign-unscaled", "decentralized-ring",
+            "decentralized-ring-uint8", "decentralized-random", "partial-static", "partial-random"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -192,7 +192,8 @@ class SignCodec final : public Codec {
 
 const CodecRegistration kRegistration({
     /*id=*/3, "sign", "root mean square (4 bytes) + ceil(n / 8) bytes", /*kind=*/"compressed",
-    "use with error feedback; with momentum up to 6 points below all-reduce on 2 ranks, 3 on 4",
+    "use with error feedback and, for SGD, the default per-element step scale (without it up to 6 points "
+    "below all-reduce)",
     /*consensus_step=*/0.3, [] { return std::unique_ptr<Codec>(std::make_unique<SignCodec>()); }});
 
 }  // namespace
