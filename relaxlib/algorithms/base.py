@@ -153,7 +153,7 @@ class TrainingContext(ABC):
         whole tensor's. Computed in float64 and rounded once, so every binding gets the same bits.
         This default is for host arrays."""
         import numpy as np
-        squares = np.square(np.asarray(tensor, np.float64).reshape(rows, cols))
+        squares = np.square(np.asarray(tensor), dtype=np.float64).reshape(rows, cols)
         row = squares.mean(axis=1)
         return np.concatenate([row, squares.mean(axis=0), [row.mean()]]).astype(np.float32)
 

@@ -10,8 +10,8 @@ points of accuracy on digits (docs/compression.md).
 The remedy divides each element's step by its typical magnitude before compression and
 multiplies the decoded average back, so the codec sees values of similar magnitude. The
 magnitude is *factored* (Adafactor's second-moment estimate): a weight of ``rows x cols`` (a
-convolution's kernel as ``out x (in * kh * kw)``) gets ``sqrt(row_i * col_j / total)`` from the
-mean squares of its step's row ``i``, its column ``j`` and the whole weight, so the statistics
+convolution's kernel as ``out x (in * kh * kw)``) gets ``sqrt(row_i / total) * sqrt(col_j)`` from
+the mean squares of its step's row ``i``, its column ``j`` and the whole weight, so the statistics
 cost ``rows + cols + 1`` floats per weight; a vector, such as a bias, gets one scale, its root
 mean square (one float). Every step each rank computes them from its own step, one small
 all-reduce averages them (so the scale is the same on every rank and the average of the scaled
@@ -96,9 +96,9 @@ class FactoredScale:
             floor = self.floor * ctx.sqrt(total)
             if rows == 1:
                 parts.append(ctx.repeat(ctx.sqrt(total) + floor, numel))
-            else:  # sqrt(row_i * col_j / total) estimates element (i, j)'s root mean square
+            else:  # sqrt(row_i / total) * sqrt(col_j) estimates element (i, j)'s root mean square
                 row, col = smoothed[offset:offset + rows], smoothed[offset + rows:offset + rows + cols]
-                parts.append(ctx.sqrt(ctx.outer(row, col) / total) + floor)
+                parts.append(ctx.outer(ctx.sqrt(row / total), ctx.sqrt(col)) + floor)
             offset += count
         scale = ctx.concat(parts)
         change = self._value / scale
