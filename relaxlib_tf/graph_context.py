@@ -92,6 +92,9 @@ class KerasGraphContext(KerasBinding):
     def repeat(self, tensor, count: int) -> tf.Tensor:
         return tf.repeat(tensor, count)
 
+    def finite_or(self, value, fallback) -> tf.Tensor:
+        return tf.where(tf.math.is_finite(value), value, tf.convert_to_tensor(fallback))
+
     def clone(self, tensor) -> tf.Tensor:
         return tf.identity(tensor)
 

@@ -159,6 +159,9 @@ class TorchContext(TrainingContext):
     def repeat(self, tensor: torch.Tensor, count: int) -> torch.Tensor:
         return tensor.repeat_interleave(count)
 
+    def finite_or(self, value: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+        return torch.where(torch.isfinite(value), value, fallback)
+
     def zeros(self, numel: int) -> torch.Tensor:
         """On the parameters' device: algorithms keep it as state next to them (e.g. momentum)."""
         return torch.zeros(numel, dtype=torch.float32, device=self._params[0].device if self._params else None)

@@ -169,6 +169,12 @@ class TrainingContext(ABC):
         import numpy as np
         return np.repeat(tensor, count)
 
+    def finite_or(self, value: Any, fallback: Any) -> Any:
+        """A new tensor: ``value`` where it is finite, else ``fallback`` (same shape). This default
+        is for host arrays."""
+        import numpy as np
+        return np.where(np.isfinite(value), value, fallback)
+
     def difference(self, a: Any, b: Any) -> Any:
         """``a - b`` as a new tensor."""
         return a - b

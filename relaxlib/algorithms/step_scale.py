@@ -87,7 +87,11 @@ class FactoredScale:
     def update(self, ctx: TrainingContext, averaged_statistics: Any) -> Any:
         """Takes the statistics averaged over the ranks, smooths them and returns the factor by
         which the error-feedback memories must be multiplied (old scale / new scale)."""
-        smoothed = self.decay * self._smoothed + (1.0 - self.decay) * averaged_statistics
+        # A non-finite step on any rank makes the averaged statistics of its parameters
+        # non-finite; those keep their previous values (and so their scale and residuals), and
+        # the compressed all-reduce then fails on every rank naming the rank, state unchanged.
+        smoothed = ctx.finite_or(self.decay * self._smoothed + (1.0 - self.decay) * averaged_statistics,
+                                 self._smoothed)
         ctx.copy_(self._smoothed, smoothed)
         parts, offset = [], 0
         for rows, cols, numel in self.factors:

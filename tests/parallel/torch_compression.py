@@ -241,3 +241,24 @@ def test_weights_of_very_different_magnitudes_in_one_bucket_go_through_one_bit_e
     assert max(worst_relative_error(w, e) for w, e in zip(scaled, exact)) < 1e-5
     # the negative control: the test can tell them apart
     assert max(worst_relative_error(w, e) for w, e in zip(unscaled, exact)) > 1.0
+
+
+def test_a_non_finite_step_on_one_rank_fails_everywhere_naming_it_and_leaves_the_scale_alone():
+    """The step scale averages every rank's statistics, so one rank's NaN reaches every rank's
+    scale unless it is kept out: the error must name that rank (not every rank's now
+    non-finite input), and the scale and residuals must stay finite."""
+    model = make_model()
+    algorithm = CompressedScatterReduce("sign")
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), algorithm=algorithm,
+                                   named_parameters=model.named_parameters())
+    train(opt, model, range(2))
+    x, y = batch(2)
+    if RANK == SIZE - 1:
+        x[0, 0] = float("nan")
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1}"):
+        opt.step()
+    state = algorithm.state_dict()
+    assert all(torch.isfinite(s["smoothed"]).all() and torch.isfinite(s["value"]).all() for s in state["step_scale"])
+    assert all(torch.isfinite(m["worker"]).all() and torch.isfinite(m["owner"]).all() for m in state["error_feedback"])
