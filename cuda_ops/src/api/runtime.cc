@@ -13,6 +13,7 @@
 #include "relax/relax.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
+#include "util/heap.h"
 #include "util/logging.h"
 #include "util/types.h"
 
@@ -91,6 +92,11 @@ int initialize() {
   std::string config_error;
   EngineConfig config = EngineConfig::from_environment(config_error);
   if (!config_error.empty()) return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, config_error));
+  // Training steps free and reallocate tensors of a few MiB (flattened buckets, codec inputs,
+  // averaged updates) every step; the setting holds for every later allocation of the process.
+  if (config.heap_keep_mb > 0 && !keep_freed_memory(static_cast<int64_t>(config.heap_keep_mb * (1 << 20)))) {
+    RELAX_LOG(Debug, "RELAX_HEAP_KEEP_MB: this C library's allocator was left as it is");
+  }
   const std::string transport = prepare_shm_transport(config.shm_single_copy);
   const std::string tcp = prepare_tcp_transport(config.tcp_eager_limit, config.ring_segment_bytes);
   Status s = rt.mpi.open();

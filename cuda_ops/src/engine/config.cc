@@ -83,6 +83,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
     add_error(error, "RELAX_SHM_SLOT_BYTES=" + std::to_string(c.shm_slot_bytes) + " is above the limit of 1 GiB");
     c.shm_slot_bytes = EngineConfig().shm_slot_bytes;
   }
+  read("RELAX_HEAP_KEEP_MB", nullptr, c.heap_keep_mb, 0.0, error);
   if (const char* joined = lookup("RELAX_JOINED_RANKS", nullptr)) {
     const std::string value = joined;
     if (value == "contribute-nothing" || value == "error") {

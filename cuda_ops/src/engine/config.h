@@ -31,6 +31,7 @@ struct EngineConfig {
   bool shm_collectives = true;                  // RELAX_SHM_COLLECTIVES: auto | off (shm_collectives.h)
   int64_t shm_min_bytes = 0;                    // RELAX_SHM_MIN_BYTES: smaller operations use MPI
   int64_t shm_slot_bytes = 1 << 20;             // RELAX_SHM_SLOT_BYTES: per rank and round (<= 1 GiB)
+  double heap_keep_mb = 64;                     // RELAX_HEAP_KEEP_MB: freed memory kept (util/heap.h; 0 = glibc's way)
 
   // Reads the environment; invalid values produce a message in `error` and keep the default.
   static EngineConfig from_environment(std::string& error);
