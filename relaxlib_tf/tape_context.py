@@ -84,6 +84,11 @@ def reduce(algorithm: Algorithm, grads: list, variables: list) -> list:
         raise NotImplementedError(f"{algorithm.describe()} cannot be traced into tf.function in "
                                   "DistributedGradientTape; call the tape eagerly")
     ctx.set_gradients(grads)
-    algorithm.step(ctx)
+    try:
+        algorithm.step(ctx)
+    except Exception:
+        if tf.executing_eagerly():  # (while tracing, nothing ran yet)
+            algorithm.abandon_step(ctx)  # the next step starts afresh (skip a bad batch)
+        raise
     ctx.step_count += 1
     return ctx.result

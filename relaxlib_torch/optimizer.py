@@ -314,10 +314,15 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._ctx.stop_recording()
-        self.algorithm.step(self._ctx)
+        try:
+            self.algorithm.step(self._ctx)
+        except Exception:  # not on Ctrl-C: waiting out the step's operations could block
+            self.algorithm.abandon_step(self._ctx)  # the next step starts afresh (skip a bad batch)
+            raise
+        finally:
+            for p in self._delay:
+                self._delay[p] = self.backward_passes_per_step
         self._ctx.step_count += 1
-        for p in self._delay:
-            self._delay[p] = self.backward_passes_per_step
         return loss
 
     def flush(self) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
+from relaxlib.errors import RelaxError
 
 
 @dataclass(frozen=True)
@@ -335,6 +336,13 @@ class Algorithm:
         """``optimizer.step()``: communicate and apply (or schedule) the update."""
         ctx.apply_update([p.index for p in ctx.parameters()], ctx.snapshot())
 
+    def abandon_step(self, ctx: TrainingContext) -> None:
+        """``step()`` raised (e.g. a compressed all-reduce refused one rank's non-finite input,
+        which fails on every rank): wait out what this step still has in flight and forget its
+        per-step state, so that the next step starts afresh as if this one had not been taken.
+        Errors of the operations waited out are dropped (the first one is being raised). The
+        default has nothing in flight between steps."""
+
     def flush(self, ctx: TrainingContext) -> None:
         """Applies every deferred update so the parameters are current."""
 
@@ -358,6 +366,15 @@ class Algorithm:
 
     def __repr__(self) -> str:
         return self.describe()
+
+
+def wait_out(ctx: TrainingContext, handles) -> None:
+    """Waits for each of ``handles``, dropping their relaxlib errors (``abandon_step``)."""
+    for handle in handles:
+        try:
+            ctx.wait(handle)
+        except RelaxError:
+            pass
 
 
 class AllReduce(Algorithm):

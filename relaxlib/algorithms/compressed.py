@@ -7,7 +7,7 @@ import math
 
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.base import Algorithm, TrainingContext
+from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.step_scale import FactoredScale
 from relaxlib.compression import CODECS
@@ -120,6 +120,9 @@ class CompressedScatterReduce(Algorithm):
             ctx.zeros(numel) if self._updates and snapshot[ctx.parameters()[members[0]].group]["momentum"] else None
             for members, numel in zip(self._buckets, self._numels)]
         self._momentum_started = [False] * len(self._buckets)
+        # this step's momentum buffers, kept until every bucket's all-reduce succeeded: a step
+        # that fails (one rank's NaN) must not leave that rank's buffer non-finite for good
+        self._next_momentum: dict[int, object] = {}
         if self.hierarchical:
             self._local, self._leaders, self._leader = ctx.node_groups()
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
@@ -179,8 +182,7 @@ class CompressedScatterReduce(Algorithm):
             # zeros: momentum * 0 + 1 * grad is grad exactly)
             dampening = hyper["dampening"] if self._momentum_started[bucket] else 0.0
             buffer = momentum * self._momentum[bucket] + (1 - dampening) * grad
-            ctx.copy_(self._momentum[bucket], buffer)
-            self._momentum_started[bucket] = True
+            self._next_momentum[bucket] = buffer  # kept by step() once the step succeeded
             grad = grad + momentum * buffer if hyper["nesterov"] else buffer
         return hyper["lr"] * grad
 
@@ -236,6 +238,10 @@ class CompressedScatterReduce(Algorithm):
         self._send_waiting(ctx)
         averaged = [self._finish(ctx, b) for b in range(len(self._buckets))]
         self._ready = [0] * len(self._buckets)
+        for bucket, buffer in self._next_momentum.items():
+            ctx.copy_(self._momentum[bucket], buffer)
+            self._momentum_started[bucket] = True
+        self._next_momentum.clear()
         if self._scales is not None:
             averaged = [update * scale.value for scale, update in zip(self._scales, averaged)]
         if self._updates:  # averaged SGD steps, already scaled by the learning rate
@@ -252,6 +258,13 @@ class CompressedScatterReduce(Algorithm):
         # call, global-norm clipping, moving averages) must see one step
         ctx.apply_update([i for members in self._buckets for i in members], ctx.snapshot(),
                          flat_grads=ctx.concat(averaged))
+
+    def abandon_step(self, ctx: TrainingContext) -> None:
+        wait_out(ctx, [*self._started.values(), *(statistics for _, statistics in self._waiting.values())])
+        self._started.clear()
+        self._waiting.clear()
+        self._next_momentum.clear()
+        self._ready = [0] * len(self._buckets)
 
     def state_dict(self) -> dict:
         return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],
@@ -373,8 +386,9 @@ class OneBitAdam(Algorithm):
         snapshot = ctx.snapshot()
         beta1, beta2 = self._betas
         t = ctx.step_count + 1
-        for bucket, members in enumerate(self._buckets):
-            received = ctx.wait(self._started.pop(bucket))
+        # every bucket's average first: a failed all-reduce leaves no bucket half stepped
+        received_all = [ctx.wait(self._started.pop(bucket)) for bucket in range(len(self._buckets))]
+        for bucket, (members, received) in enumerate(zip(self._buckets, received_all)):
             if not self.compressing(ctx):  # Adam on the all-reduced gradient
                 self._momentum[bucket] = beta1 * self._momentum[bucket] + (1 - beta1) * received
                 self._variance[bucket] = beta2 * self._variance[bucket] + (1 - beta2) * received * received
@@ -390,6 +404,11 @@ class OneBitAdam(Algorithm):
             if self.weight_decay:
                 params = params - lr * self.weight_decay * params
             ctx.set_params_from_flat(members, params - lr * step)
+        self._ready = [0] * len(self._buckets)
+
+    def abandon_step(self, ctx: TrainingContext) -> None:
+        wait_out(ctx, self._started.values())
+        self._started.clear()
         self._ready = [0] * len(self._buckets)
 
     @staticmethod

@@ -163,7 +163,12 @@ class _DistributedMixin:
             self._relax_algorithm.setup(ctx)
             self._relax_bound = "graph" if in_graph else "host"
         ctx.set_gradients(grads)
-        self._relax_algorithm.step(ctx)
+        try:
+            self._relax_algorithm.step(ctx)
+        except Exception:
+            if tf.executing_eagerly():  # (while tracing, nothing ran yet)
+                self._relax_algorithm.abandon_step(ctx)  # the next step starts afresh (skip a bad batch)
+            raise
         if not ctx.applied:  # the algorithm updated the variables itself: count the step as Keras would
             self.iterations.assign_add(1)
         ctx.step_count += 1

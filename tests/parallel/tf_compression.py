@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 from compression_model import Model, inputs
 
+import relaxlib
 import relaxlib_tf as hvd
 from relaxlib.algorithms import Algorithm, CompressedScatterReduce, DeAR, OneBitAdam
 
@@ -259,3 +260,33 @@ def test_tape_refuses_algorithms_that_write_the_weights():
         value = tf.reduce_sum(tf.Variable(tf.ones(3)) * 2.0)
     with pytest.raises(ValueError, match="one algorithm object per set of sources"):
         hvd.DistributedGradientTape(tape, algorithm=algorithm).gradient(value, [tf.Variable(tf.ones(3))])
+
+
+@pytest.mark.parametrize("codec", ["sign", "uint8"])
+def test_skipping_a_batch_that_failed_the_step_gives_the_run_without_it(codec):
+    """As in torch: the step that refused one rank's NaN leaves nothing behind (eager steps)."""
+    mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def run(steps, bad_step=None):
+        net = dense_model()
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9),
+                                       algorithm=CompressedScatterReduce(codec))
+        for step in steps:
+            x = mine_x[step * 32:(step + 1) * 32].copy()
+            if step == bad_step and RANK == SIZE - 1:
+                x[0, 0] = np.nan
+            with tf.GradientTape() as tape:
+                value = loss(mine_y[step * 32:(step + 1) * 32], net(x))
+            grads = tape.gradient(value, net.trainable_variables)
+            if step != bad_step:
+                opt.apply(grads, net.trainable_variables)
+                continue
+            with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1}"):
+                opt.apply(grads, net.trainable_variables)
+        return net.get_weights()
+
+    skipped = run(range(6), bad_step=3)
+    reference = run([0, 1, 2, 4, 5])
+    for mine, theirs in zip(skipped, reference):
+        np.testing.assert_array_equal(mine, theirs)

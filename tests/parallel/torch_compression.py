@@ -11,7 +11,7 @@ from compression_model import Model, inputs
 import relaxlib
 import relaxlib_torch as hvd
 from relaxlib import compression
-from relaxlib.algorithms import CompressedScatterReduce
+from relaxlib.algorithms import CompressedScatterReduce, OneBitAdam
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -262,3 +262,38 @@ def test_a_non_finite_step_on_one_rank_fails_everywhere_naming_it_and_leaves_the
     state = algorithm.state_dict()
     assert all(torch.isfinite(s["smoothed"]).all() and torch.isfinite(s["value"]).all() for s in state["step_scale"])
     assert all(torch.isfinite(m["worker"]).all() and torch.isfinite(m["owner"]).all() for m in state["error_feedback"])
+
+
+@pytest.mark.parametrize("make_algorithm, optimizer", [
+    (lambda: CompressedScatterReduce("sign"), "sgd"),
+    (lambda: CompressedScatterReduce("sign", step_scale="none"), "sgd"),
+    (lambda: CompressedScatterReduce("uint8"), "sgd"),
+    (lambda: CompressedScatterReduce("uint8", compress="gradient"), "sgd"),
+    (lambda: OneBitAdam(warmup_steps=2), "adam"),
+], ids=["sign", "sign-unscaled", "uint8", "uint8-gradients", "onebit-adam"])
+def test_skipping_a_batch_that_failed_the_step_gives_the_run_without_it(make_algorithm, optimizer):
+    """A user who catches the step's error and moves on (skipping a bad batch, as mixed
+    precision does) must get the run that never saw that batch: the failed step leaves no
+    state behind on any rank (in-flight buckets, ready counts, SGD momentum, backward counters)."""
+    def run(steps, bad_step=None):
+        model = make_model()
+        base = (torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if optimizer == "sgd"
+                else torch.optim.Adam(model.parameters(), lr=0.01))
+        opt = hvd.DistributedOptimizer(base, algorithm=make_algorithm(), named_parameters=model.named_parameters())
+        for step in steps:
+            x, y = batch(step)
+            if step == bad_step and RANK == SIZE - 1:
+                x[0, 0] = float("nan")
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            if step != bad_step:
+                opt.step()
+                continue
+            with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1}"):
+                opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    skipped = run([0, 1, 2, 3, 4, 5], bad_step=3)
+    reference = run([0, 1, 2, 4, 5])
+    assert all(torch.equal(s, r) for s, r in zip(skipped, reference))
+    assert all(torch.isfinite(p).all() for p in skipped)
