@@ -14,7 +14,7 @@ import weakref
 
 import tensorflow as tf
 
-from relaxlib.algorithms.base import Algorithm, require_capabilities
+from relaxlib.algorithms.base import Algorithm, require_capabilities, step_or_abandon
 from relaxlib_tf.graph_context import KerasGraphContext
 
 NO_WEIGHTS = "the tape returns gradients and does not write the weights"
@@ -84,11 +84,6 @@ def reduce(algorithm: Algorithm, grads: list, variables: list) -> list:
         raise NotImplementedError(f"{algorithm.describe()} cannot be traced into tf.function in "
                                   "DistributedGradientTape; call the tape eagerly")
     ctx.set_gradients(grads)
-    try:
-        algorithm.step(ctx)
-    except Exception:
-        if tf.executing_eagerly():  # (while tracing, nothing ran yet)
-            algorithm.abandon_step(ctx)  # the next step starts afresh (skip a bad batch)
-        raise
+    step_or_abandon(algorithm, ctx, can_wait=tf.executing_eagerly())
     ctx.step_count += 1
     return ctx.result

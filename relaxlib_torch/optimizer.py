@@ -16,6 +16,7 @@ import torch
 
 from relaxlib import advisor, agreement, auto, basics, telemetry
 from relaxlib.algorithms import Algorithm, AllReduce
+from relaxlib.algorithms.base import step_or_abandon
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import functions, mpi_ops
 from relaxlib_torch.compression import Compression
@@ -315,10 +316,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
                 loss = closure()
         self._ctx.stop_recording()
         try:
-            self.algorithm.step(self._ctx)
-        except Exception:  # not on Ctrl-C: waiting out the step's operations could block
-            self.algorithm.abandon_step(self._ctx)  # the next step starts afresh (skip a bad batch)
-            raise
+            step_or_abandon(self.algorithm, self._ctx)  # a failed step leaves nothing behind (skip a bad batch)
         finally:
             for p in self._delay:
                 self._delay[p] = self.backward_passes_per_step

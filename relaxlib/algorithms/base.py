@@ -368,6 +368,18 @@ class Algorithm:
         return self.describe()
 
 
+def step_or_abandon(algorithm: Algorithm, ctx: TrainingContext, can_wait: bool = True) -> None:
+    """Runs ``algorithm.step(ctx)``; if it raises, lets the algorithm abandon the step first
+    (``abandon_step``) where its operations ran and can be waited for (``can_wait``: not while a
+    graph is being traced), then re-raises. Ctrl-C is not caught: waiting could block."""
+    try:
+        algorithm.step(ctx)
+    except Exception:
+        if can_wait:
+            algorithm.abandon_step(ctx)
+        raise
+
+
 def wait_out(ctx: TrainingContext, handles) -> None:
     """Waits for each of ``handles``, dropping their relaxlib errors (``abandon_step``)."""
     for handle in handles:

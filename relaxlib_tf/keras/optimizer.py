@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from relaxlib import advisor, auto, telemetry
+from relaxlib.algorithms.base import step_or_abandon
 from relaxlib.basics import Average
 from relaxlib.process_sets import global_process_set
 from relaxlib_tf.advise import gradient_bytes
@@ -163,12 +164,7 @@ class _DistributedMixin:
             self._relax_algorithm.setup(ctx)
             self._relax_bound = "graph" if in_graph else "host"
         ctx.set_gradients(grads)
-        try:
-            self._relax_algorithm.step(ctx)
-        except Exception:
-            if tf.executing_eagerly():  # (while tracing, nothing ran yet)
-                self._relax_algorithm.abandon_step(ctx)  # the next step starts afresh (skip a bad batch)
-            raise
+        step_or_abandon(self._relax_algorithm, ctx, can_wait=tf.executing_eagerly())  # (skip a bad batch)
         if not ctx.applied:  # the algorithm updated the variables itself: count the step as Keras would
             self.iterations.assign_add(1)
         ctx.step_count += 1
