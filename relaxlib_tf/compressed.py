@@ -35,7 +35,8 @@ class ErrorFeedback(tf.Module):
     """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket), in TF
     variables so that ``tf.train.Checkpoint`` saves it with the model: ``worker`` (the tensor's
     residual of this rank's compression, one per element) and ``owner`` (the residual of
-    re-compressing the chunk this rank reduces). Keep one per tensor and pass it every step."""
+    re-compressing the chunk this rank reduces: the tensor's elements from ``owner_offset``). Keep
+    one per tensor and pass it every step."""
 
     def __init__(self, numel: int, process_set=global_process_set, name: str | None = None) -> None:
         super().__init__(name=name)
@@ -44,13 +45,13 @@ class ErrorFeedback(tf.Module):
         own = chunk_count(numel, process_set.size(), process_set.rank())
         self.worker = tf.Variable(tf.zeros([numel], tf.float32), trainable=False, name="worker_error")
         self.owner = tf.Variable(tf.zeros([own], tf.float32), trainable=False, name="owner_error")
-        self._owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+        self.owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
 
     def rescale(self, factor) -> None:
         """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
         keeps them in the input's units when the input's per-element scale changes."""
         self.worker.assign(self.worker * factor)
-        self.owner.assign(self.owner * factor[self._owner_offset:self._owner_offset + self.owner.shape[0]])
+        self.owner.assign(self.owner * factor[self.owner_offset:self.owner_offset + self.owner.shape[0]])
 
     def reset(self) -> None:
         """Forgets the accumulated residuals."""
@@ -113,13 +114,13 @@ class HostErrorFeedback:
         self.process_set = process_set
         self.worker = np.zeros(numel, np.float32)
         self.owner = np.zeros(chunk_count(numel, process_set.size(), process_set.rank()), np.float32)
-        self._owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+        self.owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
 
     def rescale(self, factor: np.ndarray) -> None:
         """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
         keeps them in the input's units when the input's per-element scale changes."""
         self.worker *= factor
-        self.owner *= factor[self._owner_offset:self._owner_offset + self.owner.size]
+        self.owner *= factor[self.owner_offset:self.owner_offset + self.owner.size]
 
     def reset(self) -> None:
         """Forgets the accumulated residuals."""

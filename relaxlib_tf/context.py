@@ -182,6 +182,11 @@ class KerasContext(KerasBinding):
     def copy_(self, tensor: np.ndarray, value) -> None:
         tensor[...] = value
 
+    def host_view(self, tensor):
+        usable = (isinstance(tensor, np.ndarray) and tensor.dtype == np.float32 and tensor.flags.c_contiguous
+                  and tensor.flags.writeable)
+        return tensor if usable else None
+
     def zeros(self, numel: int):
         return np.zeros(numel, np.float32)
 

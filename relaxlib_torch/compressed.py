@@ -12,20 +12,21 @@ from relaxlib_torch import mpi_ops
 class ErrorFeedback:
     """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket):
     ``worker`` (the full tensor's residual of this rank's compression) and ``owner`` (the residual
-    of re-compressing the chunk this rank reduces). Keep one per tensor and reuse it every step;
-    save it with ``state_dict()`` to resume a run exactly."""
+    of re-compressing the chunk this rank reduces: the tensor's elements from ``owner_offset``).
+    Keep one per tensor and reuse it every step; save it with ``state_dict()`` to resume a run
+    exactly."""
 
     def __init__(self, numel: int, process_set=global_process_set) -> None:
         self.numel = numel
         self.worker = torch.zeros(numel, dtype=torch.float32)
         self.owner = torch.zeros(chunk_count(numel, process_set.size(), process_set.rank()), dtype=torch.float32)
-        self._owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+        self.owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
 
     def rescale(self, factor: torch.Tensor) -> None:
         """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
         keeps them in the input's units when the input's per-element scale changes."""
         self.worker.mul_(factor)
-        self.owner.mul_(factor[self._owner_offset:self._owner_offset + self.owner.numel()])
+        self.owner.mul_(factor[self.owner_offset:self.owner_offset + self.owner.numel()])
 
     def reset(self) -> None:
         """Forgets the accumulated residuals."""

@@ -138,6 +138,11 @@ class TorchContext(TrainingContext):
     def clone(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.clone()
 
+    def host_view(self, tensor: torch.Tensor):
+        if tensor.device.type != "cpu" or tensor.dtype != torch.float32 or not tensor.is_contiguous():
+            return None
+        return tensor.detach().numpy()
+
     def sqrt(self, tensor: torch.Tensor) -> torch.Tensor:
         """Correctly rounded: torch's CPU kernels (vectorized) are off by one ulp for about a
         sixth of float32 inputs, so a CPU tensor goes through numpy's sqrt (no copies)."""

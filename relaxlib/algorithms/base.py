@@ -142,6 +142,12 @@ class TrainingContext(ABC):
     def concat(self, tensors: list[Any]) -> Any:
         """A new flat tensor: ``tensors`` (flat, one dtype) one after another."""
 
+    def host_view(self, tensor: Any) -> Any:
+        """A numpy array sharing ``tensor``'s memory when it is a contiguous float32 tensor in
+        host memory that may be written in place, else None (then algorithms compose this
+        context's tensor operations instead of calling the core's host passes)."""
+        return None
+
     def sqrt(self, tensor: Any) -> Any:
         """Element-wise square root as a new tensor, correctly rounded (IEEE 754), so that every
         binding computes the same bits. This default suits host arrays (numpy's power 0.5 is its

@@ -208,10 +208,8 @@ class CompressedScatterReduce(Algorithm):
                 continue
             flat, statistics = self._waiting.pop(bucket)
             scale = self._scales[bucket]
-            change = scale.update(ctx, ctx.wait(statistics))
-            if self._memories[bucket] is not None:
-                self._memories[bucket].rescale(change)
-            self._send(ctx, bucket, flat / scale.value)
+            scale.update(ctx, ctx.wait(statistics))
+            self._send(ctx, bucket, scale.scale(ctx, flat, self._memories[bucket]))
 
     def _send(self, ctx: TrainingContext, bucket: int, flat) -> None:
         """Starts a bucket's compressed all-reduce (hierarchical: its first, node-local stage)."""
@@ -243,7 +241,7 @@ class CompressedScatterReduce(Algorithm):
             self._momentum_started[bucket] = True
         self._next_momentum.clear()
         if self._scales is not None:
-            averaged = [update * scale.value for scale, update in zip(self._scales, averaged)]
+            averaged = [scale.unscale(ctx, update) for scale, update in zip(self._scales, averaged)]
         if self._updates:  # averaged SGD steps, already scaled by the learning rate
             for members, update in zip(self._buckets, averaged):
                 ctx.add_to_params(members, update, alpha=-1.0)

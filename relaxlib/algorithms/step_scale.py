@@ -24,13 +24,21 @@ multiplied by old / new scale, so the residual in the step's own units is unchan
 
 Every operation is element-wise float32 (square roots correctly rounded) or a float64 reduction
 rounded to float32 (the binding's ``factor_mean_squares``), so torch and Keras compute the same bits.
+On host tensors (torch on the CPU, Keras's eager steps) the core does the per-element work in one
+pass each for the statistics and for scaling (``relax_scale_statistics``, ``relax_scale_apply``),
+the same float32 operations in the same order; elsewhere (a traced TensorFlow step, a GPU) the
+context's tensor operations compose them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Any
 
+import numpy as np
+
+from relaxlib import _core
 from relaxlib.algorithms.base import TrainingContext
 
 # Added to a parameter's mean square: a step of zeros still gets a positive scale (a float32
@@ -70,10 +78,19 @@ class FactoredScale:
         # step too (the first ratio old / new is then 0, and the memories are still empty)
         self._smoothed = ctx.zeros(self.stats_numel)
         self._value = ctx.zeros(self.numel)
+        # the core's view of the factors: (rows, cols) pairs, one row for a single scale
+        self._shapes = np.array([(rows, cols) if rows > 1 else (1, numel) for rows, cols, numel in self.factors],
+                                np.int64).reshape(-1)
 
     def statistics(self, ctx: TrainingContext, step: Any) -> Any:
         """This rank's statistics of a bucket's ``step``: per parameter the mean squares of its
         rows, of its columns and of the whole (a vector's: of the whole only)."""
+        host = ctx.host_view(step)
+        out = ctx.zeros(self.stats_numel) if host is not None else None
+        if out is not None and ctx.host_view(out) is not None:
+            _core.check(_core.lib().relax_scale_statistics(_address(host), _address(self._shapes),
+                                                            len(self.factors), _address(ctx.host_view(out))))
+            return out
         parts, offset = [], 0
         for rows, cols, numel in self.factors:
             part = step[offset:offset + numel]
@@ -84,16 +101,29 @@ class FactoredScale:
             offset += numel
         return ctx.concat(parts)
 
-    def update(self, ctx: TrainingContext, averaged_statistics: Any) -> Any:
-        """Takes the statistics averaged over the ranks, smooths them and returns the factor by
-        which the error-feedback memories must be multiplied (old scale / new scale)."""
+    def update(self, ctx: TrainingContext, averaged_statistics: Any) -> None:
+        """Smooths in the statistics averaged over the ranks (before ``scale``)."""
         # A non-finite step on any rank makes the averaged statistics of its parameters
         # non-finite; those keep their previous values (and so their scale and residuals), and
         # the compressed all-reduce then fails on every rank naming the rank, state unchanged.
         smoothed = ctx.finite_or(self.decay * self._smoothed + (1.0 - self.decay) * averaged_statistics,
                                  self._smoothed)
         ctx.copy_(self._smoothed, smoothed)
-        parts, offset = [], 0
+
+    def scale(self, ctx: TrainingContext, step: Any, memory: Any = None) -> Any:
+        """Sets the scale from the smoothed statistics, multiplies the error-feedback ``memory``'s
+        residuals (if any) by old / new scale so that they stay the same in the step's own units,
+        and returns ``step`` divided by the scale (on host tensors in ``step``'s own storage)."""
+        views = self._host_views(ctx, step, memory)
+        if views is not None:
+            step_view, worker, owner = views
+            owner_offset, owner_count = (memory.owner_offset, owner.size) if memory is not None else (0, 0)
+            _core.check(_core.lib().relax_scale_apply(
+                _address(ctx.host_view(self._smoothed)), _address(self._shapes), len(self.factors), self.floor,
+                _address(ctx.host_view(self._value)), _address(step_view), _address(step_view), _address(worker),
+                _address(owner), owner_offset, owner_count))
+            return step
+        smoothed, parts, offset = self._smoothed, [], 0
         for rows, cols, numel in self.factors:
             count = statistics_count(rows, cols)
             total = smoothed[offset + count - 1:offset + count] + TINY_MEAN_SQUARE
@@ -105,13 +135,31 @@ class FactoredScale:
                 parts.append(ctx.outer(ctx.sqrt(row / total), ctx.sqrt(col)) + floor)
             offset += count
         scale = ctx.concat(parts)
-        change = self._value / scale
+        if memory is not None:
+            memory.rescale(self._value / scale)
         ctx.copy_(self._value, scale)
-        return change
+        return step / scale
+
+    def unscale(self, ctx: TrainingContext, averaged: Any) -> Any:
+        """The average of the scaled steps in the step's own units (on host tensors in place)."""
+        host, value = ctx.host_view(averaged), ctx.host_view(self._value)
+        if host is None or value is None:
+            return averaged * self._value
+        np.multiply(host, value, out=host)
+        return averaged
+
+    def _host_views(self, ctx: TrainingContext, step: Any, memory: Any) -> tuple | None:
+        """Host arrays of ``step`` and the memory's residuals (None for no memory), or None if any
+        of them, or this scale's state, is not a host tensor."""
+        arrays = [step, self._smoothed, self._value] + ([memory.worker, memory.owner] if memory is not None else [])
+        views = [ctx.host_view(array) for array in arrays]
+        if any(view is None for view in views):
+            return None
+        return (views[0], *(views[3:] if memory is not None else (None, None)))
 
     @property
     def value(self) -> Any:
-        """The scale of the current step (after ``update``)."""
+        """The scale of the current step (after ``scale``)."""
         return self._value
 
     def state_dict(self, ctx: TrainingContext) -> dict:
@@ -122,3 +170,8 @@ class FactoredScale:
         """Restores ``state_dict``'s values."""
         ctx.copy_(self._smoothed, state["smoothed"])
         ctx.copy_(self._value, state["value"])
+
+
+def _address(array: np.ndarray | None) -> ctypes.c_void_p:
+    """The data pointer of a host array for the core (NULL for None)."""
+    return ctypes.c_void_p(array.ctypes.data if array is not None else None)

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 9
+#define RELAX_ABI_VERSION 10
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -322,6 +322,20 @@ RELAX_API int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, fl
 /* A compressed all-reduce of `count` elements over `size` ranks splits every rank's chunk into
  * this many parts, each encoded on its own behind a 4-byte marker (docs/architecture.md). */
 RELAX_API int32_t relax_compressed_parts(int64_t count, int32_t size);
+
+/* ---- the factored step scale on host memory (relaxlib.algorithms.step_scale; no init needed) ----
+ * A bucket is `count` parameters one after another, parameter p viewed as shapes[2p] rows by
+ * shapes[2p + 1] columns; one row means one scale for the whole parameter.
+ * relax_scale_statistics writes per parameter its rows', columns' and whole mean squares (one row:
+ * the whole's only), summed in float64 and rounded once. relax_scale_apply takes those statistics
+ * (averaged and smoothed), sets each element's scale in `value` (which holds the previous scale),
+ * multiplies the error-feedback residuals by previous / new scale (`worker` over the bucket,
+ * `owner` over `owner_count` elements from `owner_offset`; either may be NULL) and writes
+ * step / scale to `out` (which may be `step`). RELAX_ERR_INVALID_ARGUMENT for a bad shape. */
+RELAX_API int relax_scale_statistics(const float* step, const int64_t* shapes, int32_t count, float* out);
+RELAX_API int relax_scale_apply(const float* smoothed, const int64_t* shapes, int32_t count, float floor,
+                                float* value, const float* step, float* out, float* worker, float* owner,
+                                int64_t owner_offset, int64_t owner_count);
 
 /* ---- termination of relaxed schedules (ranks stopping at different steps) ---- */
 /* With no neighbour/group average of this rank in flight: 1 if a peer's header for a step this
