@@ -39,6 +39,10 @@ class KerasGraphContext(KerasBinding):
                               "neighbor_average", "group_average", "group_allreduce", "async_broadcast",
                               "node_groups"})
 
+    def runs_eagerly(self) -> bool:
+        """The tape's eager steps run their ops at once; ``fit``'s traced step does not."""
+        return tf.executing_eagerly()
+
     # -- tensors --
 
     def flatten_grads(self, indices: list[int], out=None) -> tf.Tensor:

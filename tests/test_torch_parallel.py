@@ -47,8 +47,10 @@ def test_dear(np_):
     assert run.returncode == 0, run.report()
 
 
-@pytest.mark.parametrize("np_, env", [(2, {}), (4, {}), (3, {"RELAX_SHM_COLLECTIVES": "off"})],
-                         ids=["np2", "np4", "np3-gather-streamed"])  # (the all-gather as it runs across nodes)
+@pytest.mark.parametrize("np_, env", [(2, {}), (4, {}), (3, {"RELAX_SHM_COLLECTIVES": "off"}),
+                                     (4, {"RELAX_LOCAL_SIZE": "2"})],
+                         # np3: the all-gather as it runs across nodes; two nodes: hierarchical=True between them
+                         ids=["np2", "np4", "np3-gather-streamed", "np4-two-nodes"])
 def test_compressed_scatter_reduce(np_, env):
     run = run_pytest_on_ranks(np_, "torch_compression.py", env=env)
     assert run.returncode == 0, run.report()

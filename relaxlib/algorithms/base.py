@@ -142,6 +142,11 @@ class TrainingContext(ABC):
     def concat(self, tensors: list[Any]) -> Any:
         """A new flat tensor: ``tensors`` (flat, one dtype) one after another."""
 
+    def runs_eagerly(self) -> bool:
+        """Whether the step's operations run as they are called, so that ``wait`` returns values
+        and raises a failed operation's error (False while TensorFlow traces a step)."""
+        return True
+
     def host_view(self, tensor: Any) -> Any:
         """A numpy array sharing ``tensor``'s memory when it is a contiguous float32 tensor in
         host memory that may be written in place, else None (then algorithms compose this

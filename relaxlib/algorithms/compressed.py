@@ -11,6 +11,7 @@ from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.step_scale import FactoredScale
 from relaxlib.compression import CODECS
+from relaxlib.errors import InvalidArgumentError, RelaxError
 
 MB = 1 << 20
 
@@ -107,6 +108,7 @@ class CompressedScatterReduce(Algorithm):
         self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
         self._ready = [0] * len(self._buckets)
         self._started: dict[int, object] = {}
+        self._inputs: dict[int, object] = {}  # hierarchical: each started bucket's input on this rank
         self._waiting: dict[int, tuple] = {}  # buckets waiting for their scale's statistics
         self._local = self._leaders = None
         self._leader = 0
@@ -218,16 +220,46 @@ class CompressedScatterReduce(Algorithm):
             self._started[bucket] = ctx.compressed_allreduce_async(flat, name, self.codec, self._memories[bucket])
         else:  # first stage only; the rest follows in step()
             self._started[bucket] = ctx.allreduce_async(flat, name + ".local", average=True, group=self._local)
+            self._inputs[bucket] = flat
 
     def _finish(self, ctx: TrainingContext, bucket: int):
         result = ctx.wait(self._started.pop(bucket))
         if not self.hierarchical:
             return result
         name = f"{self.name}.{bucket}"
+        own_input = self._inputs.pop(bucket)
+        failure = None
         if self._leaders is not None:  # node mean -> mean over nodes, compressed
-            result = ctx.wait(ctx.compressed_allreduce_async(result, name + ".leaders", self.codec,
-                                                             self._memories[bucket], group=self._leaders))
-        return ctx.wait(ctx.broadcast_async(result, self._leader, name + ".node", group=self._local))
+            try:
+                result = ctx.wait(ctx.compressed_allreduce_async(result, name + ".leaders", self.codec,
+                                                                 self._memories[bucket], group=self._leaders))
+            except RelaxError as error:  # on every leader alike; a NaN tells the rest of its node
+                failure, result = error, result * math.nan
+        result = ctx.wait(ctx.broadcast_async(result, self._leader, name + ".node", group=self._local))
+        # A successful result is finite (the compressed all-reduce refuses non-finite input).
+        # While a graph is traced nothing has run yet: a traced step raises in its ops instead.
+        if ctx.runs_eagerly() and self._numels[bucket] and math.isnan(float(result[0])):
+            self._raise_node_failure(ctx, name, own_input, failure)
+        return result
+
+    def _raise_node_failure(self, ctx: TrainingContext, name: str, own_input, failure: RelaxError | None) -> None:
+        """Raises on every rank the error of a bucket whose all-reduce between node leaders failed
+        (every rank gets here: the leaders saw the error, the rest the NaN they broadcast). Only a
+        leader saw it, and its input was its node's mean: one more all-reduce, of a flag per
+        rank, finds the ranks whose own input held non-finite values, as the error names them
+        without hierarchy."""
+        zero = ctx.zeros(1)
+        bad = zero + (0.0 if math.isfinite(ctx.sum_of_squares(own_input)) else 1.0)
+        flags = ctx.concat([ctx.repeat(zero, ctx.rank), bad, ctx.repeat(zero, ctx.size - ctx.rank - 1)])
+        counts = ctx.wait(ctx.allreduce_async(flags, name + ".non_finite", average=False))
+        culprits = [str(rank) for rank in range(ctx.size) if float(counts[rank]) > 0]
+        if culprits:
+            raise InvalidArgumentError(
+                f"{name}: non-finite values (NaN or Inf) in the input of rank{'s' if len(culprits) > 1 else ''} "
+                f"{', '.join(culprits)}; a compressed all-reduce cannot encode them (error-feedback state unchanged)")
+        if failure is not None:
+            raise failure
+        raise RelaxError(f"{name}: the compressed all-reduce between node leaders failed on this node's leader")
 
     def step(self, ctx: TrainingContext) -> None:
         for bucket in range(len(self._buckets)):
@@ -260,6 +292,7 @@ class CompressedScatterReduce(Algorithm):
     def abandon_step(self, ctx: TrainingContext) -> None:
         wait_out(ctx, [*self._started.values(), *(statistics for _, statistics in self._waiting.values())])
         self._started.clear()
+        self._inputs.clear()
         self._waiting.clear()
         self._next_momentum.clear()
         self._ready = [0] * len(self._buckets)

@@ -262,16 +262,17 @@ def test_tape_refuses_algorithms_that_write_the_weights():
         hvd.DistributedGradientTape(tape, algorithm=algorithm).gradient(value, [tf.Variable(tf.ones(3))])
 
 
-@pytest.mark.parametrize("codec", ["sign", "uint8"])
-def test_skipping_a_batch_that_failed_the_step_gives_the_run_without_it(codec):
-    """As in torch: the step that refused one rank's NaN leaves nothing behind (eager steps)."""
+@pytest.mark.parametrize("codec, hierarchical", [("sign", False), ("uint8", False), ("sign", True)])
+def test_skipping_a_batch_that_failed_the_step_gives_the_run_without_it(codec, hierarchical):
+    """As in torch: the step that refused one rank's NaN leaves nothing behind (eager steps), and
+    with hierarchy the error names that rank on every rank too."""
     mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def run(steps, bad_step=None):
         net = dense_model()
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9),
-                                       algorithm=CompressedScatterReduce(codec))
+                                       algorithm=CompressedScatterReduce(codec, hierarchical=hierarchical))
         for step in steps:
             x = mine_x[step * 32:(step + 1) * 32].copy()
             if step == bad_step and RANK == SIZE - 1:

@@ -270,7 +270,11 @@ def test_a_non_finite_step_on_one_rank_fails_everywhere_naming_it_and_leaves_the
     (lambda: CompressedScatterReduce("uint8"), "sgd"),
     (lambda: CompressedScatterReduce("uint8", compress="gradient"), "sgd"),
     (lambda: OneBitAdam(warmup_steps=2), "adam"),
-], ids=["sign", "sign-unscaled", "uint8", "uint8-gradients", "onebit-adam"])
+    # only the node leaders' all-reduce sees the NaN (in a node's mean): the others must hear of it
+    (lambda: CompressedScatterReduce("sign", hierarchical=True), "sgd"),
+    (lambda: CompressedScatterReduce("uint8", compress="gradient", hierarchical=True), "sgd"),
+], ids=["sign", "sign-unscaled", "uint8", "uint8-gradients", "onebit-adam", "sign-hierarchical",
+        "uint8-gradients-hierarchical"])
 def test_skipping_a_batch_that_failed_the_step_gives_the_run_without_it(make_algorithm, optimizer):
     """A user who catches the step's error and moves on (skipping a bad batch, as mixed
     precision does) must get the run that never saw that batch: the failed step leaves no
