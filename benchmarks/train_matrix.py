@@ -132,7 +132,8 @@ def run_cell(args, link: str, np_: int, model: str) -> dict:
             print(f"  {link:>5} np{np_} {model:5} {mode:22} {runs[mode][-1]}", flush=True)
     alone = [r["compute_s"] for r in runs.pop("none") if "error" not in r]
     compute = statistics.median(alone) if alone else None
-    cell: dict = {"link": link, "np": np_, "model": model, "compute_alone_s": compute, "modes": {}}
+    cell: dict = {"link": link, "np": np_, "model": model, "measured": time.strftime("%Y-%m-%d"),
+                  "compute_alone_s": compute, "modes": {}}
     for mode, results in runs.items():
         ok = [r for r in results if "error" not in r]
         if not ok:
