@@ -71,12 +71,14 @@ class ErrorFeedback(tf.Module):
 
 
 def compressed_allreduce(tensor, codec: str = "uint8", state: ErrorFeedback | None = None, name: str | None = None,
-                         op=Average, process_set=global_process_set) -> tf.Tensor:
+                         op=Average, process_set=global_process_set, nan_on_error: bool = False) -> tf.Tensor:
     """Compressed all-reduce of a float32 tensor: ``codec`` is one of
     ``relaxlib.compression.CODECS`` (``"fp16"``, ``"uint8"``, ``"sign"``), ``op`` Average or Sum,
     ``state`` an :class:`ErrorFeedback` of the tensor's size for error feedback (its variables
     are updated). Every rank of ``process_set`` gets the same result. Eager or in ``tf.function``;
-    its gradient is the all-reduce (same op) of the incoming gradient, as if it were exact."""
+    its gradient is the all-reduce (same op) of the incoming gradient, as if it were exact.
+    ``nan_on_error``: a failure (e.g. a rank's non-finite input) gives a result of NaN, the
+    residuals unchanged, instead of an error, so that a graph can pass it on before it raises."""
     if op not in (Average, Sum):
         raise ValueError("compressed all-reduce supports op=Average and op=Sum")
     value = tf.convert_to_tensor(tensor)
@@ -90,7 +92,7 @@ def compressed_allreduce(tensor, codec: str = "uint8", state: ErrorFeedback | No
         worker = owner = tf.zeros([0], tf.float32)
     output, new_worker, new_owner = mpi_ops._ops.relaxlib_compressed_allreduce(
         value, worker, owner, mpi_ops._name("compressed_allreduce", name, process_set),
-        codec=compression.codec_id(codec), reduce_op=op, process_set=set_id)
+        codec=compression.codec_id(codec), reduce_op=op, process_set=set_id, nan_on_error=nan_on_error)
     if state is not None:
         state.worker.assign(new_worker)
         state.owner.assign(new_owner)

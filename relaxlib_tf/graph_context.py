@@ -185,6 +185,15 @@ class KerasGraphContext(KerasBinding):
                                                op=mpi_ops.Average if average else mpi_ops.Sum,
                                                process_set=group or global_process_set)
 
+    def compressed_allreduce_or_nan(self, flat, name: str, codec: str, state=None, group=None) -> tf.Tensor:
+        return compressed.compressed_allreduce(flat, codec=codec, state=state, name=name,
+                                               process_set=group or global_process_set, nan_on_error=True)
+
+    def check_not_nan(self, tensor, message: str) -> tf.Tensor:
+        check = tf.debugging.Assert(tf.logical_not(tf.math.is_nan(tensor[0])), [message])
+        with tf.control_dependencies([check]):
+            return tf.identity(tensor)
+
     def error_feedback(self, numel: int, group=None) -> compressed.ErrorFeedback:
         """Residuals in TF variables, created outside the traced function (once, at setup)."""
         with tf.init_scope():

@@ -245,6 +245,19 @@ class TrainingContext(ABC):
         """Compressed all-reduce (docs/architecture.md) of a flat float32 tensor over ``group`` (None: all
         ranks); ``state`` is an error-feedback memory from ``error_feedback`` (None: without)."""
 
+    def compressed_allreduce_or_nan(self, flat: Any, name: str, codec: str, state: Any = None,
+                                    group: Any = None) -> Any:
+        """For traced steps (``runs_eagerly()`` False), where the host cannot catch a failure:
+        ``compressed_allreduce_async`` whose failure gives NaN as the result (the memory
+        unchanged) instead of failing the step, so that the step passes the failure on to ranks
+        that wait for this result; ``check_not_nan`` then fails it there."""
+        raise NotImplementedError(f"{type(self).__name__} runs its steps eagerly: catch the error of wait()")
+
+    def check_not_nan(self, tensor: Any, message: str) -> Any:
+        """For traced steps: ``tensor`` once the step has checked that its first element is not
+        NaN; where it is, the step fails with ``InvalidArgumentError(message)``."""
+        raise NotImplementedError(f"{type(self).__name__} runs its steps eagerly: look at the values")
+
     @abstractmethod
     def error_feedback(self, numel: int, group: Any = None) -> Any:
         """A new, zeroed error-feedback memory for a flat tensor of ``numel`` elements; it has

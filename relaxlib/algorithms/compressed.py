@@ -228,17 +228,26 @@ class CompressedScatterReduce(Algorithm):
             return result
         name = f"{self.name}.{bucket}"
         own_input = self._inputs.pop(bucket)
-        failure = None
-        if self._leaders is not None:  # node mean -> mean over nodes, compressed
+        failure, eager = None, ctx.runs_eagerly()
+        # A leader whose all-reduce failed (on every leader alike) sends its node NaN instead: a
+        # successful result is finite (the compressed all-reduce refuses non-finite input).
+        if self._leaders is not None and eager:  # node mean -> mean over nodes, compressed
             try:
                 result = ctx.wait(ctx.compressed_allreduce_async(result, name + ".leaders", self.codec,
                                                                  self._memories[bucket], group=self._leaders))
-            except RelaxError as error:  # on every leader alike; a NaN tells the rest of its node
+            except RelaxError as error:
                 failure, result = error, result * math.nan
+        elif self._leaders is not None:  # traced: the ops themselves turn a failure into NaN
+            result = ctx.compressed_allreduce_or_nan(result, name + ".leaders", self.codec, self._memories[bucket],
+                                                     group=self._leaders)
         result = ctx.wait(ctx.broadcast_async(result, self._leader, name + ".node", group=self._local))
-        # A successful result is finite (the compressed all-reduce refuses non-finite input).
-        # While a graph is traced nothing has run yet: a traced step raises in its ops instead.
-        if ctx.runs_eagerly() and self._numels[bucket] and math.isnan(float(result[0])):
+        if not self._numels[bucket]:
+            return result
+        if not eager:  # every rank fails its step where the NaN arrives (no rank named: no host look)
+            return ctx.check_not_nan(result, f"{name}: the compressed all-reduce between node leaders failed: "
+                                             "non-finite values (NaN or Inf) in the input of some rank (eager steps "
+                                             "name it); the error-feedback state is unchanged")
+        if math.isnan(float(result[0])):
             self._raise_node_failure(ctx, name, own_input, failure)
         return result
 

@@ -1,7 +1,9 @@
 // TensorFlow glue, shared part (see bridge.h).
 #include "bridge.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "interrupts.h"
 
@@ -115,10 +117,14 @@ static void Finish(Call* raw) {
     std::lock_guard<std::mutex> lock(interrupts::Mutex());
     if (!interrupts::UntrackLocked(raw)) return;  // a signal already failed the op
     for (const Part& p : call->parts) {
-      if (!p.status.ok()) {
-        call->ctx->SetStatus(p.status);  // the first failing tensor's error
-        break;
+      if (p.status.ok()) continue;
+      if (call->failure_as_nan && p.output.dtype() == tensorflow::DT_FLOAT) {
+        float* out = static_cast<float*>(DataPtr(p.output));
+        std::fill(out, out + p.output.NumElements(), std::numeric_limits<float>::quiet_NaN());
+        continue;
       }
+      call->ctx->SetStatus(p.status);  // the first failing tensor's error
+      break;
     }
     done = std::move(call->done);
   }

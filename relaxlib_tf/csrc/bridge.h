@@ -96,6 +96,9 @@ struct Call {
   std::vector<Part> parts;  // sized before submission, never resized afterwards
   std::atomic<int> remaining{0};
   bool abandoned = false;  // failed by a signal (interrupts.h) while the core still runs it
+  // A request that fails fills its float32 output with NaN and the op succeeds (a graph passes
+  // the failure on to ranks that wait for this one's result, then raises on every rank).
+  bool failure_as_nan = false;
   // Run on success before the handle is released: fills outputs from the handle's results.
   std::function<Status(relax_handle_t, Part&)> on_success;
 };

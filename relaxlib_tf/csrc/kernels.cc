@@ -251,6 +251,7 @@ class CompressedAllreduceOp : public CollectiveKernel {
   explicit CompressedAllreduceOp(OpKernelConstruction* c) : CollectiveKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("codec", &codec_));
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("nan_on_error", &nan_on_error_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -278,6 +279,7 @@ class CompressedAllreduceOp : public CollectiveKernel {
       if (bytes > 0) std::memcpy(DataPtr(*outputs[i]), DataPtr(ctx->input(i)), bytes);
     }
     auto call = NewCall(ctx, std::move(done), 1);
+    call->failure_as_nan = nan_on_error_;  // the residual outputs keep their inputs' values then
     Part& p = call->parts[0];
     p.input = input;
     p.output = *outputs[0];
@@ -298,6 +300,7 @@ class CompressedAllreduceOp : public CollectiveKernel {
  private:
   int codec_ = 0;
   int reduce_op_ = RELAX_OP_AVERAGE;
+  bool nan_on_error_ = false;
 };
 
 class BarrierOp : public CollectiveKernel {

@@ -178,6 +178,7 @@ REGISTER_OP("RelaxlibCompressedAllreduce")
     .Attr("codec: int")
     .Attr("reduce_op: int")
     .Attr("process_set: int = 0")
+    .Attr("nan_on_error: bool = false")
     .Input("tensor: float")
     .Input("worker_error: float")
     .Input("owner_error: float")
@@ -192,7 +193,8 @@ REGISTER_OP("RelaxlibCompressedAllreduce")
     })
     .Doc("Compressed all-reduce (average or sum) of a float32 tensor through `codec` (relaxlib). With "
          "error feedback the residuals (worker: one per element; owner: this rank's chunk) come in as "
-         "inputs and leave updated as outputs; empty residual inputs turn error feedback off.");
+         "inputs and leave updated as outputs; empty residual inputs turn error feedback off. With "
+         "nan_on_error a failed all-reduce outputs NaN (the residuals unchanged) instead of failing.");
 
 // Shapes of the direct averages' rank lists and weights: vectors of one length.
 Status PeersAndWeights(InferenceContext* c, int peers, int weights) {

@@ -291,3 +291,22 @@ def test_skipping_a_batch_that_failed_the_step_gives_the_run_without_it(codec, h
     reference = run([0, 1, 2, 4, 5])
     for mine, theirs in zip(skipped, reference):
         np.testing.assert_array_equal(mine, theirs)
+
+
+def test_a_traced_step_with_hierarchy_fails_on_every_rank_and_they_go_on_in_step():
+    """``fit`` traces the step, so no host code can pass a node leader's failure on to the rest
+    of its node: the leaders' all-reduce gives NaN instead, and every rank's step fails on it.
+    Before, the other ranks waited for the leader's broadcast for good (no deadlock detection
+    inside tf.function) once the program caught the error and went on."""
+    mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
+    x = mine_x[:128].copy()
+    if RANK == SIZE - 1:
+        x[40, 0] = np.nan
+    net = dense_model()
+    net.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9),
+                                                   algorithm=CompressedScatterReduce("sign", hierarchical=True)),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="between node leaders failed: non-finite values"):
+        net.fit(x, mine_y[:128], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    total = hvd.allreduce(tf.constant([float(RANK)]), op=hvd.Sum, name="after_the_failed_fit")
+    assert float(total[0]) == sum(range(SIZE))
