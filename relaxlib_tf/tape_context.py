@@ -84,6 +84,6 @@ def reduce(algorithm: Algorithm, grads: list, variables: list) -> list:
         raise NotImplementedError(f"{algorithm.describe()} cannot be traced into tf.function in "
                                   "DistributedGradientTape; call the tape eagerly")
     ctx.set_gradients(grads)
-    step_or_abandon(algorithm, ctx, can_wait=tf.executing_eagerly())
+    step_or_abandon(algorithm, ctx)
     ctx.step_count += 1
     return ctx.result

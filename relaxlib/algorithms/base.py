@@ -16,6 +16,7 @@ Hook order in one training step::
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -247,11 +248,14 @@ class TrainingContext(ABC):
 
     def compressed_allreduce_or_nan(self, flat: Any, name: str, codec: str, state: Any = None,
                                     group: Any = None) -> Any:
-        """For traced steps (``runs_eagerly()`` False), where the host cannot catch a failure:
-        ``compressed_allreduce_async`` whose failure gives NaN as the result (the memory
-        unchanged) instead of failing the step, so that the step passes the failure on to ranks
-        that wait for this result; ``check_not_nan`` then fails it there."""
-        raise NotImplementedError(f"{type(self).__name__} runs its steps eagerly: catch the error of wait()")
+        """The result of ``compressed_allreduce_async``, or NaN in its place where it failed (the
+        memory unchanged): a step passes the failure on to ranks that wait for this result
+        before every rank raises. This default waits and catches; a binding whose step may be
+        traced (where nothing can be caught) has the operation itself give NaN."""
+        try:
+            return self.wait(self.compressed_allreduce_async(flat, name, codec, state, group=group))
+        except RelaxError:
+            return flat * math.nan
 
     def check_not_nan(self, tensor: Any, message: str) -> Any:
         """For traced steps: ``tensor`` once the step has checked that its first element is not
@@ -392,14 +396,14 @@ class Algorithm:
         return self.describe()
 
 
-def step_or_abandon(algorithm: Algorithm, ctx: TrainingContext, can_wait: bool = True) -> None:
+def step_or_abandon(algorithm: Algorithm, ctx: TrainingContext) -> None:
     """Runs ``algorithm.step(ctx)``; if it raises, lets the algorithm abandon the step first
-    (``abandon_step``) where its operations ran and can be waited for (``can_wait``: not while a
-    graph is being traced), then re-raises. Ctrl-C is not caught: waiting could block."""
+    (``abandon_step``) where its operations ran and can be waited for (``ctx.runs_eagerly()``:
+    not while a graph is being traced), then re-raises. Ctrl-C is not caught: waiting could block."""
     try:
         algorithm.step(ctx)
     except Exception:
-        if can_wait:
+        if ctx.runs_eagerly():
             algorithm.abandon_step(ctx)
         raise
 

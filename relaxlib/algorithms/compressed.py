@@ -228,47 +228,38 @@ class CompressedScatterReduce(Algorithm):
             return result
         name = f"{self.name}.{bucket}"
         own_input = self._inputs.pop(bucket)
-        failure, eager = None, ctx.runs_eagerly()
-        # A leader whose all-reduce failed (on every leader alike) sends its node NaN instead: a
-        # successful result is finite (the compressed all-reduce refuses non-finite input).
-        if self._leaders is not None and eager:  # node mean -> mean over nodes, compressed
-            try:
-                result = ctx.wait(ctx.compressed_allreduce_async(result, name + ".leaders", self.codec,
-                                                                 self._memories[bucket], group=self._leaders))
-            except RelaxError as error:
-                failure, result = error, result * math.nan
-        elif self._leaders is not None:  # traced: the ops themselves turn a failure into NaN
+        if self._leaders is not None:  # node mean -> mean over nodes, compressed
+            # NaN where it failed (on every leader alike), which tells the rest of the node: a
+            # successful result is finite (the compressed all-reduce refuses non-finite input)
             result = ctx.compressed_allreduce_or_nan(result, name + ".leaders", self.codec, self._memories[bucket],
                                                      group=self._leaders)
         result = ctx.wait(ctx.broadcast_async(result, self._leader, name + ".node", group=self._local))
         if not self._numels[bucket]:
             return result
-        if not eager:  # every rank fails its step where the NaN arrives (no rank named: no host look)
+        if not ctx.runs_eagerly():  # every rank fails its step where the NaN arrives (no host look: no rank named)
             return ctx.check_not_nan(result, f"{name}: the compressed all-reduce between node leaders failed: "
                                              "non-finite values (NaN or Inf) in the input of some rank (eager steps "
                                              "name it); the error-feedback state is unchanged")
         if math.isnan(float(result[0])):
-            self._raise_node_failure(ctx, name, own_input, failure)
+            self._raise_node_failure(ctx, name, own_input)
         return result
 
-    def _raise_node_failure(self, ctx: TrainingContext, name: str, own_input, failure: RelaxError | None) -> None:
+    def _raise_node_failure(self, ctx: TrainingContext, name: str, own_input) -> None:
         """Raises on every rank the error of a bucket whose all-reduce between node leaders failed
-        (every rank gets here: the leaders saw the error, the rest the NaN they broadcast). Only a
-        leader saw it, and its input was its node's mean: one more all-reduce, of a flag per
-        rank, finds the ranks whose own input held non-finite values, as the error names them
-        without hierarchy."""
+        (every rank gets here: each got the NaN its leader sent). Only a leader saw the failure,
+        and its input was its node's mean: one more all-reduce, of a flag per rank, finds the
+        ranks whose own input held non-finite values, as the error names them without hierarchy."""
         zero = ctx.zeros(1)
         bad = zero + (0.0 if math.isfinite(ctx.sum_of_squares(own_input)) else 1.0)
         flags = ctx.concat([ctx.repeat(zero, ctx.rank), bad, ctx.repeat(zero, ctx.size - ctx.rank - 1)])
         counts = ctx.wait(ctx.allreduce_async(flags, name + ".non_finite", average=False))
         culprits = [str(rank) for rank in range(ctx.size) if float(counts[rank]) > 0]
-        if culprits:
-            raise InvalidArgumentError(
-                f"{name}: non-finite values (NaN or Inf) in the input of rank{'s' if len(culprits) > 1 else ''} "
-                f"{', '.join(culprits)}; a compressed all-reduce cannot encode them (error-feedback state unchanged)")
-        if failure is not None:
-            raise failure
-        raise RelaxError(f"{name}: the compressed all-reduce between node leaders failed on this node's leader")
+        if not culprits:  # every input finite: a node's mean overflowed, or the leaders failed otherwise
+            raise RelaxError(f"{name}: the compressed all-reduce between node leaders failed, with every rank's "
+                             "input finite (a node's mean may have overflowed)")
+        raise InvalidArgumentError(
+            f"{name}: non-finite values (NaN or Inf) in the input of rank{'s' if len(culprits) > 1 else ''} "
+            f"{', '.join(culprits)}; a compressed all-reduce cannot encode them (error-feedback state unchanged)")
 
     def step(self, ctx: TrainingContext) -> None:
         for bucket in range(len(self._buckets)):

@@ -164,7 +164,7 @@ class _DistributedMixin:
             self._relax_algorithm.setup(ctx)
             self._relax_bound = "graph" if in_graph else "host"
         ctx.set_gradients(grads)
-        step_or_abandon(self._relax_algorithm, ctx, can_wait=tf.executing_eagerly())  # (skip a bad batch)
+        step_or_abandon(self._relax_algorithm, ctx)  # (skip a bad batch)
         if not ctx.applied:  # the algorithm updated the variables itself: count the step as Keras would
             self.iterations.assign_add(1)
         ctx.step_count += 1

@@ -310,3 +310,18 @@ def test_a_traced_step_with_hierarchy_fails_on_every_rank_and_they_go_on_in_step
         net.fit(x, mine_y[:128], batch_size=32, epochs=1, shuffle=False, verbose=0)
     total = hvd.allreduce(tf.constant([float(RANK)]), op=hvd.Sum, name="after_the_failed_fit")
     assert float(total[0]) == sum(range(SIZE))
+
+
+def test_the_tape_with_hierarchy_names_the_rank_with_a_nan_on_every_rank():
+    """The tape's eager step runs TF ops, whose failures are TF errors, not relaxlib's: the node
+    leaders' all-reduce must still pass its failure on, and every rank name the NaN's rank."""
+    net = dense_model()
+    mine_x, mine_y, _, _ = keras_digits.digits(RANK, SIZE)
+    x = mine_x[:32].copy()
+    if RANK == SIZE - 1:
+        x[3, 0] = np.nan
+    algorithm = CompressedScatterReduce("uint8", compress="gradient", hierarchical=True)
+    with hvd.DistributedGradientTape(tf.GradientTape(), algorithm=algorithm) as tape:
+        value = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(mine_y[:32], net(x))
+    with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1};"):
+        tape.gradient(value, net.trainable_variables)
