@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import train  # noqa: E402  (benchmarks/ is not a package)
-from train_matrix import MLP, model_arguments  # noqa: E402
+import train_matrix  # noqa: E402
+from train_matrix import MLP  # noqa: E402
 
 MODES = {  # label: train.py arguments
     "compressed-sign": ["--algorithm", "compressed", "--codec", "sign"],
@@ -42,16 +43,13 @@ def run_job(mode: str, setting: str, iters: int) -> dict:
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # train.py's mpirun passes this process's environment to the local ranks
     try:
-        argv = MODES[mode] + model_arguments("mlp") + ["--np", "2", "--num-iters", str(iters), "--quiet",
-                                                       "--out", "/dev/null"]
-        report = train.run(train.parse_args(argv))
+        return train_matrix.run_job(mode, "shm", 2, "mlp", iters, mode_args=MODES[mode])
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return {"step_s": report["step_seconds_median"], "samples_per_sec": report["samples_per_sec_per_worker"]}
 
 
 def main(argv=None) -> None:

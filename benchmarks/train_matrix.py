@@ -80,9 +80,11 @@ def model_arguments(model: str) -> list[str]:
     return out
 
 
-def run_job(mode: str, link: str, np_: int, model: str, iters: int, horovod: str | None = None) -> dict:
-    """One train.py job; returns its median step, samples/s per worker and compute time."""
-    argv = train.mode_arguments(mode) + model_arguments(model) + [
+def run_job(mode: str, link: str, np_: int, model: str, iters: int, horovod: str | None = None,
+            mode_args: list[str] | None = None) -> dict:
+    """One train.py job; returns its median step, samples/s per worker and compute time.
+    ``mode_args``: train.py's arguments for the mode, where its name does not say them all."""
+    argv = (mode_args or train.mode_arguments(mode)) + model_arguments(model) + [
         "--np", str(np_), "--num-iters", str(iters), "--quiet", "--out", "/dev/null"]
     if mode == "horovod":
         argv += ["--horovod", horovod]
