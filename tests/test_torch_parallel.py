@@ -16,7 +16,10 @@ pytestmark = pytest.mark.mpi
     (3, {"RELAX_SHM_SLOT_BYTES": "4096"}),        # shared memory in many rounds per operation
     (4, {"RELAX_FUSION_THRESHOLD": "65536"}),     # small fusion buffer: many fused batches
     (2, {"RELAX_SHM_COLLECTIVES": "off"}),        # MPI's own allreduce and allgather
-], ids=["np2", "np3-ring", "np3-shm-rounds", "np4-small-fusion", "np2-mpi"])
+    (4, {"RELAX_LOCAL_SIZE": "2",                 # two nodes: the ring's steps over the TCP
+         "RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # ring's sockets, for every size
+         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0"}),
+], ids=["np2", "np3-ring", "np3-shm-rounds", "np4-small-fusion", "np2-mpi", "np4-two-nodes-tcp-ring"])
 def test_collectives(np_, env):
     run = run_pytest_on_ranks(np_, "torch_collectives.py", env=env)
     assert run.returncode == 0, run.report()

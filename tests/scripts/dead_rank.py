@@ -2,7 +2,9 @@
 
 ``training`` (default): mid-training, between steps. ``compressed-parts``: while compressed
 all-reduces of chunks in several parts run back to back (between nodes pipelined: run with
-RELAX_SHM_COLLECTIVES=off), so the peer dies inside the part exchange.
+RELAX_SHM_COLLECTIVES=off), so the peer dies inside the part exchange. ``ring-allreduce``:
+while 16 MiB all-reduces run back to back on the ring (between nodes, with RELAX_LOCAL_SIZE=1:
+over the TCP ring's sockets), so the peer dies inside a ring step.
 """
 
 import os
@@ -27,6 +29,13 @@ if mode == "compressed-parts":
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
     for _ in range(100_000):
         hvd.compressed_allreduce(x, codec="uint8", state=state, name="dead.parts")
+elif mode == "ring-allreduce":
+    x = torch.randn(4 << 20)
+    hvd.allreduce(x, name="dead.ring")  # both ranks are in
+    if hvd.rank() == 1:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    for _ in range(100_000):
+        hvd.allreduce(x, name="dead.ring")
 else:
     model = torch.nn.Linear(32, 4)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),

@@ -66,19 +66,40 @@ std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts) {
 Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), config_(config) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  if (config_.shm_allowed && size_ > 1) set_up_shared_memory();
+  if (!config_.shm_allowed || size_ == 1) {
+    config_.tcp_ring = false;
+    return;
+  }
+  adopt_rank0_settings();
+  set_up_shared_memory();
+  if (config_.tcp_ring && !shm_) set_up_tcp_ring();
 }
 
-// Rank 0's settings decide: a rank configured otherwise would run other collectives and hang.
-void Collectives::set_up_shared_memory() {
-  int64_t settings[2] = {config_.shm_min_bytes, config_.shm_slot_bytes};
-  MPI_Bcast(settings, 2, MPI_INT64_T, 0, comm_);
-  if (settings[0] != config_.shm_min_bytes || settings[1] != config_.shm_slot_bytes) {
-    RELAX_LOG(Warning, "RELAX_SHM_COLLECTIVES, RELAX_SHM_MIN_BYTES or RELAX_SHM_SLOT_BYTES differ between rank 0 "
-                       "and this rank; using rank 0's settings.");
+void Collectives::adopt_rank0_settings() {
+  int64_t settings[3] = {config_.shm_min_bytes, config_.shm_slot_bytes, config_.tcp_ring ? 1 : 0};
+  MPI_Bcast(settings, 3, MPI_INT64_T, 0, comm_);
+  if (settings[0] != config_.shm_min_bytes || settings[1] != config_.shm_slot_bytes ||
+      settings[2] != (config_.tcp_ring ? 1 : 0)) {
+    RELAX_LOG(Warning, "RELAX_SHM_COLLECTIVES, RELAX_SHM_MIN_BYTES, RELAX_SHM_SLOT_BYTES or RELAX_TCP_RING differ "
+                       "between rank 0 and this rank; using rank 0's settings.");
   }
   config_.shm_min_bytes = settings[0];
   config_.shm_slot_bytes = settings[1];
+  config_.tcp_ring = settings[2] != 0;
+}
+
+void Collectives::set_up_tcp_ring() {
+  std::string why;
+  tcp_ring_ = TcpRing::connect(comm_, why);
+  if (tcp_ring_) {
+    RELAX_LOG(Debug, "TCP ring connected: sending to rank " << tcp_ring_->right_rank() << ", receiving from rank "
+                                                             << tcp_ring_->left_rank() << ".");
+  } else {
+    RELAX_LOG(Warning, "TCP ring unavailable (" << why << "); the ring's steps use MPI point-to-point instead.");
+  }
+}
+
+void Collectives::set_up_shared_memory() {
   if (config_.shm_min_bytes < 0) return;
   std::string why;
   bool expected = false;
@@ -110,6 +131,11 @@ void Collectives::count_traffic(int64_t sent, int64_t received) {
 
 Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv,
                              int64_t recv_bytes, int source) {
+  if (tcp_ring_ && dest == tcp_ring_->right_rank() && source == tcp_ring_->left_rank()) {
+    traffic_.bytes_sent += send_bytes;
+    traffic_.bytes_received += recv_bytes;
+    return tcp_ring_->exchange(send, send_bytes, recv, recv_bytes, [](int64_t) {});
+  }
   // In ring segments: a larger message would exceed the TCP eager limit that follows the segment
   // size, and its rendezvous acknowledgement would wait behind the peer's own outgoing data.
   const int64_t chunk = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes));
@@ -175,6 +201,7 @@ Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
 Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own,
                                         uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
   const size_t esize = dtype_size(dtype);
+  if (tcp_ring_) return exchange_and_reduce_tcp(send, send_count, own, result, recv_count, dtype, op);
   const int right = mod(rank_ + 1, size_);
   const int left = mod(rank_ - 1, size_);
   const int64_t seg = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes) /
@@ -216,6 +243,27 @@ Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count,
   traffic_.bytes_sent += send_count * static_cast<int64_t>(esize);
   traffic_.bytes_received += recv_count * static_cast<int64_t>(esize);
   return wait_all(sends);
+}
+
+// The whole incoming block lands in scratch; each piece of kTcpReducePiece bytes is reduced as
+// soon as it is complete, while the kernel's socket buffers keep both links busy.
+Status Collectives::exchange_and_reduce_tcp(const uint8_t* send, int64_t send_count, const uint8_t* own,
+                                            uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
+  constexpr int64_t kTcpReducePiece = 256 << 10;
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t recv_bytes = recv_count * esize;
+  if (scratch_.size() < static_cast<size_t>(recv_bytes)) scratch_.resize(static_cast<size_t>(recv_bytes));
+  int64_t reduced = 0;  // elements
+  auto reduce_arrived = [&](int64_t received_bytes) {
+    const int64_t complete = received_bytes / esize;
+    if (complete - reduced < kTcpReducePiece / esize && complete < recv_count) return;
+    reduce_pair(result + reduced * esize, own + reduced * esize, scratch_.data() + reduced * esize, complete - reduced,
+                dtype, op);
+    reduced = complete;
+  };
+  traffic_.bytes_sent += send_count * esize;
+  traffic_.bytes_received += recv_bytes;
+  return tcp_ring_->exchange(send, send_count * esize, scratch_.data(), recv_bytes, reduce_arrived);
 }
 
 Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/shm_collectives.h"
+#include "transport/tcp_ring.h"
 #include "util/types.h"
 
 namespace relax {
@@ -34,13 +35,16 @@ struct CollectiveConfig {
   int64_t receive_window = 2;                 // ring segments received ahead of the reduction
   int64_t mpi_allreduce_max_bytes = 16 << 20;  // use MPI_Allreduce at or below this size
   int64_t mpi_allgather_max_bytes = 16 << 20;  // use MPI_Allgatherv at or below this total size
-  bool shm_allowed = true;                    // false: never shared memory, no agreement at construction
+  bool shm_allowed = true;                    // false: never shared memory or TCP ring, no agreement at construction
   int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
   int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
   double shm_spin_us = 0;                     // barrier polling before yielding the core
   // Point-to-point waits yield the core between their first polls instead of spinning (which
   // starves a rank sharing the core with the waiting one). Set when ranks outnumber cores.
   bool yield_while_waiting = false;
+  // The ring's steps over TCP sockets of its own (transport/tcp_ring.h) instead of MPI
+  // point-to-point: for ranks on several nodes.
+  bool tcp_ring = false;
 };
 
 // One message's bytes.
@@ -71,8 +75,9 @@ struct PipelinedScatterGather {
 class Collectives {
  public:
   // Collective over `comm` unless config.shm_allowed is false: the ranks adopt rank 0's
-  // shared-memory settings and, if those enable it and every rank is on this node, map the
-  // shared-memory segment now (at a point every rank reaches together).
+  // shared-memory and TCP ring settings and, if those enable it and every rank is on this node,
+  // map the shared-memory segment now (at a point every rank reaches together), or connect the
+  // TCP ring.
   Collectives(MPI_Comm comm, CollectiveConfig config);
 
   int rank() const { return rank_; }
@@ -127,6 +132,8 @@ class Collectives {
  private:
   Status exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
                              int64_t recv_count, int32_t dtype, int32_t op);
+  Status exchange_and_reduce_tcp(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
+                                 int64_t recv_count, int32_t dtype, int32_t op);
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
@@ -135,7 +142,10 @@ class Collectives {
   Status wait_all(std::vector<MPI_Request>& requests);
   Status wait_one(MPI_Request& request);
   Status wait_any(std::vector<MPI_Request>& requests, int& index);
+  // Rank 0's settings decide: a rank configured otherwise would run other collectives and hang.
+  void adopt_rank0_settings();
   void set_up_shared_memory();
+  void set_up_tcp_ring();
   // The shared-memory collectives for an operation of `bytes` (all ranks decide alike), or null.
   ShmCollectives* shared_memory(int64_t bytes) const;
   void count_traffic(int64_t sent, int64_t received);
@@ -147,6 +157,7 @@ class Collectives {
   Traffic traffic_;
   std::vector<uint8_t> scratch_;
   std::unique_ptr<ShmCollectives> shm_;
+  std::unique_ptr<TcpRing> tcp_ring_;  // null: the ring's steps use MPI point-to-point
 };
 
 }  // namespace relax

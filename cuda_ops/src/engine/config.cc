@@ -66,6 +66,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read("RELAX_RING_SEGMENT_BYTES", nullptr, c.ring_segment_bytes, int64_t{4096}, error);
   read_auto_on_off("RELAX_SHM_SINGLE_COPY", c.shm_single_copy, error);
   read_auto_on_off("RELAX_WAIT_YIELD", c.wait_yield, error);
+  read_auto_on_off("RELAX_TCP_RING", c.tcp_ring, error);
   if (const char* eager = lookup("RELAX_TCP_EAGER_LIMIT", nullptr)) {
     try {
       decide_tcp_eager_limit(eager, c.ring_segment_bytes);
@@ -101,6 +102,7 @@ void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int
   const bool own_cores = cores > 0 && host_ranks <= cores;
   if (idle_spin_us < 0) idle_spin_us = own_cores ? 100.0 : 0.0;
   yield_while_waiting = wait_yield == "on" || (wait_yield == "auto" && !own_cores);
+  use_tcp_ring = tcp_ring == "on" || (tcp_ring == "auto" && !single_node);
   if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : kCrossNodeRingSegmentBytes;
   if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : (256ll << 10);
   if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : (256ll << 10);

@@ -27,6 +27,8 @@ struct EngineConfig {
   std::string wait_yield = "auto";              // RELAX_WAIT_YIELD: auto | on | off
   bool yield_while_waiting = false;             // from wait_yield (apply_topology_defaults)
   std::string shm_single_copy = "auto";         // RELAX_SHM_SINGLE_COPY: auto | on | off (shm_transport.h)
+  std::string tcp_ring = "auto";                // RELAX_TCP_RING: auto | on | off (transport/tcp_ring.h)
+  bool use_tcp_ring = false;                    // from tcp_ring (apply_topology_defaults): auto = across nodes
   std::string tcp_eager_limit = "auto";         // RELAX_TCP_EAGER_LIMIT: auto | off | bytes (tcp_transport.h)
   bool shm_collectives = true;                  // RELAX_SHM_COLLECTIVES: auto | off (shm_collectives.h)
   int64_t shm_min_bytes = 0;                    // RELAX_SHM_MIN_BYTES: smaller operations use MPI

@@ -50,6 +50,7 @@ CollectiveConfig collective_config(const EngineConfig& c) {
   constexpr double kShmBarrierSpinUs = 50.0;
   cc.shm_spin_us = c.idle_spin_us > 0 ? kShmBarrierSpinUs : 0.0;
   cc.yield_while_waiting = c.yield_while_waiting;
+  cc.tcp_ring = c.use_tcp_ring;
   return cc;
 }
 

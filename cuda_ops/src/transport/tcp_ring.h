@@ -1,0 +1,82 @@
+// The ring's two links across nodes as plain TCP sockets: one connection to the right neighbour
+// that only sends, one from the left neighbour that only receives.
+//
+// Through Open MPI's TCP transport a ring step cost more than its wire time in two ways. Both
+// directions of a link share one socket, so with traffic both ways at once each direction got
+// about 745 Mbit/s of a 1 Gbit/s link (raw TCP: 990). And every byte is copied in user space twice
+// more (into the sender's fragment, out of the receiver's), on top of the kernel's copies: on 4
+// ranks sharing 2 cores at 10 Gbit/s, all-reduce used 16 ms of CPU per step for communication
+// against DDP's (gloo's) 10.5, and the step was CPU-bound. Here a step sends straight from and
+// receives straight into the collective's buffers, and the waiting thread sleeps in poll().
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "util/types.h"
+
+namespace relax {
+
+// Owns one file descriptor (closed on destruction).
+class SocketFd {
+ public:
+  SocketFd() = default;
+  explicit SocketFd(int fd) : fd_(fd) {}
+  ~SocketFd();
+  SocketFd(SocketFd&& other) noexcept : fd_(other.release()) {}
+  SocketFd& operator=(SocketFd&& other) noexcept;
+  SocketFd(const SocketFd&) = delete;
+  SocketFd& operator=(const SocketFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+class TcpRing {
+ public:
+  // Collective over `comm` (at least 2 ranks): each rank listens on an ephemeral port, the ranks
+  // exchange their IPv4 addresses (those Open MPI's btl_tcp_if_include / _exclude allow when set,
+  // then 127.0.0.1), each connects to its right neighbour and accepts its left one, and both ends
+  // confirm a job token and the peer's rank. Returns null on every rank if any rank failed, with
+  // that rank's reason in `why`. Setup waits are bounded (seconds), so a failure cannot hang it.
+  static std::unique_ptr<TcpRing> connect(MPI_Comm comm, std::string& why);
+
+  // Over connected sockets (tests use a socketpair): `to_right` only sends, `from_left` only
+  // receives; the ranks name the peers in messages.
+  TcpRing(SocketFd to_right, SocketFd from_left, int right_rank, int left_rank);
+
+  // Sends `send_bytes` to the right neighbour while receiving `recv_bytes` from the left one
+  // into `recv` (which must not overlap `send`). `on_received(total)` runs whenever more bytes
+  // have arrived, with the count received so far, so the caller can work on what is complete
+  // while the rest is in flight. Waits in poll() between transfers. A lost connection (a peer
+  // that exited) fails this call and every later one: the streams are out of step.
+  Status exchange(const uint8_t* send, int64_t send_bytes, uint8_t* recv, int64_t recv_bytes,
+                  const std::function<void(int64_t)>& on_received);
+
+  int right_rank() const { return right_rank_; }
+  int left_rank() const { return left_rank_; }
+
+ private:
+  Status fail(const std::string& what);
+
+  SocketFd to_right_;
+  SocketFd from_left_;
+  int right_rank_;
+  int left_rank_;
+  std::string broken_;  // why the ring is unusable ("" while it works)
+  int receive_low_water_ = 1;  // SO_RCVLOWAT of from_left_
+};
+
+}  // namespace relax
