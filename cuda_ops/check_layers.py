@@ -17,7 +17,7 @@ from pathlib import Path
 LAYERS: tuple[tuple[str, str], ...] = (
     ("util", "types, status, logging, text formatting, half-precision math, polling with back-off, CPU features"),
     ("codecs", "compression codecs: encode/decode on the CPU and their CUDA kernels, the registry"),
-    ("transport", "MPI context, shared-memory segments, Open MPI's shared-memory transport choice"),
+    ("transport", "MPI context, shared-memory segments, Open MPI's transport choices, the TCP ring's sockets"),
     ("collectives", "all-reduce, all-gather, ... over MPI and shared memory; reduction kernels; "
                     "compressed all-reduce (scatter-reduce of encoded chunks with error feedback)"),
     ("engine", "negotiation (coordinator, round exchange), executor, process sets, handles, config, "

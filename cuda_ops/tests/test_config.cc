@@ -95,6 +95,29 @@ TEST(shared_memory_collectives_are_on_for_one_node_and_off_across_nodes) {
   unsetenv("RELAX_SHM_SLOT_BYTES");
 }
 
+TEST(the_tcp_ring_is_used_across_nodes_unless_switched) {
+  std::string error;
+  EngineConfig one_node = EngineConfig::from_environment(error);
+  one_node.apply_topology_defaults(true, 2, 2);
+  CHECK(!one_node.use_tcp_ring);
+  EngineConfig two_nodes = EngineConfig::from_environment(error);
+  two_nodes.apply_topology_defaults(false, 2, 2);
+  CHECK(two_nodes.use_tcp_ring);
+  setenv("RELAX_TCP_RING", "off", 1);
+  EngineConfig off = EngineConfig::from_environment(error);
+  off.apply_topology_defaults(false, 2, 2);
+  CHECK(!off.use_tcp_ring);
+  setenv("RELAX_TCP_RING", "on", 1);
+  EngineConfig on = EngineConfig::from_environment(error);
+  on.apply_topology_defaults(true, 2, 2);
+  CHECK(on.use_tcp_ring);
+  CHECK(error.empty());
+  setenv("RELAX_TCP_RING", "maybe", 1);
+  EngineConfig::from_environment(error);
+  CHECK(error.find("RELAX_TCP_RING=maybe is not one of auto, on, off") != std::string::npos);
+  unsetenv("RELAX_TCP_RING");
+}
+
 TEST(tcp_ring_segments_fit_in_one_eager_message_unless_turned_off) {
   using relax::decide_tcp_eager_limit;
   const int64_t auto_default = decide_tcp_eager_limit("auto", -1);
