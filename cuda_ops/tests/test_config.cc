@@ -103,10 +103,16 @@ TEST(the_tcp_ring_is_used_across_nodes_unless_switched) {
   EngineConfig two_nodes = EngineConfig::from_environment(error);
   two_nodes.apply_topology_defaults(false, 2, 2);
   CHECK(two_nodes.use_tcp_ring);
+  CHECK_EQ(two_nodes.mpi_allreduce_max_bytes, int64_t{16 << 10});  // MPI only for small messages
+  EngineConfig sharing_cores = EngineConfig::from_environment(error);
+  sharing_cores.apply_topology_defaults(false, 4, 2);
+  CHECK_EQ(sharing_cores.mpi_allreduce_max_bytes, int64_t{0});  // MPI's blocking collectives spin
+  CHECK_EQ(sharing_cores.mpi_allgather_max_bytes, int64_t{0});
   setenv("RELAX_TCP_RING", "off", 1);
   EngineConfig off = EngineConfig::from_environment(error);
   off.apply_topology_defaults(false, 2, 2);
   CHECK(!off.use_tcp_ring);
+  CHECK_EQ(off.mpi_allreduce_max_bytes, int64_t{256 << 10});
   setenv("RELAX_TCP_RING", "on", 1);
   EngineConfig on = EngineConfig::from_environment(error);
   on.apply_topology_defaults(true, 2, 2);

@@ -40,8 +40,10 @@ struct EngineConfig {
 
   // Fills the knobs left at -1, and keeps shared-memory collectives to single-node jobs. Measured on this project's machines: within one node (shared
   // memory) Open MPI's allreduce/allgather match our ring up to 16 MiB and 1 MiB ring segments
-  // are fastest; across nodes (TCP) our ring beats Open MPI's algorithms from 1 MiB and needs
-  // 16 MiB segments, each sent as one eager message (tcp_transport.h).
+  // are fastest; across nodes our ring over its own TCP connections beats Open MPI's algorithms
+  // from 16 KiB, and at every size when ranks share cores (config.cc); over MPI point-to-point
+  // (RELAX_TCP_RING=off) from 1 MiB, with 16 MiB segments each sent as one eager message
+  // (tcp_transport.h).
   // An idle engine polls for new submissions for idle_spin_us before it sleeps: waking a sleeping
   // thread costs 10-40 us on a virtual machine, more than a small collective. Polling only pays
   // when every rank on this machine has a core of its own, so it is off when ranks outnumber cores.
