@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -36,6 +37,22 @@ std::string mpi_error_string(int code) {
   int length = 0;
   if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
   return std::string(text, static_cast<size_t>(length));
+}
+
+bool every_rank_succeeded(MPI_Comm comm, const std::string& local_why, std::string& why) {
+  constexpr int kWhyBytes = 256;
+  constexpr int kNoFailure = std::numeric_limits<int>::max();
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const int failed_mine = local_why.empty() ? kNoFailure : rank;
+  int failed = kNoFailure;
+  MPI_Allreduce(&failed_mine, &failed, 1, MPI_INT, MPI_MIN, comm);
+  if (failed == kNoFailure) return true;
+  char message[kWhyBytes] = {};
+  if (rank == failed) std::strncpy(message, local_why.c_str(), kWhyBytes - 1);
+  MPI_Bcast(message, kWhyBytes, MPI_CHAR, failed, comm);
+  why = "rank " + std::to_string(failed) + ": " + message;
+  return false;
 }
 
 MpiContext::~MpiContext() { close(); }

@@ -54,4 +54,9 @@ class MpiContext {
 // Error text of an MPI return code.
 std::string mpi_error_string(int code);
 
+// Collective over `comm`, for setups that must succeed on every rank or on none: returns true if
+// `local_why` is empty on every rank, else false on every rank with the lowest failed rank's
+// reason in `why` ("rank N: ...").
+bool every_rank_succeeded(MPI_Comm comm, const std::string& local_why, std::string& why);
+
 }  // namespace relax

@@ -11,12 +11,12 @@
 #include <limits>
 #include <random>
 
+#include "transport/mpi_context.h"
+
 namespace relax {
 namespace {
 
 constexpr int kNameBytes = 96;
-constexpr int kWhyBytes = 256;
-constexpr int kNoFailure = std::numeric_limits<int>::max();
 
 // Opens (with `create`: creates and reserves) and maps the segment; returns null and sets `why`
 // on failure, after removing a name it created.
@@ -75,17 +75,11 @@ std::unique_ptr<SharedSegment> SharedSegment::create(MPI_Comm comm, size_t bytes
       data = open_and_map(name, bytes, false, local_why);
     }
   }
+  if (!data && local_why.empty()) local_why = "mapping failed";
   // Every rank has mapped (or failed) after this: the name can go.
-  const int failed_rank_mine = data ? kNoFailure : rank;
-  int failed_rank = kNoFailure;
-  MPI_Allreduce(&failed_rank_mine, &failed_rank, 1, MPI_INT, MPI_MIN, comm);
+  const bool mapped_everywhere = every_rank_succeeded(comm, local_why, why);
   if (rank == 0 && name[0] != '\0') shm_unlink(name);
-  if (failed_rank == kNoFailure) return std::make_unique<SharedSegment>(Key(), data, bytes);
-
-  char message[kWhyBytes] = {};
-  if (rank == failed_rank) std::strncpy(message, local_why.c_str(), kWhyBytes - 1);
-  MPI_Bcast(message, kWhyBytes, MPI_CHAR, failed_rank, comm);
-  why = "rank " + std::to_string(failed_rank) + ": " + message;
+  if (mapped_everywhere) return std::make_unique<SharedSegment>(Key(), data, bytes);
   if (data) munmap(data, bytes);
   return nullptr;
 }

@@ -19,14 +19,14 @@
 #include <sstream>
 #include <vector>
 
+#include "transport/mpi_context.h"
+
 namespace relax {
 namespace {
 
 constexpr int kMaxAddresses = 8;
 constexpr int kConnectTimeoutMs = 3000;  // per address of the right neighbour
 constexpr int kHandshakeTimeoutMs = 15000;
-constexpr int kWhyBytes = 256;
-constexpr int kNoFailure = std::numeric_limits<int>::max();
 constexpr int kPollSliceMs = 1000;
 constexpr int64_t kWakeBytes = 256 << 10;  // received bytes that wake a waiting exchange
 
@@ -271,18 +271,8 @@ std::unique_ptr<TcpRing> TcpRing::connect(MPI_Comm comm, std::string& why) {
   } catch (const std::exception& e) {
     local_why = e.what();
   }
-  const int failed_mine = local_why.empty() ? kNoFailure : rank;
-  int failed = kNoFailure;
-  MPI_Allreduce(&failed_mine, &failed, 1, MPI_INT, MPI_MIN, comm);
-  if (failed == kNoFailure) {
-    return std::make_unique<TcpRing>(std::move(to_right), std::move(from_left), (rank + 1) % size,
-                                     (rank + size - 1) % size);
-  }
-  char message[kWhyBytes] = {};
-  if (rank == failed) std::strncpy(message, local_why.c_str(), kWhyBytes - 1);
-  MPI_Bcast(message, kWhyBytes, MPI_CHAR, failed, comm);
-  why = "rank " + std::to_string(failed) + ": " + message;
-  return nullptr;
+  if (!every_rank_succeeded(comm, local_why, why)) return nullptr;
+  return std::make_unique<TcpRing>(std::move(to_right), std::move(from_left), (rank + 1) % size, (rank + size - 1) % size);
 }
 
 TcpRing::TcpRing(SocketFd to_right, SocketFd from_left, int right_rank, int left_rank)
