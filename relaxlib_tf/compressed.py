@@ -35,8 +35,9 @@ class ErrorFeedback(tf.Module):
     """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket), in TF
     variables so that ``tf.train.Checkpoint`` saves it with the model: ``worker`` (the tensor's
     residual of this rank's compression, one per element) and ``owner`` (the residual of
-    re-compressing the chunk this rank reduces: the tensor's elements from ``owner_offset``). Keep
-    one per tensor and pass it every step."""
+    re-compressing the chunk this rank reduces: the tensor's elements from ``owner_offset``; it
+    stays zero with two ranks, which have no owner stage). Keep one per tensor and pass it every
+    step."""
 
     def __init__(self, numel: int, process_set=global_process_set, name: str | None = None) -> None:
         super().__init__(name=name)

@@ -155,6 +155,7 @@ class CompressedRun {
         my_offset_(layout_.offsets[static_cast<size_t>(me_)]),
         chunk_offsets_(block_offsets(layout_.chunk_bytes)),
         encoded_total_(chunk_offsets_.back() + layout_.chunk_bytes.back()),
+        forwards_encodings_(n_ == 2),
         poisoned_by_(static_cast<size_t>(layout_.parts), -1) {
     // Scratch: saved worker error | v (one part) | encoded chunks to send | received chunks |
     // s | this rank's encoded chunk | gathered.
@@ -194,7 +195,9 @@ class CompressedRun {
     // written, the owner's is f' = s - Q(s), computed part by part into s.
     write_pending_residual();
     worker_commit.keep();
-    if (op_.owner_error) std::memcpy(op_.owner_error, s_, static_cast<size_t>(mine_) * 4);  // (s now holds f')
+    if (op_.owner_error && !forwards_encodings_) {
+      std::memcpy(op_.owner_error, s_, static_cast<size_t>(mine_) * 4);  // (s now holds f')
+    }
     return Status::ok();
   }
 
@@ -250,14 +253,17 @@ class CompressedRun {
     codec_.decode_add(part + kMarker, layout_.elements[k], s_ + (layout_.element_offset[k] - my_offset_));
   }
 
-  // The owner's part of the average, with its error, encoded for everyone.
+  // The owner's part of the average, with its error, encoded for everyone. Forwarding (two
+  // ranks), the sum of the two decoded encodings is already the result.
   void finish_part(int p) {
     const size_t k = layout_.at(me_, p);
     const int64_t c = layout_.elements[k];
     float* sum = s_ + (layout_.element_offset[k] - my_offset_);
-    if (op_.average) {
-      const float inverse = 1.0f / static_cast<float>(n_);
-      for (int64_t i = 0; i < c; ++i) sum[i] *= inverse;
+    if (op_.average) average(sum, c);
+    if (forwards_encodings_) {  // (decode_part copies it to the output)
+      const int32_t poisoned = poisoned_by_[static_cast<size_t>(p)];
+      if (poisoned >= 0 && (failed_by_ < 0 || poisoned < failed_by_)) failed_by_ = poisoned;
+      return;
     }
     if (op_.owner_error) {
       const float* f = op_.owner_error + (layout_.element_offset[k] - my_offset_);
@@ -279,11 +285,48 @@ class CompressedRun {
   }
 
   void decode_part(uint8_t* chunk_encoding, int r, int p) {
+    if (forwards_encodings_) {
+      if (r != me_) {
+        combine_part(chunk_encoding, r, p);
+      } else if (failed_by_ < 0) {  // this rank's chunk: the sum finish_part averaged
+        const size_t k = layout_.at(me_, p);
+        std::memcpy(op_.output + layout_.element_offset[k], s_ + (layout_.element_offset[k] - my_offset_),
+                    static_cast<size_t>(layout_.elements[k]) * 4);
+      }
+      return;
+    }
     const size_t k = layout_.at(r, p);
     const uint8_t* part = part_of(chunk_encoding, r, p).data;
     note_marker(part);
     if (failed_by_ < 0) codec_.decode(part + kMarker, layout_.elements[k], op_.output + layout_.element_offset[k]);
   }
+
+  // Forwarding (two ranks): the peer's chunk r is the sum of both ranks' encodings of it, this
+  // rank's (sent to the peer in the scatter) and the peer's own (`forwarded`), added from zero in
+  // rank order as the peer's owner stage added them, so both ranks hold the same bits.
+  void combine_part(uint8_t* forwarded, int r, int p) {
+    const size_t k = layout_.at(r, p);
+    const uint8_t* mine = part_of(sent_chunk(r), r, p).data;
+    const uint8_t* theirs = part_of(forwarded, r, p).data;
+    note_marker(mine);
+    note_marker(theirs);
+    if (failed_by_ >= 0) return;
+    const int64_t c = layout_.elements[k];
+    float* out = op_.output + layout_.element_offset[k];
+    std::memset(out, 0, static_cast<size_t>(c) * 4);
+    const uint8_t* in_rank_order[2] = {me_ < r ? mine : theirs, me_ < r ? theirs : mine};
+    for (const uint8_t* part : in_rank_order) codec_.decode_add(part + kMarker, c, out);
+    if (op_.average) average(out, c);
+  }
+
+  void average(float* sum, int64_t c) const {
+    const float inverse = 1.0f / static_cast<float>(n_);
+    for (int64_t i = 0; i < c; ++i) sum[i] *= inverse;
+  }
+
+  // What an owner all-gathers: its re-encoded part of the result, or, forwarding, its own
+  // encoding of its chunk.
+  uint8_t* gathered_source() const { return forwards_encodings_ ? sent_chunk(me_) : own_encoded_; }
 
   // Between nodes, chunks in several parts: one part's transfer overlaps the work on another.
   Status exchange_pipelined() {
@@ -291,7 +334,7 @@ class CompressedRun {
     plan.parts = layout_.parts;
     plan.scatter_send = [this](int p, int r) { return part_of(sent_chunk(r), r, p); };
     plan.scatter_recv = [this](int p, int r) { return part_of(received_chunk(r), me_, p); };
-    plan.gather_send = [this](int p) { return part_of(own_encoded_, me_, p); };
+    plan.gather_send = [this](int p) { return part_of(gathered_source(), me_, p); };
     plan.gather_recv = [this](int p, int r) { return part_of(gathered_chunk(r), r, p); };
     plan.produce = [this](int p, int r) { encode_part(r, p); };
     plan.reduce = [this](int p, int r) { reduce_part(r == me_ ? sent_chunk(me_) : received_chunk(r), p); };
@@ -317,15 +360,19 @@ class CompressedRun {
     for (int p = 0; p < parts; ++p) finish_part(p);
     auto decode_chunk = [&](int r) { for (int p = 0; p < parts; ++p) decode_part(gathered_chunk(r), r, p); };
     if (collectives_.uses_shared_memory(encoded_total_)) {
-      st = collectives_.allgatherv(own_encoded_, gathered_, layout_.chunk_bytes, 1);
+      st = collectives_.allgatherv(gathered_source(), gathered_, layout_.chunk_bytes, 1);
       if (!st.is_ok()) return st;
       for (int r = 0; r < n_; ++r) {  // every marker first: the output stays untouched on failure
-        for (int p = 0; p < parts; ++p) note_marker(part_of(gathered_chunk(r), r, p).data);
+        for (int p = 0; p < parts; ++p) {
+          note_marker(part_of(gathered_chunk(r), r, p).data);
+          if (forwards_encodings_) note_marker(part_of(sent_chunk(r), r, p).data);
+        }
       }
       for (int r = 0; r < n_ && failed_by_ < 0; ++r) decode_chunk(r);
       return Status::ok();
     }
-    std::vector<uint8_t*> own_to_all(static_cast<size_t>(n_), own_encoded_), gathered_chunks(static_cast<size_t>(n_));
+    std::vector<uint8_t*> own_to_all(static_cast<size_t>(n_), gathered_source()),
+        gathered_chunks(static_cast<size_t>(n_));
     std::vector<int64_t> own_bytes(static_cast<size_t>(n_), my_bytes_);
     for (int r = 0; r < n_; ++r) gathered_chunks[static_cast<size_t>(r)] = gathered_chunk(r);
     return collectives_.streamed_exchange(own_to_all, own_bytes, gathered_chunks, layout_.chunk_bytes, [](int) {},
@@ -347,6 +394,10 @@ class CompressedRun {
   const int64_t mine_, my_bytes_, my_offset_;
   const std::vector<int64_t> chunk_offsets_;  // of each chunk's encoding in send_ and gathered_
   const int64_t encoded_total_;
+  // Two ranks: no owner stage. Each owner all-gathers its own encoding of its chunk instead of
+  // re-encoding the sum (the same bytes), so the result is the exact average of what was encoded
+  // and the owner's error memory is not used.
+  const bool forwards_encodings_;
   float* saved_ = nullptr;
   float* v_ = nullptr;
   uint8_t* send_ = nullptr;

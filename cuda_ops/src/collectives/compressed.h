@@ -3,6 +3,8 @@
 // what it received for chunk i, reduces (sum or average), adds its owner error f, re-encodes and
 // the encoded chunks are all-gathered; every rank decodes the same bytes, so all results agree.
 // e' = v - Q(v) and f' = s - Q(s) are updated only when the whole operation succeeds.
+// With two ranks there is no owner stage: each owner all-gathers its own encoding of its chunk
+// (the same bytes as a re-encoded sum), both ranks add the two decoded encodings, and f stays 0.
 //
 // A chunk larger than kCompressedPartElements travels in parts: every chunk is split into the
 // same number of parts (even_counts of the chunk), each encoded on its own (its own marker and
