@@ -242,9 +242,19 @@ def mean_accuracy(records: list[dict]) -> float | None:
     return None if any(v is None or math.isnan(v) for v in values) else statistics.fmean(values)
 
 
+def paired_standard_error(mine: list[dict], reference: list[dict]) -> float | None:
+    """Standard error of the mean difference to the reference over the seeds both ran (each
+    seed's difference pairs runs from the same initial weights), or None under two seeds."""
+    ref_by_seed = {r["seed"]: r["accuracy"] for r in reference}
+    diffs = [r["accuracy"] - ref_by_seed[r["seed"]] for r in mine
+             if r["accuracy"] is not None and ref_by_seed.get(r["seed"]) is not None]
+    return statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) >= 2 else None
+
+
 def summarize(records: list[dict]) -> dict:
-    """Per cell (model, ranks, lr, momentum): each mode's accuracy (mean over seeds) and its
-    difference to the reference; per target: the cells that bind it, the misses, the worst cell."""
+    """Per cell (model, ranks, lr, momentum): each mode's accuracy (mean over seeds), its
+    difference to the reference and that difference's paired standard error over the seeds; per
+    target: the cells that bind it, the misses, the worst cell."""
     groups: dict[tuple, dict[str, list[dict]]] = {}
     for r in records:
         key = (r["model"], r["ranks"], r["lr"], r["momentum"])
@@ -259,6 +269,8 @@ def summarize(records: list[dict]) -> dict:
             cells.append({"model": model, "ranks": ranks, "lr": lr, "momentum": momentum, "mode": mode,
                           "accuracy": acc, "reference": reference, "reference_accuracy": ref,
                           "delta": None if acc is None or ref is None else acc - ref,
+                          "delta_se": paired_standard_error(by_mode[mode], by_mode.get(reference, [])),
+                          "seed_accuracies": {r["seed"]: r["accuracy"] for r in by_mode[mode]},
                           "converged": ref is not None and ref >= CONVERGED,
                           "ranks_agree": all(r.get("ranks_agree", True) for r in by_mode[mode]),
                           "errors": errors})
@@ -273,10 +285,12 @@ def summarize(records: list[dict]) -> dict:
     sign = {(c["model"], c["ranks"], c["lr"], c["momentum"]): c for c in cells if c["mode"] == "compressed-sign"}
     noef = {(c["model"], c["ranks"], c["lr"], c["momentum"]): c for c in cells if c["mode"] == "compressed-sign-noef"}
     worse = [k for k in sign if k in noef and (sign[k]["accuracy"] or 0) < (noef[k]["accuracy"] or 0)]
+    # (with the all-reduce's accuracy: where 1-bit steps without error feedback beat all-reduce
+    # itself, error feedback, which makes the steps track all-reduce's, cannot match them)
     targets["sign with error feedback never worse than without"] = {
         "cells": len(set(sign) & set(noef)), "missed": len(worse), "met": not worse,
         "misses": [dict(zip(("model", "ranks", "lr", "momentum"), k), ef=sign[k]["accuracy"],
-                        no_ef=noef[k]["accuracy"]) for k in worse]}
+                        no_ef=noef[k]["accuracy"], allreduce=sign[k]["reference_accuracy"]) for k in worse]}
     worst = {}
     for mode in sorted({c["mode"] for c in cells}):
         mine = [c for c in cells if c["mode"] == mode and c["converged"] and c["delta"] is not None]
@@ -382,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="digits, or a held-out synthetic problem of the same shape")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per job")
     parser.add_argument("--out", type=Path, default=RESULTS / "convergence_grid.json")
+    parser.add_argument("--records", help="summarize these runs' records (comma-separated .jsonl files, as the "
+                                          "rank jobs write them) instead of running cells")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cells", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -400,10 +416,14 @@ def main(argv: list[str] | None = None) -> int:
     cells = cells_for(args)
     records = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="relaxlib-grid-") as tmp:
-        for np_ in parse_list(args.np, int):
-            print(f"{np_} ranks: {len(cells)} cells", flush=True)
-            records += run_ranks(np_, cells, args, Path(tmp))
+    if args.records:
+        records = [json.loads(line) for path in parse_list(args.records, Path)
+                   for line in path.read_text().splitlines() if line.strip()]
+    else:
+        with tempfile.TemporaryDirectory(prefix="relaxlib-grid-") as tmp:
+            for np_ in parse_list(args.np, int):
+                print(f"{np_} ranks: {len(cells)} cells", flush=True)
+                records += run_ranks(np_, cells, args, Path(tmp))
     summary = summarize(records)
     summary["settings"] = {"np": parse_list(args.np, int), "models": args.models, "lrs": args.lrs,
                            "momenta": args.momenta, "seeds": args.seeds, "epochs": args.epochs,
