@@ -13,8 +13,8 @@ class ErrorFeedback:
     """Error-feedback memory of one compressed all-reduce stream (one tensor or bucket):
     ``worker`` (the full tensor's residual of this rank's compression) and ``owner`` (the residual
     of re-compressing the chunk this rank reduces: the tensor's elements from ``owner_offset``;
-    it stays zero with two ranks, which have no owner stage). Keep one per tensor and reuse it every step; save it with ``state_dict()`` to resume a run
-    exactly."""
+    it stays zero with two ranks, which have no owner stage). Keep one per tensor and reuse it
+    every step; save it with ``state_dict()`` to resume a run exactly."""
 
     def __init__(self, numel: int, process_set=global_process_set) -> None:
         self.numel = numel
