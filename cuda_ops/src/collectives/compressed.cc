@@ -177,7 +177,7 @@ class CompressedRun {
     s_ = reinterpret_cast<float*>(scratch.data() + s_at);
     own_encoded_ = scratch.data() + own_at;
     gathered_ = scratch.data() + gathered_at;
-    std::memset(s_, 0, static_cast<size_t>(mine_) * 4);
+    if (!forwards_encodings_) std::memset(s_, 0, static_cast<size_t>(mine_) * 4);  // (forwarding: written)
   }
 
   Status run() {
@@ -242,7 +242,8 @@ class CompressedRun {
     pending_ = {};
   }
 
-  void reduce_part(const uint8_t* chunk_encoding, int p) {
+  // Rank r's encoding of this rank's chunk, part p, added to s (called in rank order).
+  void reduce_part(const uint8_t* chunk_encoding, int r, int p) {
     write_pending_residual();  // (the last part is sent by now)
     const size_t k = layout_.at(me_, p);
     const uint8_t* part = chunk_encoding + layout_.byte_offset[k];
@@ -250,7 +251,12 @@ class CompressedRun {
     int32_t& poisoned = poisoned_by_[static_cast<size_t>(p)];
     if (marker >= 0 && (poisoned < 0 || marker < poisoned)) poisoned = marker;
     if (poisoned >= 0) return;
-    codec_.decode_add(part + kMarker, layout_.elements[k], s_ + (layout_.element_offset[k] - my_offset_));
+    float* sum = s_ + (layout_.element_offset[k] - my_offset_);
+    if (forwards_encodings_ && r == 0) {  // the first of two: written, as the peer's combine_part does
+      codec_.decode(part + kMarker, layout_.elements[k], sum);
+    } else {
+      codec_.decode_add(part + kMarker, layout_.elements[k], sum);
+    }
   }
 
   // The owner's part of the average, with its error, encoded for everyone. Forwarding (two
@@ -302,8 +308,8 @@ class CompressedRun {
   }
 
   // Forwarding (two ranks): the peer's chunk r is the sum of both ranks' encodings of it, this
-  // rank's (sent to the peer in the scatter) and the peer's own (`forwarded`), added from zero in
-  // rank order as the peer's owner stage added them, so both ranks hold the same bits.
+  // rank's (sent to the peer in the scatter) and the peer's own (`forwarded`), the first decoded,
+  // the second added, as the peer's reduce_part did, so both ranks hold the same bits.
   void combine_part(uint8_t* forwarded, int r, int p) {
     const size_t k = layout_.at(r, p);
     const uint8_t* mine = part_of(sent_chunk(r), r, p).data;
@@ -313,9 +319,8 @@ class CompressedRun {
     if (failed_by_ >= 0) return;
     const int64_t c = layout_.elements[k];
     float* out = op_.output + layout_.element_offset[k];
-    std::memset(out, 0, static_cast<size_t>(c) * 4);
-    const uint8_t* in_rank_order[2] = {me_ < r ? mine : theirs, me_ < r ? theirs : mine};
-    for (const uint8_t* part : in_rank_order) codec_.decode_add(part + kMarker, c, out);
+    codec_.decode((me_ < r ? mine : theirs) + kMarker, c, out);
+    codec_.decode_add((me_ < r ? theirs : mine) + kMarker, c, out);
     if (op_.average) average(out, c);
   }
 
@@ -337,7 +342,7 @@ class CompressedRun {
     plan.gather_send = [this](int p) { return part_of(gathered_source(), me_, p); };
     plan.gather_recv = [this](int p, int r) { return part_of(gathered_chunk(r), r, p); };
     plan.produce = [this](int p, int r) { encode_part(r, p); };
-    plan.reduce = [this](int p, int r) { reduce_part(r == me_ ? sent_chunk(me_) : received_chunk(r), p); };
+    plan.reduce = [this](int p, int r) { reduce_part(r == me_ ? sent_chunk(me_) : received_chunk(r), r, p); };
     plan.finish = [this](int p) { finish_part(p); };
     plan.consume = [this](int p, int r) { decode_part(r == me_ ? own_encoded_ : gathered_chunk(r), r, p); };
     return collectives_.pipelined_scatter_gather(plan);
@@ -355,7 +360,7 @@ class CompressedRun {
     Status st = collectives_.streamed_exchange(
         send_chunks, layout_.chunk_bytes, recv_chunks, recv_counts,
         [&](int r) { for (int p = 0; p < parts; ++p) encode_part(r, p); },
-        [&](int r) { for (int p = 0; p < parts; ++p) reduce_part(received_chunk(r), p); }, /*in_rank_order=*/true);
+        [&](int r) { for (int p = 0; p < parts; ++p) reduce_part(received_chunk(r), r, p); }, /*in_rank_order=*/true);
     if (!st.is_ok()) return st;
     for (int p = 0; p < parts; ++p) finish_part(p);
     auto decode_chunk = [&](int r) { for (int p = 0; p < parts; ++p) decode_part(gathered_chunk(r), r, p); };
