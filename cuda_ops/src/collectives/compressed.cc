@@ -28,6 +28,11 @@ int32_t read_marker(const uint8_t* chunk) {
 
 void write_marker(uint8_t* chunk, int32_t marker) { std::memcpy(chunk, &marker, 4); }
 
+// Keeps in `first` the lowest rank that reported a non-finite input (-1: none so far).
+void keep_lowest_rank(int32_t& first, int32_t rank) {
+  if (rank >= 0 && (first < 0 || rank < first)) first = rank;
+}
+
 bool all_finite(const float* x, int64_t n) {
   bool ok = true;
   for (int64_t i = 0; i < n; ++i) ok &= std::isfinite(x[i]);
@@ -247,9 +252,8 @@ class CompressedRun {
     write_pending_residual();  // (the last part is sent by now)
     const size_t k = layout_.at(me_, p);
     const uint8_t* part = chunk_encoding + layout_.byte_offset[k];
-    const int32_t marker = read_marker(part);
     int32_t& poisoned = poisoned_by_[static_cast<size_t>(p)];
-    if (marker >= 0 && (poisoned < 0 || marker < poisoned)) poisoned = marker;
+    keep_lowest_rank(poisoned, read_marker(part));
     if (poisoned >= 0) return;
     float* sum = s_ + (layout_.element_offset[k] - my_offset_);
     if (forwards_encodings_ && r == 0) {  // the first of two: written, as the peer's combine_part does
@@ -267,8 +271,7 @@ class CompressedRun {
     float* sum = s_ + (layout_.element_offset[k] - my_offset_);
     if (op_.average) average(sum, c);
     if (forwards_encodings_) {  // (decode_part copies it to the output)
-      const int32_t poisoned = poisoned_by_[static_cast<size_t>(p)];
-      if (poisoned >= 0 && (failed_by_ < 0 || poisoned < failed_by_)) failed_by_ = poisoned;
+      keep_lowest_rank(failed_by_, poisoned_by_[static_cast<size_t>(p)]);
       return;
     }
     if (op_.owner_error) {
@@ -286,8 +289,7 @@ class CompressedRun {
   // 4. Every owner's encoded part, decoded by everyone. A part marked by its owner fails the
   // operation on every rank (the output may then hold some decoded parts).
   void note_marker(const uint8_t* part) {
-    const int32_t marker = read_marker(part);
-    if (marker >= 0 && (failed_by_ < 0 || marker < failed_by_)) failed_by_ = marker;
+    keep_lowest_rank(failed_by_, read_marker(part));
   }
 
   void decode_part(uint8_t* chunk_encoding, int r, int p) {
