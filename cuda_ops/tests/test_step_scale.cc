@@ -73,7 +73,7 @@ std::vector<float> wide_step() {
 
 }  // namespace
 
-TEST(scale_statistics_of_wide_rows_add_squares_in_four_lanes_then_across) {
+TEST(scale_statistics_of_wide_rows_and_vectors_add_squares_in_lanes_then_across) {
   const std::vector<float> step = wide_step();
   std::vector<float> out(5 + 37 + 1 + 1);
   relax::scale_statistics(step.data(), kWide.data(), 2, out.data());
@@ -94,6 +94,14 @@ TEST(scale_statistics_of_wide_rows_add_squares_in_four_lanes_then_across) {
     CHECK_EQ(out[5 + j], static_cast<float>(column / 5.0));
   }
   CHECK_EQ(out[42], static_cast<float>(rows_total / 5.0));
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // the vector: eight lanes, the tail into lane 0
+  for (int j = 0; j < 19; ++j) {
+    const double x = step[5 * 37 + j];
+    lane[j < 16 ? j % 8 : 0] += x * x;
+  }
+  double vector_sum = 0.0;
+  for (double partial : lane) vector_sum += partial;
+  CHECK_EQ(out[43], static_cast<float>(vector_sum / 19.0));
 }
 
 TEST(scale_apply_of_wide_rows_matches_the_formula_with_the_owner_range_cutting_rows) {
