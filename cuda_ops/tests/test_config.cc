@@ -13,13 +13,13 @@ using relax::EngineConfig;
 
 TEST(idle_spin_defaults_to_polling_only_when_each_rank_has_a_core) {
   EngineConfig own_cores;
-  own_cores.apply_topology_defaults(true, 2, 2);
+  own_cores.apply_topology_defaults(true, 2, 2, false);
   CHECK(own_cores.idle_spin_us > 0);
   EngineConfig oversubscribed;
-  oversubscribed.apply_topology_defaults(true, 4, 2);
+  oversubscribed.apply_topology_defaults(true, 4, 2, true);
   CHECK_EQ(oversubscribed.idle_spin_us, 0.0);
   EngineConfig unknown_cores;
-  unknown_cores.apply_topology_defaults(true, 1, 0);
+  unknown_cores.apply_topology_defaults(true, 1, 0, false);
   CHECK_EQ(unknown_cores.idle_spin_us, 0.0);
 }
 
@@ -27,7 +27,7 @@ TEST(idle_spin_from_environment_overrides_the_default_and_rejects_negatives) {
   std::string error;
   setenv("RELAX_IDLE_SPIN_US", "0", 1);
   EngineConfig c = EngineConfig::from_environment(error);
-  c.apply_topology_defaults(true, 1, 8);
+  c.apply_topology_defaults(true, 1, 8, false);
   CHECK(error.empty());
   CHECK_EQ(c.idle_spin_us, 0.0);
   setenv("RELAX_IDLE_SPIN_US", "-5", 1);
@@ -68,11 +68,11 @@ TEST(shared_memory_setting_from_environment_is_validated) {
 TEST(shared_memory_collectives_are_on_for_one_node_and_off_across_nodes) {
   std::string error;
   EngineConfig one_node = EngineConfig::from_environment(error);
-  one_node.apply_topology_defaults(true, 4, 2);
+  one_node.apply_topology_defaults(true, 4, 2, true);
   CHECK(error.empty());
   CHECK(one_node.shm_collectives);
   EngineConfig two_nodes = EngineConfig::from_environment(error);
-  two_nodes.apply_topology_defaults(false, 2, 2);
+  two_nodes.apply_topology_defaults(false, 2, 2, false);
   CHECK(!two_nodes.shm_collectives);
   setenv("RELAX_SHM_COLLECTIVES", "off", 1);
   setenv("RELAX_SHM_SLOT_BYTES", "65536", 1);
@@ -98,24 +98,32 @@ TEST(shared_memory_collectives_are_on_for_one_node_and_off_across_nodes) {
 TEST(the_tcp_ring_is_used_across_nodes_unless_switched) {
   std::string error;
   EngineConfig one_node = EngineConfig::from_environment(error);
-  one_node.apply_topology_defaults(true, 2, 2);
+  one_node.apply_topology_defaults(true, 2, 2, false);
   CHECK(!one_node.use_tcp_ring);
   EngineConfig two_nodes = EngineConfig::from_environment(error);
-  two_nodes.apply_topology_defaults(false, 2, 2);
+  two_nodes.apply_topology_defaults(false, 2, 2, false);
   CHECK(two_nodes.use_tcp_ring);
   CHECK_EQ(two_nodes.mpi_allreduce_max_bytes, int64_t{4 << 10});  // MPI only for tiny messages
   EngineConfig sharing_cores = EngineConfig::from_environment(error);
-  sharing_cores.apply_topology_defaults(false, 4, 2);  // the same on every rank, whatever its cores
-  CHECK_EQ(sharing_cores.mpi_allreduce_max_bytes, int64_t{4 << 10});
-  CHECK_EQ(sharing_cores.mpi_allgather_max_bytes, int64_t{4 << 10});
+  sharing_cores.apply_topology_defaults(false, 4, 2, true);  // MPI's blocking collectives would spin
+  CHECK_EQ(sharing_cores.mpi_allreduce_max_bytes, int64_t{0});
+  CHECK_EQ(sharing_cores.mpi_allgather_max_bytes, int64_t{0});
+  EngineConfig own_cores_here = EngineConfig::from_environment(error);
+  own_cores_here.apply_topology_defaults(false, 2, 8, true);  // another host shares: the agreed flag decides
+  CHECK_EQ(own_cores_here.mpi_allreduce_max_bytes, int64_t{0});
+  setenv("RELAX_MPI_ALLREDUCE_MAX_BYTES", "4096", 1);
+  EngineConfig chosen = EngineConfig::from_environment(error);
+  chosen.apply_topology_defaults(false, 4, 2, true);  // a value you set wins
+  CHECK_EQ(chosen.mpi_allreduce_max_bytes, int64_t{4096});
+  unsetenv("RELAX_MPI_ALLREDUCE_MAX_BYTES");
   setenv("RELAX_TCP_RING", "off", 1);
   EngineConfig off = EngineConfig::from_environment(error);
-  off.apply_topology_defaults(false, 2, 2);
+  off.apply_topology_defaults(false, 2, 2, false);
   CHECK(!off.use_tcp_ring);
   CHECK_EQ(off.mpi_allreduce_max_bytes, int64_t{256 << 10});
   setenv("RELAX_TCP_RING", "on", 1);
   EngineConfig on = EngineConfig::from_environment(error);
-  on.apply_topology_defaults(true, 2, 2);
+  on.apply_topology_defaults(true, 2, 2, false);
   CHECK(on.use_tcp_ring);
   CHECK(error.empty());
   setenv("RELAX_TCP_RING", "maybe", 1);
@@ -156,18 +164,18 @@ TEST(tcp_eager_setting_from_environment_is_validated) {
 
 TEST(waits_yield_the_core_only_when_ranks_outnumber_cores_unless_set) {
   EngineConfig own_cores;
-  own_cores.apply_topology_defaults(false, 2, 2);
+  own_cores.apply_topology_defaults(false, 2, 2, false);
   CHECK(!own_cores.yield_while_waiting);
   EngineConfig oversubscribed;
-  oversubscribed.apply_topology_defaults(false, 4, 2);
+  oversubscribed.apply_topology_defaults(false, 4, 2, true);
   CHECK(oversubscribed.yield_while_waiting);
   EngineConfig forced_off;
   forced_off.wait_yield = "off";
-  forced_off.apply_topology_defaults(false, 4, 2);
+  forced_off.apply_topology_defaults(false, 4, 2, true);
   CHECK(!forced_off.yield_while_waiting);
   EngineConfig forced_on;
   forced_on.wait_yield = "on";
-  forced_on.apply_topology_defaults(true, 1, 8);
+  forced_on.apply_topology_defaults(true, 1, 8, false);
   CHECK(forced_on.yield_while_waiting);
   std::string error;
   setenv("RELAX_WAIT_YIELD", "sometimes", 1);

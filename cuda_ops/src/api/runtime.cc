@@ -103,8 +103,10 @@ int initialize() {
   if (!s.is_ok()) return fail(s);
   RELAX_LOG(Debug, transport);
   RELAX_LOG(Debug, tcp);
-  config.apply_topology_defaults(rt.mpi.topology().local_size == rt.mpi.topology().size, rt.mpi.topology().host_size,
-                                 static_cast<int>(std::thread::hardware_concurrency()));
+  const Topology& topology = rt.mpi.topology();
+  config.apply_topology_defaults(topology.local_size == topology.size, topology.host_size,
+                                 static_cast<int>(std::thread::hardware_concurrency()),
+                                 topology.cores_shared_somewhere);
   RELAX_LOG(Debug, "ring segment " << config.ring_segment_bytes << " B, MPI allreduce up to "
                                    << config.mpi_allreduce_max_bytes << " B, MPI allgather up to "
                                    << config.mpi_allgather_max_bytes << " B, idle spin " << config.idle_spin_us << " us"

@@ -98,19 +98,22 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   return c;
 }
 
-void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int cores) {
+void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int cores, bool cores_shared_somewhere) {
   const bool own_cores = cores > 0 && host_ranks <= cores;
   if (idle_spin_us < 0) idle_spin_us = own_cores ? 100.0 : 0.0;
   yield_while_waiting = wait_yield == "on" || (wait_yield == "auto" && !own_cores);
   use_tcp_ring = tcp_ring == "on" || (tcp_ring == "auto" && !single_node);
   if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : kCrossNodeRingSegmentBytes;
-  // Across nodes with the TCP ring MPI's own all-reduce / all-gather serve tiny messages only.
-  // With ranks sharing cores its blocking collectives spin: 4 ranks on 2 cores at 10 Gbit/s took
-  // 5.8-7.9 ms for a 16-256 KiB all-reduce against the TCP ring's 0.6-1.1 (all-gather 2.0-6.0
-  // against 0.56-0.68 ms), 0.66-0.77 against 0.55-0.64 ms up to 4 KiB. With a core per rank MPI
-  // won below 16 KiB (28-44 us against 58-75). The limit must not depend on this host's cores:
-  // every rank must choose the same path.
-  const int64_t cross_node_mpi_max = use_tcp_ring ? (4ll << 10) : (256ll << 10);
+  // Across nodes with the TCP ring MPI's own all-reduce / all-gather serve tiny messages only,
+  // and none where ranks share cores on some host: its blocking collectives spin there. 4 ranks
+  // on 2 cores at 10 Gbit/s took 5.8-7.9 ms for a 16-256 KiB all-reduce against the TCP ring's
+  // 0.6-1.1 (all-gather 2.0-6.0 against 0.56-0.68 ms), 0.66-0.77 against 0.55-0.64 ms up to
+  // 4 KiB; in training, sign's 4-byte scale statistics per bucket through MPI cost the sleep
+  // model 159-160 ms per step against 146 through the ring (4 ranks, 1 Gbit/s), and 31-35
+  // against 26 ms of CPU per rank. With a core per rank MPI won below 16 KiB (28-44 us against
+  // 58-75). Every rank must choose the same path, hence the agreed cores_shared_somewhere
+  // rather than this host's cores.
+  const int64_t cross_node_mpi_max = !use_tcp_ring ? (256ll << 10) : cores_shared_somewhere ? 0 : (4ll << 10);
   if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : cross_node_mpi_max;
   if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : cross_node_mpi_max;
   if (!single_node) shm_collectives = false;  // (also when RELAX_LOCAL_SIZE pretends several nodes)

@@ -41,7 +41,7 @@ struct EngineConfig {
   // Fills the knobs left at -1, and keeps shared-memory collectives to single-node jobs. Measured on this project's machines: within one node (shared
   // memory) Open MPI's allreduce/allgather match our ring up to 16 MiB and 1 MiB ring segments
   // are fastest; across nodes our ring over its own TCP connections beats Open MPI's algorithms
-  // above 4 KiB when ranks share cores, from 16 KiB otherwise (config.cc); over MPI point-to-point
+  // at every size when ranks share cores on some host, above 4 KiB otherwise (config.cc); over MPI point-to-point
   // (RELAX_TCP_RING=off) from 1 MiB, with 16 MiB segments each sent as one eager message
   // (tcp_transport.h).
   // An idle engine polls for new submissions for idle_spin_us before it sleeps: waking a sleeping
@@ -51,7 +51,7 @@ struct EngineConfig {
   // (RELAX_WAIT_YIELD=auto): MPI's busy wait starved the rank sharing the core, and a 1 MiB
   // gradient all-reduce per layer over 10 Gbit/s on 4 ranks with 2 cores took a 162-167 ms step
   // instead of 127 ms.
-  void apply_topology_defaults(bool single_node, int host_ranks, int cores);
+  void apply_topology_defaults(bool single_node, int host_ranks, int cores, bool cores_shared_somewhere);
 };
 
 }  // namespace relax

@@ -6,6 +6,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -150,6 +151,13 @@ Status MpiContext::count_host_ranks() {
   for (int r = 0; r < topology_.size; ++r) {
     topology_.host_size += std::strncmp(mine, names.data() + static_cast<size_t>(r) * kNameBytes, kNameBytes) == 0;
   }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());  // 0: unknown
+  const int shared_here = cores > 0 && topology_.host_size > cores ? 1 : 0;
+  int shared_somewhere = 0;
+  if (MPI_Allreduce(&shared_here, &shared_somewhere, 1, MPI_INT, MPI_MAX, control_) != MPI_SUCCESS) {
+    return Status::error(RELAX_ERR_MPI, "all-reduce of the hosts' core sharing failed");
+  }
+  topology_.cores_shared_somewhere = shared_somewhere != 0;
   return Status::ok();
 }
 
