@@ -32,6 +32,14 @@ RELAX_HD inline float sign_scale(double sum_of_squares, int64_t n) {
   return n > 0 ? static_cast<float>(sqrt(sum_of_squares / static_cast<double>(n))) : 0.0f;
 }
 
+// Eight partial sums of squares (lane l: elements l, l + 8, ...), added up in lane order: the one
+// order of the host paths that sum squares in lanes (the sign codec, the step scale's vectors).
+inline double lanes_total(const double (&lanes)[8]) {
+  double total = 0.0;
+  for (double lane : lanes) total += lane;
+  return total;
+}
+
 RELAX_HD inline bool sign_bit(float x) { return x >= 0.0f; }
 
 RELAX_HD inline float sign_value(bool bit, float scale) { return bit ? scale : -scale; }

@@ -36,13 +36,8 @@ const SignTable& sign_table() {
 }
 
 // The scale's sum of squares goes through 8 double lanes (lane j: elements j, j + 8, ...; the
-// tail into lane 0), added up in lane order, so every path below gives the same bits; each x * x
-// is exact in double.
-double lanes_total(const double (&lanes)[8]) {
-  double squares = 0.0;
-  for (double lane : lanes) squares += lane;
-  return squares;
-}
+// tail into lane 0), added up by codec_math::lanes_total, so every path below gives the same
+// bits; each x * x is exact in double.
 
 // Sum of squares of in[0, n) and the sign bits of its full bytes, in one pass.
 double squares_and_bits_portable(const float* in, int64_t n, uint8_t* bits) {
@@ -58,7 +53,7 @@ double squares_and_bits_portable(const float* in, int64_t n, uint8_t* bits) {
     bits[b] = byte;
   }
   for (int64_t i = 8 * full; i < n; ++i) lanes[0] += static_cast<double>(in[i]) * in[i];
-  return lanes_total(lanes);
+  return codec_math::lanes_total(lanes);
 }
 
 enum class Unpack { Write, Add, SubtractFrom };
@@ -97,7 +92,7 @@ __attribute__((target("avx"))) double squares_and_bits_avx(const float* in, int6
   _mm256_storeu_pd(lanes, low);
   _mm256_storeu_pd(lanes + 4, high);
   for (int64_t i = 8 * full; i < n; ++i) lanes[0] += static_cast<double>(in[i]) * in[i];
-  return lanes_total(lanes);
+  return codec_math::lanes_total(lanes);
 }
 
 // Stream: the results bypass the cache (outputs too large to stay there; 32-byte aligned).

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "codecs/codec_math.h"
 #include "util/cpu.h"
 
 namespace relax {
@@ -49,8 +50,8 @@ __attribute__((target("avx"))) int64_t row_squares_avx(const float* step, int64_
 }
 #endif
 
-// The sum of squares of a vector's n floats in eight partial sums (lane l: elements l, l + 8,
-// ...; the tail into lane 0), added up in lane order: one chain of dependent additions took
+// The sum of squares of a vector's n floats in eight lanes, as the sign codec sums them (the
+// tail into lane 0, codec_math::lanes_total): one chain of dependent additions took
 // 0.35 ms per million elements, a latency-bound loop where the lanes are bound by memory.
 double sum_of_squares_portable(const float* x, int64_t n) {
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -59,9 +60,7 @@ double sum_of_squares_portable(const float* x, int64_t n) {
     for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(x[j + l]) * x[j + l];
   }
   for (; j < n; ++j) lane[0] += static_cast<double>(x[j]) * x[j];
-  double sum = 0.0;
-  for (double partial : lane) sum += partial;
-  return sum;
+  return codec_math::lanes_total(lane);
 }
 
 #if defined(__x86_64__)
@@ -78,9 +77,7 @@ __attribute__((target("avx"))) double sum_of_squares_avx(const float* x, int64_t
   _mm256_storeu_pd(lane, low);
   _mm256_storeu_pd(lane + 4, high);
   for (; j < n; ++j) lane[0] += static_cast<double>(x[j]) * x[j];
-  double sum = 0.0;
-  for (double partial : lane) sum += partial;
-  return sum;
+  return codec_math::lanes_total(lane);
 }
 #endif
 

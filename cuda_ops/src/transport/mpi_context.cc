@@ -135,7 +135,8 @@ Status MpiContext::derive_topology() {
   MPI_Comm_split(control_, topology_.local_rank, topology_.rank, &cross_);
   MPI_Comm_rank(cross_, &topology_.cross_rank);
   MPI_Comm_size(cross_, &topology_.cross_size);
-  return count_host_ranks();
+  Status s = count_host_ranks();
+  return s.is_ok() ? agree_core_sharing() : s;
 }
 
 // Ranks whose host name equals this one's: the processes that share this machine's cores, even
@@ -151,6 +152,11 @@ Status MpiContext::count_host_ranks() {
   for (int r = 0; r < topology_.size; ++r) {
     topology_.host_size += std::strncmp(mine, names.data() + static_cast<size_t>(r) * kNameBytes, kNameBytes) == 0;
   }
+  return Status::ok();
+}
+
+// Whether the ranks outnumber the cores of some host, agreed by every rank (after count_host_ranks).
+Status MpiContext::agree_core_sharing() {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());  // 0: unknown
   const int shared_here = cores > 0 && topology_.host_size > cores ? 1 : 0;
   int shared_somewhere = 0;

@@ -43,6 +43,7 @@ class MpiContext {
  private:
   Status derive_topology();
   Status count_host_ranks();
+  Status agree_core_sharing();
 
   bool open_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;
