@@ -85,6 +85,20 @@ class RemoveProcessSetArgs(ctypes.Structure):
     _fields_ = [("process_set_id", ctypes.c_int32)]
 
 
+class StepScaleArgs(ctypes.Structure):
+    """relax_step_scale_args_t."""
+
+    _fields_ = [
+        ("nfactors", ctypes.c_int32),
+        ("shapes", ctypes.POINTER(ctypes.c_int64)),
+        ("floor", ctypes.c_double),
+        ("decay", ctypes.c_double),
+        ("statistics", ctypes.POINTER(ctypes.c_float)),
+        ("smoothed", ctypes.POINTER(ctypes.c_float)),
+        ("value", ctypes.POINTER(ctypes.c_float)),
+    ]
+
+
 class CompressedAllreduceArgs(ctypes.Structure):
     """relax_compressed_allreduce_args_t."""
 
@@ -93,6 +107,7 @@ class CompressedAllreduceArgs(ctypes.Structure):
         ("codec", ctypes.c_int32),
         ("worker_error", ctypes.POINTER(ctypes.c_float)),
         ("owner_error", ctypes.POINTER(ctypes.c_float)),
+        ("step_scale", ctypes.POINTER(StepScaleArgs)),
     ]
 
 
@@ -164,6 +179,7 @@ REQUEST_LAYOUT_STRUCTS = {
     "relax_add_process_set_args_t": AddProcessSetArgs,
     "relax_remove_process_set_args_t": RemoveProcessSetArgs,
     "relax_compressed_allreduce_args_t": CompressedAllreduceArgs,
+    "relax_step_scale_args_t": StepScaleArgs,
     "relax_neighbor_average_args_t": NeighborAverageArgs,
     "relax_group_average_args_t": GroupAverageArgs,
 }

@@ -245,13 +245,32 @@ class _GatherHandle(DirectHandle):
         return super().wait().owner
 
 
+@dataclass
+class StepScaleBuffers:
+    """The factored step scale a compressed all-reduce applies (relax_step_scale_args_t):
+    ``shapes`` (an int64 array of rows, cols per parameter), ``floor``, ``decay``, the state it
+    updates, ``smoothed`` (the smoothed statistics) and ``value`` (the scale in use), and this
+    rank's ``statistics`` of the input if already computed (None: the operation computes them);
+    ``owners`` keeps the arrays behind the buffers alive while the operation runs."""
+
+    shapes: Any
+    floor: float
+    decay: float
+    smoothed: Buffer
+    value: Buffer
+    statistics: Buffer | None = None
+    owners: tuple[Any, ...] = ()
+
+
 def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: str,
                                     worker_error: Buffer | None = None, owner_error: Buffer | None = None,
                                     keepalive: tuple[Any, ...] = (), result: Any = None, average: bool = True,
-                                    process_set: int = 0) -> DirectHandle:
+                                    process_set: int = 0, step_scale: StepScaleBuffers | None = None) -> DirectHandle:
     """Starts the compressed all-reduce (mean, or sum) of a float32 buffer through the negotiated
     path over ``process_set`` (an id), with error feedback when both residual buffers are given:
-    ``worker_error`` as long as ``src``, ``owner_error`` as long as this rank's chunk."""
+    ``worker_error`` as long as ``src``, ``owner_error`` as long as this rank's chunk. With
+    ``step_scale`` the input is divided by that scale before the codec and the result multiplied
+    back, the scale's statistics averaged inside the operation (``src`` is then only read)."""
     if src.dtype != "float32":
         raise ValueError(f"{name}: compressed all-reduce needs float32 buffers, got {src.dtype}")
     request, hold = _request(_core.REQ_COMPRESSED_ALLREDUCE, src, dst, name)
@@ -261,6 +280,15 @@ def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: 
     args.codec = codec_id(codec)
     if worker_error is not None and owner_error is not None:
         args.worker_error, args.owner_error = _floats(worker_error), _floats(owner_error)
+    if step_scale is not None:
+        scale = _core.StepScaleArgs()
+        scale.nfactors = len(step_scale.shapes) // 2
+        scale.shapes = step_scale.shapes.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+        scale.floor, scale.decay = step_scale.floor, step_scale.decay
+        scale.smoothed, scale.value = _floats(step_scale.smoothed), _floats(step_scale.value)
+        scale.statistics = _floats(step_scale.statistics)
+        args.step_scale = ctypes.pointer(scale)
+        hold = hold + (scale, step_scale)
     return _submit(request, name, hold + keepalive, result)
 
 

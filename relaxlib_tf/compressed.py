@@ -142,9 +142,11 @@ class HostErrorFeedback:
 
 
 def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: HostErrorFeedback | None, name: str,
-                                    average: bool = True, process_set=global_process_set) -> direct.DirectHandle:
+                                    average: bool = True, process_set=global_process_set,
+                                    step_scale: direct.StepScaleBuffers | None = None) -> direct.DirectHandle:
     """Starts the compressed all-reduce of a flat float32 host array; ``wait()`` returns the result
-    (a new array). With ``state`` its residuals are applied and updated (error feedback)."""
+    (a new array). With ``state`` its residuals are applied and updated (error feedback); with
+    ``step_scale`` the operation divides by that scale first and multiplies the result back."""
     src = np.ascontiguousarray(flat, np.float32).reshape(-1)
     out = np.empty_like(src)
     if state is not None:
@@ -153,4 +155,5 @@ def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: HostErr
     owner = Buffer.of(state.owner) if state is not None else None
     return direct.flat_compressed_allreduce_async(Buffer.of(src), Buffer.of(out), name, codec, worker, owner,
                                                   average=average, process_set=process_set.process_set_id,
-                                                  keepalive=(src, out, state), result=out)
+                                                  keepalive=(src, out, state, step_scale), result=out,
+                                                  step_scale=step_scale)

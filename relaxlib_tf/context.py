@@ -247,6 +247,9 @@ class KerasContext(KerasBinding):
         return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average,
                                                           process_set=group or global_process_set)
 
+    def scaled_compressed_allreduce_async(self, flat, name: str, codec: str, state, step_scale):
+        return compressed.compressed_allreduce_flat_async(flat, codec, state, name, step_scale=step_scale)
+
     def error_feedback(self, numel: int, group=None):
         return compressed.HostErrorFeedback(numel, process_set=group or global_process_set)
 

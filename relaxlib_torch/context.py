@@ -200,6 +200,19 @@ class TorchContext(TrainingContext):
                                                      op=mpi_ops.Average if average else mpi_ops.Sum,
                                                      process_set=group or self._process_set)
 
+    def scaled_compressed_allreduce_async(self, flat: torch.Tensor, name: str, codec: str, state,
+                                          step_scale: direct.StepScaleBuffers):
+        src = flat.detach().reshape(-1)
+        if src.device.type != "cpu" or src.dtype != torch.float32 or not src.is_contiguous():
+            return None
+        out = torch.empty_like(src)
+        worker = direct.Buffer.of(state.worker.numpy()) if state is not None else None
+        owner = direct.Buffer.of(state.owner.numpy()) if state is not None else None
+        return direct.flat_compressed_allreduce_async(
+            direct.Buffer.of(src.numpy()), direct.Buffer.of(out.numpy()), name, codec, worker, owner,
+            keepalive=(src, out, state, step_scale), result=out, process_set=self._process_set.process_set_id,
+            step_scale=step_scale)
+
     def error_feedback(self, numel: int, group=None):
         return compressed.ErrorFeedback(numel, process_set=group or self._process_set)
 

@@ -355,3 +355,27 @@ TEST(even_counts_differ_by_at_most_one_first_blocks_larger) {
   CHECK(relax::even_counts(0, 3) == std::vector<int64_t>({0, 0, 0}));
   CHECK(relax::block_offsets({3, 3, 2, 2}) == std::vector<int64_t>({0, 3, 6, 8}));
 }
+
+TEST(step_scales_travel_in_the_descriptor_and_must_agree) {
+  Descriptor scaled = tensor("s", {6});
+  scaled.type = RELAX_REQ_COMPRESSED_ALLREDUCE;
+  scaled.scale_shapes = {2, 3};
+  scaled.scale_floor = 0.1;
+  scaled.scale_decay = 0.5;
+  std::string wire;
+  relax::encode_descriptor(scaled, wire);
+  Descriptor decoded;
+  size_t pos = 0;
+  CHECK(relax::decode_descriptor(wire, pos, decoded) && pos == wire.size());
+  CHECK(decoded == scaled);
+
+  Coordinator c(2, 16);
+  auto m = round_of(2);
+  Descriptor other = scaled;
+  other.scale_shapes = {3, 2};
+  m[0].descriptors = {scaled};
+  m[1].descriptors = {other};
+  auto r = c.process(m, 0);
+  CHECK_EQ(r.size(), size_t{1});
+  CHECK(contains(r[0].message, "step scales") && contains(r[0].message, "2x3") && contains(r[0].message, "3x2"));
+}

@@ -246,6 +246,14 @@ class TrainingContext(ABC):
         """Compressed all-reduce (docs/architecture.md) of a flat float32 tensor over ``group`` (None: all
         ranks); ``state`` is an error-feedback memory from ``error_feedback`` (None: without)."""
 
+    def scaled_compressed_allreduce_async(self, flat: Any, name: str, codec: str, state: Any,
+                                          step_scale: Any) -> Any | None:
+        """``compressed_allreduce_async`` (average, all ranks) with the factored step scale run
+        inside the operation (``step_scale``: ``relaxlib.direct.StepScaleBuffers``), whose result
+        is in ``flat``'s own units; None where this context cannot, and the caller composes the
+        scale around ``compressed_allreduce_async`` instead."""
+        return None
+
     def compressed_allreduce_or_nan(self, flat: Any, name: str, codec: str, state: Any = None,
                                     group: Any = None) -> Any:
         """The result of ``compressed_allreduce_async``, or NaN in its place where it failed (the

@@ -110,6 +110,7 @@ class CompressedScatterReduce(Algorithm):
         self._started: dict[int, object] = {}
         self._inputs: dict[int, object] = {}  # hierarchical: each started bucket's input on this rank
         self._waiting: dict[int, tuple] = {}  # buckets waiting for their scale's statistics
+        self._unscaled: set[int] = set()  # started buckets whose result is already in the step's units
         self._local = self._leaders = None
         self._leader = 0
         self._ctx = ctx
@@ -196,6 +197,12 @@ class CompressedScatterReduce(Algorithm):
         if self._scales is None:
             self._send(ctx, bucket, flat)
             return
+        if not self.hierarchical:  # the whole scale inside the operation, where the binding can
+            handle = self._scales[bucket].start_compressed(ctx, flat, name, self.codec, self._memories[bucket])
+            if handle is not None:
+                self._started[bucket] = handle
+                self._unscaled.add(bucket)
+                return
         # The scale needs every rank's statistics of this step: their all-reduce runs while
         # backward goes on, and the bucket leaves once the next one is ready (or in step()).
         statistics = self._scales[bucket].statistics(ctx, flat)
@@ -273,7 +280,9 @@ class CompressedScatterReduce(Algorithm):
             self._momentum_started[bucket] = True
         self._next_momentum.clear()
         if self._scales is not None:
-            averaged = [scale.unscale(ctx, update) for scale, update in zip(self._scales, averaged)]
+            averaged = [update if bucket in self._unscaled else scale.unscale(ctx, update)
+                        for bucket, (scale, update) in enumerate(zip(self._scales, averaged))]
+            self._unscaled.clear()
         if self._updates:  # averaged SGD steps, already scaled by the learning rate
             for members, update in zip(self._buckets, averaged):
                 ctx.add_to_params(members, update, alpha=-1.0)
@@ -294,6 +303,7 @@ class CompressedScatterReduce(Algorithm):
         self._started.clear()
         self._inputs.clear()
         self._waiting.clear()
+        self._unscaled.clear()
         self._next_momentum.clear()
         self._ready = [0] * len(self._buckets)
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from relaxlib import _core
+from relaxlib import _core, direct
 from relaxlib.algorithms.base import TrainingContext
 
 # Added to a parameter's mean square: a step of zeros still gets a positive scale (a float32
@@ -139,6 +139,23 @@ class FactoredScale:
             memory.rescale(self._value / scale)
         ctx.copy_(self._value, scale)
         return step / scale
+
+    def start_compressed(self, ctx: TrainingContext, step: Any, name: str, codec: str, memory: Any = None) -> Any:
+        """Starts the compressed all-reduce of ``step`` with all of this class's work inside the
+        operation (statistics, their average, ``update``, ``scale``, the codec, ``unscale``), so
+        the statistics need no all-reduce and no wait of their own before the step can leave:
+        the handle's result is the averaged step in its own units. None where the context cannot
+        (not host tensors, or a binding without it): then the caller composes the same steps."""
+        if self._host_views(ctx, step, memory) is None:
+            return None
+        # computed here, on this rank's own time: inside the operation every rank would wait
+        # for the slowest to arrive first
+        statistics = ctx.host_view(self.statistics(ctx, step))
+        smoothed, value = ctx.host_view(self._smoothed), ctx.host_view(self._value)
+        buffers = direct.StepScaleBuffers(self._shapes, self.floor, self.decay, direct.Buffer.of(smoothed),
+                                          direct.Buffer.of(value), direct.Buffer.of(statistics),
+                                          owners=(statistics, smoothed, value))
+        return ctx.scaled_compressed_allreduce_async(step, name, codec, memory, buffers)
 
     def unscale(self, ctx: TrainingContext, averaged: Any) -> Any:
         """The average of the scaled steps in the step's own units (on host tensors in place)."""

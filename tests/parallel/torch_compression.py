@@ -10,8 +10,9 @@ from compression_model import Model, inputs
 
 import relaxlib
 import relaxlib_torch as hvd
-from relaxlib import compression
+from relaxlib import compression, direct
 from relaxlib.algorithms import CompressedScatterReduce, OneBitAdam
+from relaxlib.algorithms.step_scale import FactoredScale
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -241,6 +242,67 @@ def test_weights_of_very_different_magnitudes_in_one_bucket_go_through_one_bit_e
     assert max(worst_relative_error(w, e) for w, e in zip(scaled, exact)) < 1e-5
     # the negative control: the test can tell them apart
     assert max(worst_relative_error(w, e) for w, e in zip(unscaled, exact)) > 1.0
+
+
+def test_the_step_scale_inside_the_operation_gives_the_composed_steps_bit_for_bit(monkeypatch):
+    """One request per bucket, whose operation averages the statistics itself, against the scale
+    composed around the compressed all-reduce (the statistics' own all-reduce, then the bucket):
+    the same parameters, residuals and scale state, bit for bit."""
+    def run():
+        model = make_model()
+        algorithm = CompressedScatterReduce("sign")
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                       algorithm=algorithm, named_parameters=model.named_parameters())
+        train(opt, model, range(1))
+        before = hvd.engine_stats()["completed"]
+        train(opt, model, range(1, 6))
+        requests_per_step = (hvd.engine_stats()["completed"] - before) / 5
+        return [p.detach().clone() for p in model.parameters()], algorithm.state_dict(), requests_per_step
+
+    inside, inside_state, inside_requests = run()
+    monkeypatch.setattr(FactoredScale, "start_compressed", lambda *args, **kwargs: None)
+    composed, composed_state, composed_requests = run()
+    assert (inside_requests, composed_requests) == (1, 2)  # one bucket: the statistics' all-reduce is gone
+    assert all(torch.equal(a, b) for a, b in zip(inside, composed))
+    for key in ("smoothed", "value"):
+        assert torch.equal(inside_state["step_scale"][0][key], composed_state["step_scale"][0][key])
+    for key in ("worker", "owner"):
+        assert torch.equal(inside_state["error_feedback"][0][key], composed_state["error_feedback"][0][key])
+
+
+def scaled_allreduce(name: str, x: np.ndarray, shapes: list[int], floor: float = 0.1, decay: float = 0.5):
+    """The compressed (sign) average of ``x`` with a fresh step scale over ``shapes``."""
+    out, value = np.empty_like(x), np.zeros_like(x)
+    smoothed = np.zeros(sum(1 if rows == 1 else rows + cols + 1 for rows, cols in zip(shapes[::2], shapes[1::2])),
+                        np.float32)
+    scale = direct.StepScaleBuffers(np.array(shapes, np.int64), floor, decay, direct.Buffer.of(smoothed),
+                                    direct.Buffer.of(value))
+    direct.flat_compressed_allreduce_async(direct.Buffer.of(x), direct.Buffer.of(out), name, "sign",
+                                           step_scale=scale).wait()
+    return out
+
+
+def test_ranks_that_disagree_on_the_step_scale_fail_everywhere_naming_it():
+    x = np.ones(6, np.float32)
+    with pytest.raises(relaxlib.MismatchError, match="step scales .*floor 0.1.*floor 0.2"):
+        scaled_allreduce("scale.floor.mismatch", x, [2, 3], floor=0.1 if RANK == 0 else 0.2)
+    with pytest.raises(relaxlib.MismatchError, match="step scales .*2x3.*3x2"):
+        scaled_allreduce("scale.shape.mismatch", x, [2, 3] if RANK == 0 else [3, 2])
+    np.testing.assert_allclose(scaled_allreduce("scale.after.mismatch", x, [2, 3]), x, rtol=1e-6)
+
+
+def test_bad_step_scale_arguments_fail_naming_what_is_wrong():
+    x = np.ones(6, np.float32)
+    with pytest.raises(relaxlib.InvalidArgumentError, match="parameters hold 5 elements, the tensor 6"):
+        scaled_allreduce("scale.bad.count", x, [1, 5])
+    with pytest.raises(relaxlib.InvalidArgumentError, match="parameter 0 has shape 0 x 6"):
+        scaled_allreduce("scale.bad.shape", x, [0, 6])
+    with pytest.raises(relaxlib.InvalidArgumentError, match="floor must be positive"):
+        scaled_allreduce("scale.bad.floor", x, [1, 6], floor=0.0)
+    with pytest.raises(relaxlib.InvalidArgumentError, match="decay must be in"):
+        scaled_allreduce("scale.bad.decay", x, [1, 6], decay=1.0)
+    # a good one afterwards still runs: every element scales alike, which 1-bit carries (but rounding)
+    np.testing.assert_allclose(scaled_allreduce("scale.good", x, [2, 3]), x, rtol=1e-6)
 
 
 def test_a_non_finite_step_on_one_rank_fails_everywhere_naming_it_and_leaves_the_scale_alone():

@@ -4,7 +4,9 @@
 all-reduces of chunks in several parts run back to back (between nodes pipelined: run with
 RELAX_SHM_COLLECTIVES=off), so the peer dies inside the part exchange. ``ring-allreduce``:
 while 16 MiB all-reduces run back to back on the ring (between nodes, with RELAX_LOCAL_SIZE=1:
-over the TCP ring's sockets), so the peer dies inside a ring step.
+over the TCP ring's sockets), so the peer dies inside a ring step. ``scaled-sign``: training with
+1-bit compression and its step scale, whose statistics are averaged inside each bucket's
+operation, so the peer dies inside one.
 """
 
 import os
@@ -36,6 +38,17 @@ elif mode == "ring-allreduce":
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
     for _ in range(100_000):
         hvd.allreduce(x, name="dead.ring")
+elif mode == "scaled-sign":
+    from relaxlib.algorithms import CompressedScatterReduce
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), algorithm=CompressedScatterReduce(
+        "sign", fusion_mb=0.5), named_parameters=model.named_parameters())
+    for step in range(100_000):
+        if step == 3 and hvd.rank() == 1:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        opt.zero_grad()
+        model(torch.randn(8, 512)).sum().backward()
+        opt.step()
 else:
     model = torch.nn.Linear(32, 4)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),

@@ -133,11 +133,30 @@ typedef struct {            /* remove_process_set */
   int32_t process_set_id;   /* the set to remove (not 0) */
 } relax_remove_process_set_args_t;
 
+/* The factored per-element step scale of a compressed all-reduce (relaxlib.algorithms.step_scale),
+ * run inside the operation so that its statistics need no negotiation round of their own: the
+ * statistics of `input` (relax_scale_statistics) are averaged over the ranks, smoothed into
+ * `smoothed` (decay * smoothed + (1 - decay) * average, each element kept where that is not
+ * finite), the scale is set and the residuals rescaled as relax_scale_apply does, input / scale
+ * goes through the codec, and the result is multiplied back by the scale. `input` is only read. */
+typedef struct {
+  int32_t nfactors;         /* parameters of the tensor, one after another */
+  const int64_t* shapes;    /* rows, cols of each (relax_scale_statistics); read during relax_enqueue only */
+  double floor;             /* times a parameter's root mean square, added to each element's scale */
+  double decay;             /* weight of the past statistics, in [0, 1) */
+  const float* statistics;  /* this rank's statistics of `input` if the caller computed them (then
+                               while its peers catch up), else NULL: the operation computes them */
+  float* smoothed;          /* the smoothed statistics (state, relax_scale_statistics' count floats) */
+  float* value;             /* the scale in use (state, count floats: the previous on entry) */
+} relax_step_scale_args_t;
+
 typedef struct {            /* compressed_allreduce */
   int32_t reduce_op;        /* Average or Sum */
   int32_t codec;            /* a codec id (relax_codec_info) */
   float* worker_error;      /* error feedback: this rank's residual, count floats (NULL: no feedback) */
   float* owner_error;       /* error feedback: residual of the chunk this rank owns and reduces */
+  const relax_step_scale_args_t* step_scale; /* NULL: none; read during relax_enqueue only (its state
+                                                buffers must stay valid until the handle completes) */
 } relax_compressed_allreduce_args_t;
 
 typedef struct {            /* neighbor_average */

@@ -48,6 +48,15 @@ std::string describe_layout() {
   RELAX_FIELD(relax_compressed_allreduce_args_t, codec);
   RELAX_FIELD(relax_compressed_allreduce_args_t, worker_error);
   RELAX_FIELD(relax_compressed_allreduce_args_t, owner_error);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, step_scale);
+  RELAX_STRUCT(relax_step_scale_args_t);
+  RELAX_FIELD(relax_step_scale_args_t, nfactors);
+  RELAX_FIELD(relax_step_scale_args_t, shapes);
+  RELAX_FIELD(relax_step_scale_args_t, floor);
+  RELAX_FIELD(relax_step_scale_args_t, decay);
+  RELAX_FIELD(relax_step_scale_args_t, statistics);
+  RELAX_FIELD(relax_step_scale_args_t, smoothed);
+  RELAX_FIELD(relax_step_scale_args_t, value);
   RELAX_STRUCT(relax_neighbor_average_args_t);
   RELAX_FIELD(relax_neighbor_average_args_t, npeers);
   RELAX_FIELD(relax_neighbor_average_args_t, peers);

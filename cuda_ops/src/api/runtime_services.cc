@@ -27,24 +27,6 @@ int lookup_set(int32_t process_set, relax::ProcessSetInfo& info) {
   return 0;
 }
 
-// The (rows, cols) pairs of a step-scale call as factors; an error naming the first bad one.
-relax::Status scale_factors(const int64_t* shapes, int32_t count, std::vector<relax::ScaleFactor>& factors) {
-  if (count < 0 || (count > 0 && !shapes))
-    return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: no shapes for " + std::to_string(count) +
-                                                                " parameters");
-  factors.resize(static_cast<size_t>(count));
-  for (int32_t p = 0; p < count; ++p) {
-    const int64_t rows = shapes[2 * p], cols = shapes[2 * p + 1];
-    if (rows < 1 || cols < 0 || (rows > 1 && cols < 1)) {
-      return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: parameter " + std::to_string(p) +
-                                                                  " has shape " + std::to_string(rows) + " x " +
-                                                                  std::to_string(cols));
-    }
-    factors[static_cast<size_t>(p)] = relax::ScaleFactor{rows, cols};
-  }
-  return relax::Status::ok();
-}
-
 }  // namespace
 
 extern "C" {
@@ -111,7 +93,7 @@ int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) 
 
 int relax_scale_statistics(const float* step, const int64_t* shapes, int32_t count, float* out) {
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = scale_factors(shapes, count, factors);
+  const relax::Status status = relax::scale_factors(shapes, count, factors);
   if (!status.is_ok()) return relax::fail(status);
   relax::scale_statistics(step, factors.data(), count, out);
   return RELAX_OK;
@@ -121,7 +103,7 @@ int relax_scale_apply(const float* smoothed, const int64_t* shapes, int32_t coun
                       const float* step, float* out, float* worker, float* owner, int64_t owner_offset,
                       int64_t owner_count) {
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = scale_factors(shapes, count, factors);
+  const relax::Status status = relax::scale_factors(shapes, count, factors);
   if (!status.is_ok()) return relax::fail(status);
   relax::scale_apply(smoothed, factors.data(), count, floor, value, step, out,
                      relax::ScaleResiduals{worker, owner, owner_offset, owner_count});

@@ -97,8 +97,45 @@ int64_t row_squares(const float* step, int64_t cols, double* column, double* lan
 
 }  // namespace
 
+Status scale_factors(const int64_t* shapes, int32_t count, std::vector<ScaleFactor>& factors) {
+  if (count < 0 || (count > 0 && !shapes))
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: no shapes for " + std::to_string(count) + " parameters");
+  factors.resize(static_cast<size_t>(count));
+  for (int32_t p = 0; p < count; ++p) {
+    const int64_t rows = shapes[2 * p], cols = shapes[2 * p + 1];
+    if (rows < 1 || cols < 0 || (rows > 1 && cols < 1)) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: parameter " + std::to_string(p) + " has shape " +
+                                                           std::to_string(rows) + " x " + std::to_string(cols));
+    }
+    factors[static_cast<size_t>(p)] = ScaleFactor{rows, cols};
+  }
+  return Status::ok();
+}
+
+int64_t scale_elements(const std::vector<ScaleFactor>& factors) {
+  int64_t total = 0;
+  for (const ScaleFactor& f : factors) total += f.rows * f.cols;
+  return total;
+}
+
 int64_t scale_statistics_count(const ScaleFactor& factor) {
   return factor.rows == 1 ? 1 : factor.rows + factor.cols + 1;
+}
+
+int64_t scale_statistics_count(const std::vector<ScaleFactor>& factors) {
+  int64_t total = 0;
+  for (const ScaleFactor& f : factors) total += scale_statistics_count(f);
+  return total;
+}
+
+void smooth_statistics(float* smoothed, const float* averaged, int64_t count, double decay) {
+  const float keep = static_cast<float>(decay), take = static_cast<float>(1.0 - decay);
+  for (int64_t i = 0; i < count; ++i) {
+    // two products, each rounded, then their sum: no fused multiply-add (ISO C++ mode does not
+    // contract, and this file is built without FMA), so the framework ops get the same bits
+    const float next = keep * smoothed[i] + take * averaged[i];
+    if (std::isfinite(next)) smoothed[i] = next;
+  }
 }
 
 void scale_statistics(const float* step, const ScaleFactor* factors, int32_t count, float* out) {

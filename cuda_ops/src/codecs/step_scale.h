@@ -5,6 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "util/types.h"
 
 namespace relax {
 
@@ -15,6 +19,12 @@ struct ScaleFactor {
   int64_t cols = 0;
 };
 
+// The (rows, cols) pairs `shapes` (2 * count int64) as factors; an error naming the first bad one.
+Status scale_factors(const int64_t* shapes, int32_t count, std::vector<ScaleFactor>& factors);
+
+// Elements the factors cover (rows * cols, or cols for rows == 1).
+int64_t scale_elements(const std::vector<ScaleFactor>& factors);
+
 // Statistic floats a parameter sends: rows', columns' and whole mean squares (rows == 1: one).
 int64_t scale_statistics_count(const ScaleFactor& factor);
 
@@ -22,6 +32,15 @@ int64_t scale_statistics_count(const ScaleFactor& factor);
 // per parameter its rows' mean squares, its columns', then the whole's (the mean of the rows'),
 // or for rows == 1 only the whole's. Sums in float64, each result rounded once to float32.
 void scale_statistics(const float* step, const ScaleFactor* factors, int32_t count, float* out);
+
+// Statistic floats of all `factors`.
+int64_t scale_statistics_count(const std::vector<ScaleFactor>& factors);
+
+// Smooths the statistics averaged over the ranks into `smoothed`: decay * smoothed +
+// (1 - decay) * averaged, both factors rounded to float32 and every operation in float32 (as
+// relaxlib.algorithms.step_scale composes it); an element whose result is not finite keeps its
+// previous value.
+void smooth_statistics(float* smoothed, const float* averaged, int64_t count, double decay);
 
 // The error-feedback residuals to keep in scaled units (null when the bucket has none): `worker`
 // spans the bucket, `owner` the `owner_count` elements from `owner_offset`.

@@ -38,6 +38,9 @@ struct LocalRequest {
   double enqueued_at = 0;
   float* worker_error = nullptr;  // compressed all-reduce with error feedback
   float* owner_error = nullptr;
+  const float* scale_statistics = nullptr;  // compressed all-reduce with a step scale: this rank's
+  float* scale_smoothed = nullptr;          // statistics (null: computed in the operation), its state
+  float* scale_value = nullptr;
   DirectArgs direct;              // neighbour and group averages
 };
 

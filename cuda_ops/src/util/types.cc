@@ -91,6 +91,7 @@ bool Descriptor::operator==(const Descriptor& o) const {
          root_rank == o.root_rank && prescale == o.prescale && postscale == o.postscale &&
          shape == o.shape && splits == o.splits && recv_counts == o.recv_counts &&
          group == o.group && group_size == o.group_size && codec == o.codec && flags == o.flags &&
+         scale_shapes == o.scale_shapes && scale_floor == o.scale_floor && scale_decay == o.scale_decay &&
          rejection == o.rejection && rejection_code == o.rejection_code;
 }
 
@@ -169,6 +170,9 @@ void encode_descriptor(const Descriptor& d, std::string& out) {
   encode_u32(static_cast<uint32_t>(d.group_size), out);
   encode_u32(static_cast<uint32_t>(d.codec), out);
   encode_u32(static_cast<uint32_t>(d.flags), out);
+  encode_vector(d.scale_shapes, out);
+  encode_double(d.scale_floor, out);
+  encode_double(d.scale_decay, out);
   encode_string(d.rejection, out);
   encode_u32(static_cast<uint32_t>(d.rejection_code), out);
 }
@@ -181,7 +185,8 @@ bool decode_descriptor(const std::string& in, size_t& pos, Descriptor& d) {
          decode_vector(in, pos, d.shape) && decode_vector(in, pos, d.splits) &&
          decode_vector(in, pos, d.recv_counts) && decode_string(in, pos, d.group) &&
          decode_u32(in, pos, group_size) && decode_u32(in, pos, codec) && decode_u32(in, pos, flags) &&
-         decode_string(in, pos, d.rejection) && decode_u32(in, pos, rejection_code) &&
+         decode_vector(in, pos, d.scale_shapes) && decode_double(in, pos, d.scale_floor) &&
+         decode_double(in, pos, d.scale_decay) && decode_string(in, pos, d.rejection) && decode_u32(in, pos, rejection_code) &&
          ((d.type = static_cast<int32_t>(type)), (d.dtype = static_cast<int32_t>(dtype)),
           (d.reduce_op = static_cast<int32_t>(op)), (d.root_rank = static_cast<int32_t>(root)),
           (d.group_size = static_cast<int32_t>(group_size)), (d.codec = static_cast<int32_t>(codec)),

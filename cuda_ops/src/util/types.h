@@ -51,6 +51,11 @@ struct Descriptor {
   int32_t group_size = 0;
   int32_t codec = 0;                 // compressed all-reduce
   int32_t flags = 0;                 // compressed all-reduce: kWorkerError | kOwnerError
+  // Compressed all-reduce with a step scale (relax_step_scale_args_t): rows, cols per parameter
+  // (empty: no scale), its floor and decay.
+  std::vector<int64_t> scale_shapes;
+  double scale_floor = 0;
+  double scale_decay = 0;
   // Non-empty: this rank rejected the request locally and says why; the members that did submit
   // it fail with `rejection_code` in the round it completes instead of waiting for this rank.
   std::string rejection;

@@ -1,14 +1,47 @@
 // compressed_allreduce: float32 sum or average through a codec (collectives/compressed.h), with
 // error feedback when the caller lends the residual memory: the worker's (the whole tensor) and
-// the owner's (the chunk this rank reduces).
+// the owner's (the chunk this rank reduces), and optionally the factored per-element step scale
+// (collectives/scaled_compressed.h).
+#include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "codecs/codec.h"
 #include "collectives/compressed.h"
+#include "collectives/scaled_compressed.h"
 #include "engine/requests/kind_support.h"
 
 namespace relax {
 namespace {
+
+// Checks the step scale's arguments against the tensor and keeps them: the factors, floor and
+// decay in the descriptor (every rank must agree), the state buffers in `local`.
+Status parse_step_scale(const relax_step_scale_args_t& args, LocalRequest& local) {
+  std::vector<ScaleFactor> factors;
+  Status s = scale_factors(args.shapes, args.nfactors, factors);
+  if (!s.is_ok()) return kinds::fail(local, s.message);
+  Descriptor& d = local.desc;
+  if (scale_elements(factors) != d.num_elements()) {
+    return kinds::fail(local, "the step scale's parameters hold " + std::to_string(scale_elements(factors)) +
+                                  " elements, the tensor " + std::to_string(d.num_elements()));
+  }
+  if (!(args.floor > 0) || !std::isfinite(args.floor)) {
+    return kinds::fail(local, "the step scale's floor must be positive and finite, not " + std::to_string(args.floor));
+  }
+  if (!(args.decay >= 0 && args.decay < 1)) {
+    return kinds::fail(local, "the step scale's decay must be in [0, 1), not " + std::to_string(args.decay));
+  }
+  if (d.num_elements() > 0 && (!args.smoothed || !args.value)) {
+    return kinds::fail(local, "the step scale's state buffers (smoothed statistics, scale) are NULL");
+  }
+  d.scale_shapes.assign(args.shapes, args.shapes + 2 * static_cast<ptrdiff_t>(args.nfactors));
+  d.scale_floor = args.floor;
+  d.scale_decay = args.decay;
+  local.scale_statistics = args.statistics;
+  local.scale_smoothed = args.smoothed;
+  local.scale_value = args.value;
+  return Status::ok();
+}
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
   const relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
@@ -28,6 +61,10 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
                             " floats) as well as the worker memory");
     }
   }
+  if (args.step_scale) {
+    s = parse_step_scale(*args.step_scale, local);
+    if (!s.is_ok()) return s;
+  }
   d.reduce_op = args.reduce_op;
   d.codec = args.codec;
   // Error feedback is on when the worker memory is given; the owner memory may then be NULL only
@@ -45,6 +82,24 @@ std::string feedback_of(const Descriptor& d) {
          ((d.flags & Descriptor::kOwnerError) ? "+owner error" : "+no owner error");
 }
 
+// What ranks must agree on about the step scale: its floor and decay, the parameters' shapes (the
+// first three) and a digest of all of them.
+std::string step_scale_of(const Descriptor& d) {
+  if (d.scale_shapes.empty()) return "none";
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over the shapes
+  for (int64_t v : d.scale_shapes) {
+    for (int b = 0; b < 8; ++b) digest = (digest ^ ((static_cast<uint64_t>(v) >> (8 * b)) & 0xff)) * 1099511628211ull;
+  }
+  std::string text = std::to_string(d.scale_shapes.size() / 2) + " parameters (";
+  for (size_t p = 0; p < d.scale_shapes.size() / 2 && p < 3; ++p) {
+    text += (p ? ", " : "") + std::to_string(d.scale_shapes[2 * p]) + "x" + std::to_string(d.scale_shapes[2 * p + 1]);
+  }
+  char tail[96];
+  std::snprintf(tail, sizeof tail, "%s; digest %016llx), floor %g, decay %g", d.scale_shapes.size() > 6 ? ", ..." : "",
+                static_cast<unsigned long long>(digest), d.scale_floor, d.scale_decay);
+  return text + tail;
+}
+
 Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
   const Descriptor& d = item.tensor->first();
   std::unique_ptr<Codec> codec = make_codec(d.codec);
@@ -55,7 +110,21 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
   op.average = d.reduce_op == RELAX_OP_AVERAGE;
   op.worker_error = item.local->worker_error;
   op.owner_error = item.local->owner_error;
-  Status status = compressed_allreduce(ctx.collectives, *codec, op, ctx.world_ranks, ctx.work_buffer);
+  Status status;
+  if (d.scale_shapes.empty()) {
+    status = compressed_allreduce(ctx.collectives, *codec, op, ctx.world_ranks, ctx.work_buffer);
+  } else {
+    StepScale scale;
+    status = scale_factors(d.scale_shapes.data(), static_cast<int32_t>(d.scale_shapes.size() / 2), scale.factors);
+    scale.floor = static_cast<float>(d.scale_floor);
+    scale.decay = d.scale_decay;
+    scale.statistics = item.local->scale_statistics;
+    scale.smoothed = item.local->scale_smoothed;
+    scale.value = item.local->scale_value;
+    if (status.is_ok()) {
+      status = scaled_compressed_allreduce(ctx.collectives, *codec, op, scale, ctx.world_ranks, ctx.work_buffer);
+    }
+  }
   if (!status.is_ok()) status.message = "compressed_allreduce '" + d.name + "': " + status.message;
   return status;
 }
@@ -66,7 +135,8 @@ const RequestKindRegistration kCompressedAllreduce({
     {{"shapes", kinds::shape_of},
      {"reduction ops", kinds::reduce_op_of},
      {"codecs", codec_of},
-     {"error-feedback settings", feedback_of}},
+     {"error-feedback settings", feedback_of},
+     {"step scales", step_scale_of}},
     kinds::refuse_when_joined, run});
 
 }  // namespace
