@@ -94,8 +94,8 @@ std::string step_scale_of(const Descriptor& d) {
   for (size_t p = 0; p < d.scale_shapes.size() / 2 && p < 3; ++p) {
     text += (p ? ", " : "") + std::to_string(d.scale_shapes[2 * p]) + "x" + std::to_string(d.scale_shapes[2 * p + 1]);
   }
-  char tail[96];
-  std::snprintf(tail, sizeof tail, "%s; digest %016llx), floor %g, decay %g", d.scale_shapes.size() > 6 ? ", ..." : "",
+  char tail[128];
+  std::snprintf(tail, sizeof tail, "%s; digest %016llx), floor %.17g, decay %.17g", d.scale_shapes.size() > 6 ? ", ..." : "",
                 static_cast<unsigned long long>(digest), d.scale_floor, d.scale_decay);
   return text + tail;
 }
