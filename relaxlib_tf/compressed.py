@@ -155,5 +155,5 @@ def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: HostErr
     owner = Buffer.of(state.owner) if state is not None else None
     return direct.flat_compressed_allreduce_async(Buffer.of(src), Buffer.of(out), name, codec, worker, owner,
                                                   average=average, process_set=process_set.process_set_id,
-                                                  keepalive=(src, out, state, step_scale), result=out,
+                                                  keepalive=(src, out, state), result=out,
                                                   step_scale=step_scale)

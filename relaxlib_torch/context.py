@@ -210,7 +210,7 @@ class TorchContext(TrainingContext):
         owner = direct.Buffer.of(state.owner.numpy()) if state is not None else None
         return direct.flat_compressed_allreduce_async(
             direct.Buffer.of(src.numpy()), direct.Buffer.of(out.numpy()), name, codec, worker, owner,
-            keepalive=(src, out, state, step_scale), result=out, process_set=self._process_set.process_set_id,
+            keepalive=(src, out, state), result=out, process_set=self._process_set.process_set_id,
             step_scale=step_scale)
 
     def error_feedback(self, numel: int, group=None):
