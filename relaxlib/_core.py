@@ -95,7 +95,6 @@ class StepScaleArgs(ctypes.Structure):
         ("decay", ctypes.c_double),
         ("statistics", ctypes.POINTER(ctypes.c_float)),
         ("smoothed", ctypes.POINTER(ctypes.c_float)),
-        ("value", ctypes.POINTER(ctypes.c_float)),
     ]
 
 
@@ -241,9 +240,11 @@ _SIGNATURES = {
     "relax_codec_decode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
     "relax_compressed_parts": ([ctypes.c_int64, ctypes.c_int32], ctypes.c_int32),
     "relax_scale_statistics": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p], ctypes.c_int),
-    "relax_scale_apply": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_float, ctypes.c_void_p,
+    "relax_scale_apply": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_float,
                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                            ctypes.c_int64], ctypes.c_int),
+    "relax_scale_multiply": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_float, ctypes.c_void_p],
+                             ctypes.c_int),
     "relax_stop_timeline": ([], ctypes.c_int),
     "relax_direct_pending": ([], ctypes.c_int),
     "relax_direct_join_start": ([ctypes.c_int64], ctypes.c_int),

@@ -249,15 +249,14 @@ class _GatherHandle(DirectHandle):
 class StepScaleBuffers:
     """The factored step scale a compressed all-reduce applies (relax_step_scale_args_t):
     ``shapes`` (an int64 array of rows, cols per parameter), ``floor``, ``decay``, the state it
-    updates, ``smoothed`` (the smoothed statistics) and ``value`` (the scale in use), and this
-    rank's ``statistics`` of the input if already computed (None: the operation computes them);
+    updates, ``smoothed`` (the smoothed statistics, from which every element's scale follows), and
+    this rank's ``statistics`` of the input if already computed (None: the operation computes them);
     ``owners`` keeps the arrays behind the buffers alive while the operation runs."""
 
     shapes: Any
     floor: float
     decay: float
     smoothed: Buffer
-    value: Buffer
     statistics: Buffer | None = None
     owners: tuple[Any, ...] = ()
 
@@ -285,7 +284,7 @@ def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: 
         scale.nfactors = len(step_scale.shapes) // 2
         scale.shapes = step_scale.shapes.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
         scale.floor, scale.decay = step_scale.floor, step_scale.decay
-        scale.smoothed, scale.value = _floats(step_scale.smoothed), _floats(step_scale.value)
+        scale.smoothed = _floats(step_scale.smoothed)
         scale.statistics = _floats(step_scale.statistics)
         args.step_scale = ctypes.pointer(scale)
         hold = hold + (scale, step_scale)

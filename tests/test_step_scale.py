@@ -67,7 +67,7 @@ def test_the_core_passes_give_the_composed_scale_bit_for_bit(floor):
             scale.update(ctx, statistics)
             scaled = scale.scale(ctx, step.clone(), memory)
             averaged = scale.unscale(ctx, scaled.clone())
-            seen.append([statistics.clone(), scaled.clone(), averaged.clone(), scale.value.clone(),
+            seen.append([statistics.clone(), scaled.clone(), averaged.clone(), scale.value(ctx).clone(),
                          memory.worker.clone(), memory.owner.clone()])
             # what compression would leave behind: residuals of the scaled step's size
             memory.worker.copy_(scaled * 0.25)

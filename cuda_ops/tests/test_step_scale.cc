@@ -20,41 +20,65 @@ TEST(scale_statistics_are_the_mean_squares_of_rows_columns_and_whole) {
   for (size_t i = 0; i < expected.size(); ++i) CHECK_EQ(out[i], expected[i]);
 }
 
-TEST(scale_apply_divides_by_the_factored_scale_and_rescales_the_owned_residuals) {
+namespace {
+
+// Element k's scale from statistics laid out for kFactors, by the formula.
+float small_scale(const std::vector<float>& smoothed, int k) {
+  if (k >= 6) {
+    const float vector_total = smoothed[6] + 1e-30f;
+    return std::sqrt(vector_total) + 0.1f * std::sqrt(vector_total);
+  }
+  const float total = smoothed[5] + 1e-30f;
+  const float product = std::sqrt(smoothed[k / 3] / total) * std::sqrt(smoothed[2 + k % 3]);
+  return product + 0.1f * std::sqrt(total);
+}
+
+}  // namespace
+
+TEST(scale_apply_divides_by_the_factored_scale_and_rescales_the_owned_residuals_by_old_over_new) {
+  std::vector<float> smoothed(7), previous(7);
+  relax::scale_statistics(kStep.data(), kFactors.data(), 2, smoothed.data());
+  const std::vector<float> earlier = {3, 1, 7, 2, 5, 9, 4};  // another step's statistics
+  relax::scale_statistics(earlier.data(), kFactors.data(), 2, previous.data());
+  std::vector<float> worker(8, 1.0f), owner(2, 1.0f), out(kStep);
+  relax::scale_apply(previous.data(), smoothed.data(), kFactors.data(), 2, 0.1f, out.data(), out.data(),
+                     relax::ScaleResiduals{worker.data(), owner.data(), 2, 2});  // owns elements 2 and 3
+  for (int k = 0; k < 8; ++k) {
+    const float v = small_scale(smoothed, k), change = small_scale(previous, k) / v;
+    CHECK(change != 1.0f);
+    CHECK_EQ(out[k], kStep[k] / v);
+    CHECK_EQ(worker[k], change);
+    if (k == 2 || k == 3) CHECK_EQ(owner[k - 2], change);
+  }
+}
+
+TEST(scale_apply_leaves_the_residuals_alone_when_the_statistics_did_not_change) {
   std::vector<float> smoothed(7);
   relax::scale_statistics(kStep.data(), kFactors.data(), 2, smoothed.data());
-  std::vector<float> value(8, 2.0f), worker(8, 1.0f), owner(2, 1.0f), out(kStep);
-  relax::scale_apply(smoothed.data(), kFactors.data(), 2, 0.1f, value.data(), out.data(), out.data(),
-                     relax::ScaleResiduals{worker.data(), owner.data(), 2, 2});  // owns elements 2 and 3
-  const float total = smoothed[5] + 1e-30f, floor = 0.1f * std::sqrt(total);
-  for (int i = 0; i < 2; ++i) {
-    for (int j = 0; j < 3; ++j) {
-      const float product = std::sqrt(smoothed[i] / total) * std::sqrt(smoothed[2 + j]);
-      const float v = product + floor;
-      const int k = i * 3 + j;
-      CHECK_EQ(value[k], v);
-      CHECK_EQ(out[k], kStep[k] / v);
-      CHECK_EQ(worker[k], 2.0f / v);
-      if (k == 2 || k == 3) CHECK_EQ(owner[k - 2], 2.0f / v);
-    }
-  }
-  const float vector_total = smoothed[6] + 1e-30f, v = std::sqrt(vector_total) + 0.1f * std::sqrt(vector_total);
-  for (int k = 6; k < 8; ++k) {
-    CHECK_EQ(value[k], v);
-    CHECK_EQ(out[k], kStep[k] / v);
-    CHECK_EQ(worker[k], 2.0f / v);
-  }
+  std::vector<float> worker(8, 0.3f), out(8);
+  relax::scale_apply(smoothed.data(), smoothed.data(), kFactors.data(), 2, 0.1f, kStep.data(), out.data(),
+                     relax::ScaleResiduals{worker.data(), nullptr, 0, 0});
+  for (int k = 0; k < 8; ++k) CHECK_EQ(worker[k], 0.3f);
+}
+
+TEST(scale_multiply_multiplies_back_by_the_scale_apply_divided_by) {
+  std::vector<float> smoothed(7);
+  relax::scale_statistics(kStep.data(), kFactors.data(), 2, smoothed.data());
+  std::vector<float> data(8, 1.5f);
+  relax::scale_multiply(smoothed.data(), kFactors.data(), 2, 0.1f, data.data());
+  for (int k = 0; k < 8; ++k) CHECK_EQ(data[k], 1.5f * small_scale(smoothed, k));
 }
 
 TEST(scale_apply_of_a_zero_step_stays_finite_with_a_floor) {
   const std::vector<float> zeros(8, 0.0f);
-  std::vector<float> smoothed(7), value(8, 0.0f), out(8, 1.0f);
+  std::vector<float> smoothed(7), out(8, 1.0f), worker(8, 1.0f);
   relax::scale_statistics(zeros.data(), kFactors.data(), 2, smoothed.data());
-  relax::scale_apply(smoothed.data(), kFactors.data(), 2, 0.1f, value.data(), zeros.data(), out.data(),
-                     relax::ScaleResiduals{});
+  relax::scale_apply(smoothed.data(), smoothed.data(), kFactors.data(), 2, 0.1f, zeros.data(), out.data(),
+                     relax::ScaleResiduals{worker.data(), nullptr, 0, 0});
   for (int k = 0; k < 8; ++k) {
-    CHECK(value[k] > 0.0f);
+    CHECK(small_scale(smoothed, k) > 0.0f);
     CHECK_EQ(out[k], 0.0f);
+    CHECK_EQ(worker[k], 1.0f);
   }
 }
 
@@ -104,32 +128,37 @@ TEST(scale_statistics_of_wide_rows_and_vectors_add_squares_in_lanes_then_across)
   CHECK_EQ(out[43], static_cast<float>(vector_sum / 19.0));
 }
 
-TEST(scale_apply_of_wide_rows_matches_the_formula_with_the_owner_range_cutting_rows) {
+namespace {
+
+// Element k's scale from statistics laid out for kWide, by the formula.
+float wide_scale(const std::vector<float>& smoothed, int k) {
+  if (k >= 5 * 37) {
+    const float vector_total = smoothed[43] + 1e-30f;
+    return std::sqrt(vector_total) + 0.1f * std::sqrt(vector_total);
+  }
+  const float total = smoothed[42] + 1e-30f;
+  const float product = std::sqrt(smoothed[k / 37] / total) * std::sqrt(smoothed[5 + k % 37]);
+  return product + 0.1f * std::sqrt(total);
+}
+
+}  // namespace
+
+TEST(scale_apply_and_multiply_of_wide_rows_match_the_formula_with_the_owner_range_cutting_rows) {
   const std::vector<float> step = wide_step();
-  std::vector<float> smoothed(44);
+  std::vector<float> smoothed(44), previous(44), earlier(kWideElements);
   relax::scale_statistics(step.data(), kWide.data(), 2, smoothed.data());
+  for (int k = 0; k < kWideElements; ++k) earlier[k] = std::cos(0.21f * k) + 0.5f;
+  relax::scale_statistics(earlier.data(), kWide.data(), 2, previous.data());
   for (const int owner_offset : {0, 13, 50, 190}) {  // starts mid-row, mid-row, mid-row, mid-vector
     const int owner_count = owner_offset == 190 ? kWideElements - 190 : 61;
-    std::vector<float> value(kWideElements), worker(kWideElements), owner(owner_count), out(kWideElements);
-    for (int k = 0; k < kWideElements; ++k) {
-      value[k] = 0.5f + 0.01f * k;
-      worker[k] = 1.0f - 0.003f * k;
-    }
+    std::vector<float> worker(kWideElements), owner(owner_count), out(kWideElements);
+    for (int k = 0; k < kWideElements; ++k) worker[k] = 1.0f - 0.003f * k;
     for (int k = 0; k < owner_count; ++k) owner[k] = 2.0f + 0.02f * k;
-    const std::vector<float> old_value = value, old_worker = worker, old_owner = owner;
-    relax::scale_apply(smoothed.data(), kWide.data(), 2, 0.1f, value.data(), step.data(), out.data(),
+    const std::vector<float> old_worker = worker, old_owner = owner;
+    relax::scale_apply(previous.data(), smoothed.data(), kWide.data(), 2, 0.1f, step.data(), out.data(),
                        relax::ScaleResiduals{worker.data(), owner.data(), owner_offset, owner_count});
-    const float total = smoothed[42] + 1e-30f, floor = 0.1f * std::sqrt(total);
-    const float vector_total = smoothed[43] + 1e-30f;
-    const float vector_scale = std::sqrt(vector_total) + 0.1f * std::sqrt(vector_total);
     for (int k = 0; k < kWideElements; ++k) {
-      float v = vector_scale;
-      if (k < 5 * 37) {
-        const float product = std::sqrt(smoothed[k / 37] / total) * std::sqrt(smoothed[5 + k % 37]);
-        v = product + floor;
-      }
-      const float change = old_value[k] / v;
-      CHECK_EQ(value[k], v);
+      const float v = wide_scale(smoothed, k), change = wide_scale(previous, k) / v;
       CHECK_EQ(out[k], step[k] / v);
       CHECK_EQ(worker[k], old_worker[k] * change);
       if (k >= owner_offset && k < owner_offset + owner_count) {
@@ -137,29 +166,7 @@ TEST(scale_apply_of_wide_rows_matches_the_formula_with_the_owner_range_cutting_r
       }
     }
   }
-}
-
-TEST(smoothing_weighs_past_and_present_and_keeps_what_is_not_finite) {
-  std::vector<float> smoothed = {1.0f, 3.0f, 5.0f, 7.0f};
-  const std::vector<float> averaged = {3.0f, NAN, INFINITY, 0.1f};
-  relax::smooth_statistics(smoothed.data(), averaged.data(), 4, 0.5);
-  CHECK_EQ(smoothed[0], 2.0f);
-  CHECK_EQ(smoothed[1], 3.0f);  // a non-finite average leaves the past alone
-  CHECK_EQ(smoothed[2], 5.0f);
-  CHECK_EQ(smoothed[3], 0.5f * 7.0f + 0.5f * 0.1f);
-  std::vector<float> weighted = {1.0f};
-  relax::smooth_statistics(weighted.data(), averaged.data(), 1, 0.75);
-  CHECK_EQ(weighted[0], 0.75f * 1.0f + 0.25f * 3.0f);
-}
-
-TEST(step_scale_factors_refuse_bad_shapes_and_count_their_elements) {
-  std::vector<relax::ScaleFactor> factors;
-  const int64_t good[] = {2, 3, 1, 5};
-  CHECK(relax::scale_factors(good, 2, factors).is_ok());
-  CHECK_EQ(relax::scale_elements(factors), int64_t{11});
-  CHECK_EQ(relax::scale_statistics_count(factors), int64_t{7});
-  const int64_t bad[] = {2, 3, 3, 0};
-  const relax::Status status = relax::scale_factors(bad, 2, factors);
-  CHECK(!status.is_ok());
-  CHECK(status.message.find("parameter 1 has shape 3 x 0") != std::string::npos);
+  std::vector<float> back = step;
+  relax::scale_multiply(smoothed.data(), kWide.data(), 2, 0.1f, back.data());
+  for (int k = 0; k < kWideElements; ++k) CHECK_EQ(back[k], step[k] * wide_scale(smoothed, k));
 }

@@ -20,7 +20,9 @@ smooths them. ``floor`` times the parameter's root mean square is added to every
 which keeps the division bounded where a row or column barely moves.
 
 The error-feedback memories hold residuals in scaled units; when the scale changes they are
-multiplied by old / new scale, so the residual in the step's own units is unchanged.
+multiplied by old / new scale, so the residual in the step's own units is unchanged. The old
+scale is computed again from the statistics before this step's smoothing, so no per-element
+array of scales is kept (nor read and written every step).
 
 Every operation is element-wise float32 (square roots correctly rounded) or a float64 reduction
 rounded to float32 (the binding's ``factor_mean_squares``), so torch and Keras compute the same bits.
@@ -74,10 +76,10 @@ class FactoredScale:
         self.stats_numel = sum(statistics_count(rows, cols) for rows, cols, _ in self.factors)
         self.numel = sum(numel for _, _, numel in self.factors)
         # context state from the start (a traced step updates it in place): the smoothed
-        # statistics, zero before the first step, and the scale in use, zero before the first
-        # step too (the first ratio old / new is then 0, and the memories are still empty)
+        # statistics, zero before the first step, and those the residuals were last scaled with
+        # (set by ``update``; zero before the first step too, when the memories are still empty)
         self._smoothed = ctx.zeros(self.stats_numel)
-        self._value = ctx.zeros(self.numel)
+        self._previous = ctx.zeros(self.stats_numel)
         # the core's view of the factors: (rows, cols) pairs, one row for a single scale
         self._shapes = np.array([(rows, cols) if rows > 1 else (1, numel) for rows, cols, numel in self.factors],
                                 np.int64).reshape(-1)
@@ -102,10 +104,12 @@ class FactoredScale:
         return ctx.concat(parts)
 
     def update(self, ctx: TrainingContext, averaged_statistics: Any) -> None:
-        """Smooths in the statistics averaged over the ranks (before ``scale``)."""
+        """Smooths in the statistics averaged over the ranks (before ``scale``), keeping those it
+        replaces for ``scale``'s old scale."""
         # A non-finite step on any rank makes the averaged statistics of its parameters
         # non-finite; those keep their previous values (and so their scale and residuals), and
         # the compressed all-reduce then fails on every rank naming the rank, state unchanged.
+        ctx.copy_(self._previous, self._smoothed)
         smoothed = ctx.finite_or(self.decay * self._smoothed + (1.0 - self.decay) * averaged_statistics,
                                  self._smoothed)
         ctx.copy_(self._smoothed, smoothed)
@@ -119,11 +123,19 @@ class FactoredScale:
             step_view, worker, owner = views
             owner_offset, owner_count = (memory.owner_offset, owner.size) if memory is not None else (0, 0)
             _core.check(_core.lib().relax_scale_apply(
-                _address(ctx.host_view(self._smoothed)), _address(self._shapes), len(self.factors), self.floor,
-                _address(ctx.host_view(self._value)), _address(step_view), _address(step_view), _address(worker),
-                _address(owner), owner_offset, owner_count))
+                _address(ctx.host_view(self._previous)), _address(ctx.host_view(self._smoothed)),
+                _address(self._shapes), len(self.factors), self.floor, _address(step_view), _address(step_view),
+                _address(worker), _address(owner), owner_offset, owner_count))
             return step
-        smoothed, parts, offset = self._smoothed, [], 0
+        scale = self._scale_of(ctx, self._smoothed)
+        if memory is not None:
+            memory.rescale(self._scale_of(ctx, self._previous) / scale)
+        return step / scale
+
+    def _scale_of(self, ctx: TrainingContext, smoothed: Any) -> Any:
+        """Every element's scale from the statistics ``smoothed``, composed from the context's
+        tensor operations (the core's scale_apply computes the same float32 operations)."""
+        parts, offset = [], 0
         for rows, cols, numel in self.factors:
             count = statistics_count(rows, cols)
             total = smoothed[offset + count - 1:offset + count] + TINY_MEAN_SQUARE
@@ -134,11 +146,7 @@ class FactoredScale:
                 row, col = smoothed[offset:offset + rows], smoothed[offset + rows:offset + rows + cols]
                 parts.append(ctx.outer(ctx.sqrt(row / total), ctx.sqrt(col)) + floor)
             offset += count
-        scale = ctx.concat(parts)
-        if memory is not None:
-            memory.rescale(self._value / scale)
-        ctx.copy_(self._value, scale)
-        return step / scale
+        return ctx.concat(parts)
 
     def start_compressed(self, ctx: TrainingContext, step: Any, name: str, codec: str, memory: Any = None) -> Any:
         """Starts the compressed all-reduce of ``step`` with all of this class's work inside the
@@ -151,42 +159,41 @@ class FactoredScale:
         # computed here, on this rank's own time: inside the operation every rank would wait
         # for the slowest to arrive first
         statistics = ctx.host_view(self.statistics(ctx, step))
-        smoothed, value = ctx.host_view(self._smoothed), ctx.host_view(self._value)
+        smoothed = ctx.host_view(self._smoothed)
         buffers = direct.StepScaleBuffers(self._shapes, self.floor, self.decay, direct.Buffer.of(smoothed),
-                                          direct.Buffer.of(value), direct.Buffer.of(statistics),
-                                          owners=(statistics, smoothed, value))
+                                          direct.Buffer.of(statistics), owners=(statistics, smoothed))
         return ctx.scaled_compressed_allreduce_async(step, name, codec, memory, buffers)
 
     def unscale(self, ctx: TrainingContext, averaged: Any) -> Any:
         """The average of the scaled steps in the step's own units (on host tensors in place)."""
-        host, value = ctx.host_view(averaged), ctx.host_view(self._value)
-        if host is None or value is None:
-            return averaged * self._value
-        np.multiply(host, value, out=host)
+        host, smoothed = ctx.host_view(averaged), ctx.host_view(self._smoothed)
+        if host is None or smoothed is None:
+            return averaged * self._scale_of(ctx, self._smoothed)
+        _core.check(_core.lib().relax_scale_multiply(_address(smoothed), _address(self._shapes), len(self.factors),
+                                                     self.floor, _address(host)))
         return averaged
 
     def _host_views(self, ctx: TrainingContext, step: Any, memory: Any) -> tuple | None:
         """Host arrays of ``step`` and the memory's residuals (None for no memory), or None if any
         of them, or this scale's state, is not a host tensor."""
-        arrays = [step, self._smoothed, self._value] + ([memory.worker, memory.owner] if memory is not None else [])
+        arrays = [step, self._smoothed, self._previous] + ([memory.worker, memory.owner] if memory is not None else [])
         views = [ctx.host_view(array) for array in arrays]
         if any(view is None for view in views):
             return None
         return (views[0], *(views[3:] if memory is not None else (None, None)))
 
-    @property
-    def value(self) -> Any:
-        """The scale of the current step (after ``scale``)."""
-        return self._value
+    def value(self, ctx: TrainingContext) -> Any:
+        """Every element's scale in use (after ``scale``), computed from the smoothed statistics."""
+        return self._scale_of(ctx, self._smoothed)
 
     def state_dict(self, ctx: TrainingContext) -> dict:
-        """What a checkpoint keeps: the smoothed statistics and the scale in use."""
-        return {"smoothed": ctx.clone(self._smoothed), "value": ctx.clone(self._value)}
+        """What a checkpoint keeps: the smoothed statistics (every element's scale follows from them)."""
+        return {"smoothed": ctx.clone(self._smoothed)}
 
     def load_state_dict(self, ctx: TrainingContext, state: dict) -> None:
-        """Restores ``state_dict``'s values."""
+        """Restores ``state_dict``'s values (a checkpoint's per-element ``value``, which older
+        versions kept, follows from the statistics and is not needed)."""
         ctx.copy_(self._smoothed, state["smoothed"])
-        ctx.copy_(self._value, state["value"])
 
 
 def _address(array: np.ndarray | None) -> ctypes.c_void_p:

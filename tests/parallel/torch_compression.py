@@ -264,19 +264,17 @@ def test_the_step_scale_inside_the_operation_gives_the_composed_steps_bit_for_bi
     composed, composed_state, composed_requests = run()
     assert (inside_requests, composed_requests) == (1, 2)  # one bucket: the statistics' all-reduce is gone
     assert all(torch.equal(a, b) for a, b in zip(inside, composed))
-    for key in ("smoothed", "value"):
-        assert torch.equal(inside_state["step_scale"][0][key], composed_state["step_scale"][0][key])
+    assert torch.equal(inside_state["step_scale"][0]["smoothed"], composed_state["step_scale"][0]["smoothed"])
     for key in ("worker", "owner"):
         assert torch.equal(inside_state["error_feedback"][0][key], composed_state["error_feedback"][0][key])
 
 
 def scaled_allreduce(name: str, x: np.ndarray, shapes: list[int], floor: float = 0.1, decay: float = 0.5):
     """The compressed (sign) average of ``x`` with a fresh step scale over ``shapes``."""
-    out, value = np.empty_like(x), np.zeros_like(x)
+    out = np.empty_like(x)
     smoothed = np.zeros(sum(1 if rows == 1 else rows + cols + 1 for rows, cols in zip(shapes[::2], shapes[1::2])),
                         np.float32)
-    scale = direct.StepScaleBuffers(np.array(shapes, np.int64), floor, decay, direct.Buffer.of(smoothed),
-                                    direct.Buffer.of(value))
+    scale = direct.StepScaleBuffers(np.array(shapes, np.int64), floor, decay, direct.Buffer.of(smoothed))
     direct.flat_compressed_allreduce_async(direct.Buffer.of(x), direct.Buffer.of(out), name, "sign",
                                            step_scale=scale).wait()
     return out
@@ -322,7 +320,7 @@ def test_a_non_finite_step_on_one_rank_fails_everywhere_naming_it_and_leaves_the
     with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1}"):
         opt.step()
     state = algorithm.state_dict()
-    assert all(torch.isfinite(s["smoothed"]).all() and torch.isfinite(s["value"]).all() for s in state["step_scale"])
+    assert all(torch.isfinite(s["smoothed"]).all() for s in state["step_scale"])
     assert all(torch.isfinite(m["worker"]).all() and torch.isfinite(m["owner"]).all() for m in state["error_feedback"])
 
 

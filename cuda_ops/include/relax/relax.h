@@ -147,7 +147,6 @@ typedef struct {
   const float* statistics;  /* this rank's statistics of `input` if the caller computed them (then
                                while its peers catch up), else NULL: the operation computes them */
   float* smoothed;          /* the smoothed statistics (state, relax_scale_statistics' count floats) */
-  float* value;             /* the scale in use (state, count floats: the previous on entry) */
 } relax_step_scale_args_t;
 
 typedef struct {            /* compressed_allreduce */
@@ -347,14 +346,17 @@ RELAX_API int32_t relax_compressed_parts(int64_t count, int32_t size);
  * shapes[2p + 1] columns; one row means one scale for the whole parameter.
  * relax_scale_statistics writes per parameter its rows', columns' and whole mean squares (one row:
  * the whole's only), summed in float64 and rounded once. relax_scale_apply takes those statistics
- * (averaged and smoothed), sets each element's scale in `value` (which holds the previous scale),
- * multiplies the error-feedback residuals by previous / new scale (`worker` over the bucket,
- * `owner` over `owner_count` elements from `owner_offset`; either may be NULL) and writes
- * step / scale to `out` (which may be `step`). RELAX_ERR_INVALID_ARGUMENT for a bad shape. */
+ * (averaged and smoothed) and `previous` (those the residuals were last scaled with), computes each
+ * element's scale from both, multiplies the error-feedback residuals by previous / new scale
+ * (`worker` over the bucket, `owner` over `owner_count` elements from `owner_offset`; either may
+ * be NULL) and writes step / scale to `out` (which may be `step`). relax_scale_multiply multiplies
+ * `data` by the scale of `smoothed`. RELAX_ERR_INVALID_ARGUMENT for a bad shape. */
 RELAX_API int relax_scale_statistics(const float* step, const int64_t* shapes, int32_t count, float* out);
-RELAX_API int relax_scale_apply(const float* smoothed, const int64_t* shapes, int32_t count, float floor,
-                                float* value, const float* step, float* out, float* worker, float* owner,
+RELAX_API int relax_scale_apply(const float* previous, const float* smoothed, const int64_t* shapes, int32_t count,
+                                float floor, const float* step, float* out, float* worker, float* owner,
                                 int64_t owner_offset, int64_t owner_count);
+RELAX_API int relax_scale_multiply(const float* smoothed, const int64_t* shapes, int32_t count, float floor,
+                                   float* data);
 
 /* ---- termination of relaxed schedules (ranks stopping at different steps) ---- */
 /* With no neighbour/group average of this rank in flight: 1 if a peer's header for a step this

@@ -56,7 +56,6 @@ std::string describe_layout() {
   RELAX_FIELD(relax_step_scale_args_t, decay);
   RELAX_FIELD(relax_step_scale_args_t, statistics);
   RELAX_FIELD(relax_step_scale_args_t, smoothed);
-  RELAX_FIELD(relax_step_scale_args_t, value);
   RELAX_STRUCT(relax_neighbor_average_args_t);
   RELAX_FIELD(relax_neighbor_average_args_t, npeers);
   RELAX_FIELD(relax_neighbor_average_args_t, peers);

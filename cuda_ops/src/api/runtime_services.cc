@@ -99,14 +99,22 @@ int relax_scale_statistics(const float* step, const int64_t* shapes, int32_t cou
   return RELAX_OK;
 }
 
-int relax_scale_apply(const float* smoothed, const int64_t* shapes, int32_t count, float floor, float* value,
-                      const float* step, float* out, float* worker, float* owner, int64_t owner_offset,
+int relax_scale_apply(const float* previous, const float* smoothed, const int64_t* shapes, int32_t count,
+                      float floor, const float* step, float* out, float* worker, float* owner, int64_t owner_offset,
                       int64_t owner_count) {
   std::vector<relax::ScaleFactor> factors;
   const relax::Status status = relax::scale_factors(shapes, count, factors);
   if (!status.is_ok()) return relax::fail(status);
-  relax::scale_apply(smoothed, factors.data(), count, floor, value, step, out,
+  relax::scale_apply(previous, smoothed, factors.data(), count, floor, step, out,
                      relax::ScaleResiduals{worker, owner, owner_offset, owner_count});
+  return RELAX_OK;
+}
+
+int relax_scale_multiply(const float* smoothed, const int64_t* shapes, int32_t count, float floor, float* data) {
+  std::vector<relax::ScaleFactor> factors;
+  const relax::Status status = relax::scale_factors(shapes, count, factors);
+  if (!status.is_ok()) return relax::fail(status);
+  relax::scale_multiply(smoothed, factors.data(), count, floor, data);
   return RELAX_OK;
 }
 

@@ -181,133 +181,180 @@ struct ScaleRun {
   const float* column = nullptr;
   float row = 0.0f;
   float offset = 0.0f;
+
+  float at(int64_t j) const { return column ? row * column[j] + offset : offset; }
 };
+
+#if defined(__x86_64__)
+__attribute__((target("avx"))) inline __m256 scales_avx(const ScaleRun& run, int64_t j) {
+  const __m256 offset = _mm256_set1_ps(run.offset);
+  if (!run.column) return offset;
+  return _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(run.row), _mm256_loadu_ps(run.column + j)), offset);
+}
+#endif
 
 // The arrays of one run, each already advanced to the run's first element: `worker` and `owner`
 // are null where the run has no such residuals.
 struct RunArrays {
-  float* value;
   const float* step;
   float* out;
   float* worker;
   float* owner;
 };
 
-// The run's n elements get their scales: the residuals follow old / new scale, the step is
-// divided, the new scale replaces the old. Short loops over at most kPiece elements (in L1) that
-// the compiler vectorizes for any CPU.
-void apply_run_portable(int64_t n, const ScaleRun& run, const RunArrays& a, std::vector<float>& v,
-                        std::vector<float>& change) {
-  constexpr int64_t kPiece = 1024;
-  v.resize(static_cast<size_t>(std::min(n, kPiece)));
-  change.resize(v.size());
-  for (int64_t at = 0; at < n; at += kPiece) {
-    const int64_t m = std::min(kPiece, n - at);
-    for (int64_t j = 0; j < m; ++j) {
-      const float product = run.column ? run.row * run.column[at + j] : 0.0f;
-      v[static_cast<size_t>(j)] = run.column ? product + run.offset : run.offset;
-    }
-    for (int64_t j = 0; j < m; ++j) change[static_cast<size_t>(j)] = a.value[at + j] / v[static_cast<size_t>(j)];
-    if (a.worker) {
-      for (int64_t j = 0; j < m; ++j) a.worker[at + j] *= change[static_cast<size_t>(j)];
-    }
-    if (a.owner) {
-      for (int64_t j = 0; j < m; ++j) a.owner[at + j] *= change[static_cast<size_t>(j)];
-    }
-    for (int64_t j = 0; j < m; ++j) a.out[at + j] = a.step[at + j] / v[static_cast<size_t>(j)];
-    for (int64_t j = 0; j < m; ++j) a.value[at + j] = v[static_cast<size_t>(j)];
-  }
-}
-
-#if defined(__x86_64__)
-// The same operations on 8 elements at a time in one pass, the scale never leaving a register
-// (so the same bits): 2.2x faster than the loops above on a 512 x 512 weight.
-__attribute__((target("avx"))) void apply_run_avx(int64_t n, const ScaleRun& run, const RunArrays& a) {
-  const __m256 row = _mm256_set1_ps(run.row), offset = _mm256_set1_ps(run.offset);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 v = run.column ? _mm256_add_ps(_mm256_mul_ps(row, _mm256_loadu_ps(run.column + j)), offset) : offset;
-    const __m256 change = _mm256_div_ps(_mm256_loadu_ps(a.value + j), v);
-    if (a.worker) _mm256_storeu_ps(a.worker + j, _mm256_mul_ps(_mm256_loadu_ps(a.worker + j), change));
-    if (a.owner) _mm256_storeu_ps(a.owner + j, _mm256_mul_ps(_mm256_loadu_ps(a.owner + j), change));
-    _mm256_storeu_ps(a.out + j, _mm256_div_ps(_mm256_loadu_ps(a.step + j), v));
-    _mm256_storeu_ps(a.value + j, v);
-  }
-  for (; j < n; ++j) {
-    const float v = run.column ? run.row * run.column[j] + run.offset : run.offset;
-    const float change = a.value[j] / v;
+// The run's n elements: the residuals follow old / new scale and the step is divided by the new
+// one. The compiler vectorizes this loop for any CPU.
+void apply_run_portable(int64_t n, const ScaleRun& old_run, const ScaleRun& new_run, const RunArrays& a) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = new_run.at(j);
+    const float change = old_run.at(j) / v;
     if (a.worker) a.worker[j] *= change;
     if (a.owner) a.owner[j] *= change;
     a.out[j] = a.step[j] / v;
-    a.value[j] = v;
   }
+}
+
+void multiply_run_portable(int64_t n, const ScaleRun& run, float* data) {
+  for (int64_t j = 0; j < n; ++j) data[j] *= run.at(j);
+}
+
+#if defined(__x86_64__)
+// The same operations on 8 elements at a time, both scales computed in registers from the
+// statistics (so the same bits, and no per-element array of scales to read and write).
+__attribute__((target("avx"))) void apply_run_avx(int64_t n, const ScaleRun& old_run, const ScaleRun& new_run,
+                                                  const RunArrays& a) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = scales_avx(new_run, j);
+    const __m256 change = _mm256_div_ps(scales_avx(old_run, j), v);
+    if (a.worker) _mm256_storeu_ps(a.worker + j, _mm256_mul_ps(_mm256_loadu_ps(a.worker + j), change));
+    if (a.owner) _mm256_storeu_ps(a.owner + j, _mm256_mul_ps(_mm256_loadu_ps(a.owner + j), change));
+    _mm256_storeu_ps(a.out + j, _mm256_div_ps(_mm256_loadu_ps(a.step + j), v));
+  }
+  const ScaleRun old_tail{old_run.column ? old_run.column + j : nullptr, old_run.row, old_run.offset};
+  const ScaleRun new_tail{new_run.column ? new_run.column + j : nullptr, new_run.row, new_run.offset};
+  apply_run_portable(n - j, old_tail, new_tail,
+                     RunArrays{a.step + j, a.out + j, a.worker ? a.worker + j : nullptr, a.owner ? a.owner + j : nullptr});
+}
+
+__attribute__((target("avx"))) void multiply_run_avx(int64_t n, const ScaleRun& run, float* data) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(data + j, _mm256_mul_ps(_mm256_loadu_ps(data + j), scales_avx(run, j)));
+  for (; j < n; ++j) data[j] *= run.at(j);
 }
 #endif
 
-// Applies the scales of elements [begin, begin + n) of the bucket (`run.column[0]` belongs to
-// element `begin`), in up to three stretches: before, within and after the owner's residuals.
+// The scales of one parameter's elements from its smoothed statistics (laid out as
+// scale_statistics writes them): element (i, j) gets sqrt(row_i / whole) * sqrt(col_j) + offset,
+// a single-row parameter sqrt(whole) + offset, where offset = floor * sqrt(whole) and whole has
+// kTinyMeanSquare added.
+class ParameterScales {
+ public:
+  void set(const float* smoothed, const ScaleFactor& f, float floor) {
+    factor_ = f;
+    smoothed_ = smoothed;
+    total_ = smoothed[scale_statistics_count(f) - 1] + kTinyMeanSquare;
+    const float root_total = std::sqrt(total_);
+    offset_ = floor * root_total;
+    if (f.rows == 1) {
+      single_ = root_total + offset_;
+      return;
+    }
+    column_.resize(static_cast<size_t>(f.cols));
+    for (int64_t j = 0; j < f.cols; ++j) column_[static_cast<size_t>(j)] = std::sqrt(smoothed[f.rows + j]);
+  }
+
+  // Runs: one per row, of `run_length()` elements (a single-row parameter: one run of all).
+  int64_t runs() const { return factor_.rows; }
+  int64_t run_length() const { return factor_.cols; }
+  ScaleRun run(int64_t i) const {
+    if (factor_.rows == 1) return ScaleRun{nullptr, 0.0f, single_};
+    return ScaleRun{column_.data(), std::sqrt(smoothed_[i] / total_), offset_};
+  }
+
+ private:
+  ScaleFactor factor_;
+  const float* smoothed_ = nullptr;
+  float total_ = 0.0f, offset_ = 0.0f, single_ = 0.0f;
+  std::vector<float> column_;
+};
+
+// Applies the scales of elements [begin, begin + n) of the bucket, in up to three stretches:
+// before, within and after the owner's residuals.
 class RunApplier {
  public:
-  RunApplier(float* value, const float* step, float* out, const ScaleResiduals& residuals)
-      : value_(value), step_(step), out_(out), residuals_(residuals) {}
+  RunApplier(const float* step, float* out, const ScaleResiduals& residuals)
+      : step_(step), out_(out), residuals_(residuals) {}
 
-  void apply(int64_t begin, int64_t n, const ScaleRun& run) {
+  void apply(int64_t begin, int64_t n, const ScaleRun& old_run, const ScaleRun& new_run) {
     const int64_t end = begin + n;
     const int64_t first = residuals_.owner ? std::clamp(residuals_.owner_offset, begin, end) : end;
     const int64_t last = residuals_.owner ? std::clamp(residuals_.owner_offset + residuals_.owner_count, first, end)
                                           : end;
-    stretch(begin, first, run, begin, false);
-    stretch(first, last, run, begin, true);
-    stretch(last, end, run, begin, false);
+    stretch(begin, first, old_run, new_run, begin, false);
+    stretch(first, last, old_run, new_run, begin, true);
+    stretch(last, end, old_run, new_run, begin, false);
   }
 
  private:
-  void stretch(int64_t from, int64_t to, ScaleRun run, int64_t run_begin, bool owned) {
+  static ScaleRun advanced(ScaleRun run, int64_t by) {
+    if (run.column) run.column += by;
+    return run;
+  }
+
+  void stretch(int64_t from, int64_t to, const ScaleRun& old_run, const ScaleRun& new_run, int64_t run_begin,
+               bool owned) {
     if (to <= from) return;
-    if (run.column) run.column += from - run_begin;
-    const RunArrays a{value_ + from, step_ + from, out_ + from,
-                      residuals_.worker ? residuals_.worker + from : nullptr,
+    const ScaleRun o = advanced(old_run, from - run_begin), v = advanced(new_run, from - run_begin);
+    const RunArrays a{step_ + from, out_ + from, residuals_.worker ? residuals_.worker + from : nullptr,
                       owned ? residuals_.owner + (from - residuals_.owner_offset) : nullptr};
 #if defined(__x86_64__)
     if (cpu_has_avx()) {
-      apply_run_avx(to - from, run, a);
+      apply_run_avx(to - from, o, v, a);
       return;
     }
 #endif
-    apply_run_portable(to - from, run, a, v_, change_);
+    apply_run_portable(to - from, o, v, a);
   }
 
-  float* value_;
   const float* step_;
   float* out_;
   ScaleResiduals residuals_;
-  std::vector<float> v_, change_;  // the portable path's per-run buffers
 };
 
 }  // namespace
 
-void scale_apply(const float* smoothed, const ScaleFactor* factors, int32_t count, float floor, float* value,
+void scale_apply(const float* previous, const float* smoothed, const ScaleFactor* factors, int32_t count, float floor,
                  const float* step, float* out, const ScaleResiduals& residuals) {
-  RunApplier applier(value, step, out, residuals);
-  std::vector<float> col_factor;
+  RunApplier applier(step, out, residuals);
+  ParameterScales old_scales, new_scales;
   int64_t begin = 0;  // the parameter's first element within the bucket
   for (int32_t p = 0; p < count; ++p) {
-    const ScaleFactor& f = factors[p];
-    const int64_t stats = scale_statistics_count(f);
-    const float total = smoothed[stats - 1] + kTinyMeanSquare;
-    const float root_total = std::sqrt(total);
-    const float offset = floor * root_total;
-    if (f.rows == 1) {
-      applier.apply(begin, f.cols, ScaleRun{nullptr, 0.0f, root_total + offset});
-    } else {
-      col_factor.resize(static_cast<size_t>(f.cols));
-      for (int64_t j = 0; j < f.cols; ++j) col_factor[static_cast<size_t>(j)] = std::sqrt(smoothed[f.rows + j]);
-      for (int64_t i = 0; i < f.rows; ++i) {
-        applier.apply(begin + i * f.cols, f.cols, ScaleRun{col_factor.data(), std::sqrt(smoothed[i] / total), offset});
-      }
+    old_scales.set(previous, factors[p], floor);
+    new_scales.set(smoothed, factors[p], floor);
+    for (int64_t i = 0; i < new_scales.runs(); ++i, begin += new_scales.run_length()) {
+      applier.apply(begin, new_scales.run_length(), old_scales.run(i), new_scales.run(i));
     }
-    begin += f.rows == 1 ? f.cols : f.rows * f.cols;
+    const int64_t stats = scale_statistics_count(factors[p]);
+    previous += stats;
     smoothed += stats;
+  }
+}
+
+void scale_multiply(const float* smoothed, const ScaleFactor* factors, int32_t count, float floor, float* data) {
+  ParameterScales scales;
+  for (int32_t p = 0; p < count; ++p) {
+    scales.set(smoothed, factors[p], floor);
+    for (int64_t i = 0; i < scales.runs(); ++i, data += scales.run_length()) {
+#if defined(__x86_64__)
+      if (cpu_has_avx()) {
+        multiply_run_avx(scales.run_length(), scales.run(i), data);
+        continue;
+      }
+#endif
+      multiply_run_portable(scales.run_length(), scales.run(i), data);
+    }
+    smoothed += scale_statistics_count(factors[p]);
   }
 }
 

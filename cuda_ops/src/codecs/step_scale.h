@@ -51,12 +51,17 @@ struct ScaleResiduals {
   int64_t owner_count = 0;
 };
 
-// From the smoothed statistics (laid out as scale_statistics writes them), sets each element's
-// scale v = sqrt(row / whole) * sqrt(col) + floor * sqrt(whole) (rows == 1: sqrt(whole) + the
-// same floor; whole has 1e-30 added), multiplies the residuals by old / new scale (`value` holds
-// the old scale and receives the new), and writes step / v to `out` (may be `step`). Float32
-// operations in that order, so a framework composing the same ops gets the same bits.
-void scale_apply(const float* smoothed, const ScaleFactor* factors, int32_t count, float floor, float* value,
+// From the smoothed statistics (laid out as scale_statistics writes them) each element's scale
+// v = sqrt(row / whole) * sqrt(col) + floor * sqrt(whole) (rows == 1: sqrt(whole) + the same
+// floor; whole has 1e-30 added). scale_apply multiplies the residuals by old / new scale, the old
+// one computed the same way from `previous` (the statistics the residuals were last scaled with),
+// and writes step / new scale to `out` (may be `step`). Float32 operations in that order, so a
+// framework composing the same ops gets the same bits; no per-element array of scales is kept.
+void scale_apply(const float* previous, const float* smoothed, const ScaleFactor* factors, int32_t count, float floor,
                  const float* step, float* out, const ScaleResiduals& residuals);
+
+// Multiplies each element of `data` by its scale from `smoothed` (as scale_apply sets it): the
+// scaled average back in the step's own units.
+void scale_multiply(const float* smoothed, const ScaleFactor* factors, int32_t count, float floor, float* data);
 
 }  // namespace relax

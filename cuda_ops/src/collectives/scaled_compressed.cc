@@ -18,6 +18,7 @@ Status scaled_compressed_allreduce(Collectives& collectives, const Codec& codec,
   Status status = collectives.allreduce(statistics.data(), statistics.data(), static_cast<int64_t>(statistics.size()),
                                         RELAX_FLOAT32, RELAX_OP_SUM, 1.0 / static_cast<double>(collectives.size()));
   if (!status.is_ok()) return status;
+  const std::vector<float> previous(scale.smoothed, scale.smoothed + statistics.size());  // the old scale's
   smooth_statistics(scale.smoothed, statistics.data(), static_cast<int64_t>(statistics.size()), scale.decay);
 
   ScaleResiduals residuals;
@@ -26,14 +27,14 @@ Status scaled_compressed_allreduce(Collectives& collectives, const Codec& codec,
     residuals = ScaleResiduals{op.worker_error, op.owner_error, block_offsets(counts)[static_cast<size_t>(collectives.rank())],
                                op.owner_error ? counts[static_cast<size_t>(collectives.rank())] : 0};
   }
-  scale_apply(scale.smoothed, scale.factors.data(), parameters, scale.floor, scale.value, op.input, op.output,
+  scale_apply(previous.data(), scale.smoothed, scale.factors.data(), parameters, scale.floor, op.input, op.output,
               residuals);
 
   CompressedAllreduce scaled = op;
   scaled.input = op.output;
   status = compressed_allreduce(collectives, codec, scaled, world_ranks, scratch);
   if (!status.is_ok()) return status;
-  for (int64_t i = 0; i < op.count; ++i) op.output[i] *= scale.value[i];
+  scale_multiply(scale.smoothed, scale.factors.data(), parameters, scale.floor, op.output);
   return Status::ok();
 }
 

@@ -21,7 +21,6 @@ struct StepScale {
   double decay = 0.5;
   const float* statistics = nullptr;  // this rank's, computed by the caller; null: computed here
   float* smoothed = nullptr;  // state: scale_statistics_count(factors) floats
-  float* value = nullptr;     // state: the scale in use (op.count floats)
 };
 
 // Runs `op` with its input divided by the scale; op.output receives the average (or sum) in the

@@ -40,7 +40,6 @@ struct LocalRequest {
   float* owner_error = nullptr;
   const float* scale_statistics = nullptr;  // compressed all-reduce with a step scale: this rank's
   float* scale_smoothed = nullptr;          // statistics (null: computed in the operation), its state
-  float* scale_value = nullptr;
   DirectArgs direct;              // neighbour and group averages
 };
 

@@ -31,15 +31,14 @@ Status parse_step_scale(const relax_step_scale_args_t& args, LocalRequest& local
   if (!(args.decay >= 0 && args.decay < 1)) {
     return kinds::fail(local, "the step scale's decay must be in [0, 1), not " + std::to_string(args.decay));
   }
-  if (d.num_elements() > 0 && (!args.smoothed || !args.value)) {
-    return kinds::fail(local, "the step scale's state buffers (smoothed statistics, scale) are NULL");
+  if (d.num_elements() > 0 && !args.smoothed) {
+    return kinds::fail(local, "the step scale's state buffer (smoothed statistics) is NULL");
   }
   d.scale_shapes.assign(args.shapes, args.shapes + 2 * static_cast<ptrdiff_t>(args.nfactors));
   d.scale_floor = args.floor;
   d.scale_decay = args.decay;
   local.scale_statistics = args.statistics;
   local.scale_smoothed = args.smoothed;
-  local.scale_value = args.value;
   return Status::ok();
 }
 
@@ -120,7 +119,6 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
     scale.decay = d.scale_decay;
     scale.statistics = item.local->scale_statistics;
     scale.smoothed = item.local->scale_smoothed;
-    scale.value = item.local->scale_value;
     if (status.is_ok()) {
       status = scaled_compressed_allreduce(ctx.collectives, *codec, op, scale, ctx.world_ranks, ctx.work_buffer);
     }
