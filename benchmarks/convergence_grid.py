@@ -50,7 +50,7 @@ LRS = (0.01, 0.03, 0.05, 0.1)
 MOMENTA = (0.0, 0.9)
 ADAM_LR_FACTOR = 0.1  # Adam's cells run at a tenth of the column's learning rate
 MODES = ("allreduce", "dear", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-sign-noef",
-         "compressed-sign-unscaled", "compressed-sign-gradient",
+         "compressed-sign-unscaled", "compressed-sign-gradient", "compressed-sign-floor-0.3",
          "adam", "onebit-adam", "decentralized-ring", "decentralized-random", "decentralized-ring-uint8",
          "partial-static", "partial-random", "partial-smart", "async")
 REFERENCE = {"onebit-adam": "adam", "adam": "adam"}  # every other mode is compared with allreduce
@@ -99,6 +99,8 @@ def build_algorithm(mode: str):
         return algorithms.CompressedScatterReduce("sign", error_feedback=False)
     if mode == "compressed-sign-unscaled":  # without the per-element step scale (relaxlib.algorithms.step_scale)
         return algorithms.CompressedScatterReduce("sign", step_scale="none")
+    if mode == "compressed-sign-floor-0.3":  # a larger floor under each element's scale
+        return algorithms.CompressedScatterReduce("sign", scale_floor=0.3)
     if mode == "compressed-sign-gradient":  # error feedback on the gradient, momentum after the average
         return algorithms.CompressedScatterReduce("sign", compress="gradient")
     if mode == "onebit-adam":

@@ -68,8 +68,10 @@ class CompressedScatterReduce(Algorithm):
     (default): factored for the 1-bit ``"sign"`` codec with error feedback when SGD steps are
     compressed, none otherwise (without error feedback the scale cost accuracy).
     ``scale_floor`` bounds the division where a row or column barely moves (a fraction of the
-    parameter's root mean square). The statistics cost ``rows + cols + 1`` floats per parameter
-    on the wire (docs/compression.md gives the bits per element).
+    parameter's root mean square); 0.3 steadied runs that diverged at a large step (lr 0.2 with
+    momentum on a 3 x 512 MLP) at the cost of 2 points in one cell of the digits grid. The
+    statistics cost ``rows + cols + 1`` floats per parameter on the wire (docs/compression.md
+    gives the bits per element).
     """
 
     name = "compressed_scatter_reduce"
