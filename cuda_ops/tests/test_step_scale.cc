@@ -22,16 +22,19 @@ TEST(scale_statistics_are_the_mean_squares_of_rows_columns_and_whole) {
 
 namespace {
 
-// Element k's scale from statistics laid out for kFactors, by the formula.
-float small_scale(const std::vector<float>& smoothed, int k) {
-  if (k >= 6) {
-    const float vector_total = smoothed[6] + 1e-30f;
+// Element k's scale, by the formula, in a bucket of one rows x cols weight and then a vector,
+// from statistics laid out as scale_statistics writes them (floor 0.1).
+float formula_scale(const std::vector<float>& smoothed, int rows, int cols, int k) {
+  if (k >= rows * cols) {
+    const float vector_total = smoothed[rows + cols + 1] + 1e-30f;
     return std::sqrt(vector_total) + 0.1f * std::sqrt(vector_total);
   }
-  const float total = smoothed[5] + 1e-30f;
-  const float product = std::sqrt(smoothed[k / 3] / total) * std::sqrt(smoothed[2 + k % 3]);
+  const float total = smoothed[rows + cols] + 1e-30f;
+  const float product = std::sqrt(smoothed[k / cols] / total) * std::sqrt(smoothed[rows + k % cols]);
   return product + 0.1f * std::sqrt(total);
 }
+
+float small_scale(const std::vector<float>& smoothed, int k) { return formula_scale(smoothed, 2, 3, k); }
 
 }  // namespace
 
@@ -130,16 +133,7 @@ TEST(scale_statistics_of_wide_rows_and_vectors_add_squares_in_lanes_then_across)
 
 namespace {
 
-// Element k's scale from statistics laid out for kWide, by the formula.
-float wide_scale(const std::vector<float>& smoothed, int k) {
-  if (k >= 5 * 37) {
-    const float vector_total = smoothed[43] + 1e-30f;
-    return std::sqrt(vector_total) + 0.1f * std::sqrt(vector_total);
-  }
-  const float total = smoothed[42] + 1e-30f;
-  const float product = std::sqrt(smoothed[k / 37] / total) * std::sqrt(smoothed[5 + k % 37]);
-  return product + 0.1f * std::sqrt(total);
-}
+float wide_scale(const std::vector<float>& smoothed, int k) { return formula_scale(smoothed, 5, 37, k); }
 
 }  // namespace
 
