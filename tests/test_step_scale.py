@@ -86,3 +86,16 @@ def test_a_bad_shape_is_refused_naming_the_parameter():
         _core.check(_core.lib().relax_scale_statistics(ctypes.c_void_p(step.ctypes.data),
                                                        ctypes.c_void_p(shapes.ctypes.data), 2,
                                                        ctypes.c_void_p(out.ctypes.data)))
+
+
+def test_a_checkpoint_with_the_per_element_scale_of_older_versions_still_loads():
+    """Older versions kept each element's scale (``value``) beside the statistics; it follows from
+    the statistics, so such a checkpoint restores the same scale."""
+    ctx = HostContext()
+    saved = FactoredScale(ctx, SHAPES, 0.1)
+    saved.update(ctx, saved.statistics(ctx, bucket_step(torch.Generator().manual_seed(1))))
+    state = {**saved.state_dict(ctx), "value": saved.value(ctx).clone()}
+    assert set(saved.state_dict(ctx)) == {"smoothed"}
+    restored = FactoredScale(ctx, SHAPES, 0.1)
+    restored.load_state_dict(ctx, state)
+    assert torch.equal(restored.value(ctx), state["value"])
