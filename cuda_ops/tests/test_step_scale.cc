@@ -164,3 +164,28 @@ TEST(scale_apply_and_multiply_of_wide_rows_match_the_formula_with_the_owner_rang
   relax::scale_multiply(smoothed.data(), kWide.data(), 2, 0.1f, back.data());
   for (int k = 0; k < kWideElements; ++k) CHECK_EQ(back[k], step[k] * wide_scale(smoothed, k));
 }
+
+TEST(smoothing_weighs_past_and_present_and_keeps_what_is_not_finite) {
+  std::vector<float> smoothed = {1.0f, 3.0f, 5.0f, 7.0f};
+  const std::vector<float> averaged = {3.0f, NAN, INFINITY, 0.1f};
+  relax::smooth_statistics(smoothed.data(), averaged.data(), 4, 0.5);
+  CHECK_EQ(smoothed[0], 2.0f);
+  CHECK_EQ(smoothed[1], 3.0f);  // a non-finite average leaves the past alone
+  CHECK_EQ(smoothed[2], 5.0f);
+  CHECK_EQ(smoothed[3], 0.5f * 7.0f + 0.5f * 0.1f);
+  std::vector<float> weighted = {1.0f};
+  relax::smooth_statistics(weighted.data(), averaged.data(), 1, 0.75);
+  CHECK_EQ(weighted[0], 0.75f * 1.0f + 0.25f * 3.0f);
+}
+
+TEST(step_scale_factors_refuse_bad_shapes_and_count_their_elements) {
+  std::vector<relax::ScaleFactor> factors;
+  const int64_t good[] = {2, 3, 1, 5};
+  CHECK(relax::scale_factors(good, 2, factors).is_ok());
+  CHECK_EQ(relax::scale_elements(factors), int64_t{11});
+  CHECK_EQ(relax::scale_statistics_count(factors), int64_t{7});
+  const int64_t bad[] = {2, 3, 3, 0};
+  const relax::Status status = relax::scale_factors(bad, 2, factors);
+  CHECK(!status.is_ok());
+  CHECK(status.message.find("parameter 1 has shape 3 x 0") != std::string::npos);
+}

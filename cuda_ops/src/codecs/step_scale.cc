@@ -183,6 +183,8 @@ struct ScaleRun {
   float offset = 0.0f;
 
   float at(int64_t j) const { return column ? row * column[j] + offset : offset; }
+  // The same run from its element `by` on.
+  ScaleRun advanced(int64_t by) const { return ScaleRun{column ? column + by : nullptr, row, offset}; }
 };
 
 #if defined(__x86_64__)
@@ -231,9 +233,7 @@ __attribute__((target("avx"))) void apply_run_avx(int64_t n, const ScaleRun& old
     if (a.owner) _mm256_storeu_ps(a.owner + j, _mm256_mul_ps(_mm256_loadu_ps(a.owner + j), change));
     _mm256_storeu_ps(a.out + j, _mm256_div_ps(_mm256_loadu_ps(a.step + j), v));
   }
-  const ScaleRun old_tail{old_run.column ? old_run.column + j : nullptr, old_run.row, old_run.offset};
-  const ScaleRun new_tail{new_run.column ? new_run.column + j : nullptr, new_run.row, new_run.offset};
-  apply_run_portable(n - j, old_tail, new_tail,
+  apply_run_portable(n - j, old_run.advanced(j), new_run.advanced(j),
                      RunArrays{a.step + j, a.out + j, a.worker ? a.worker + j : nullptr, a.owner ? a.owner + j : nullptr});
 }
 
@@ -297,15 +297,10 @@ class RunApplier {
   }
 
  private:
-  static ScaleRun advanced(ScaleRun run, int64_t by) {
-    if (run.column) run.column += by;
-    return run;
-  }
-
   void stretch(int64_t from, int64_t to, const ScaleRun& old_run, const ScaleRun& new_run, int64_t run_begin,
                bool owned) {
     if (to <= from) return;
-    const ScaleRun o = advanced(old_run, from - run_begin), v = advanced(new_run, from - run_begin);
+    const ScaleRun o = old_run.advanced(from - run_begin), v = new_run.advanced(from - run_begin);
     const RunArrays a{step_ + from, out_ + from, residuals_.worker ? residuals_.worker + from : nullptr,
                       owned ? residuals_.owner + (from - residuals_.owner_offset) : nullptr};
 #if defined(__x86_64__)
