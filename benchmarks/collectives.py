@@ -19,6 +19,8 @@ Writes benchmarks/results/collectives_np<N>.json and a PNG of bus bandwidth per 
 relaxlib_torch and MPI (collectives_tf_np<N>.json), plus the op overhead: the median time of a
 1-element float32 allreduce through relaxlib_tf (eager, and in a tf.function: one call per op,
 and 100 chained ops in one call), relaxlib_torch and a bare MPI_Allreduce.
+grouped_allreduce cuts the buffer into 8 tensors, all-reduced as one fused group by relaxlib (and
+Horovod), one by one by the peers.
 busbw = algbw * 2(n-1)/n for allreduce and algbw * (n-1)/n for reduce_scatter / allgather,
 where `size` is the full (unscattered) buffer, as nccl-tests defines them.
 """
@@ -42,6 +44,7 @@ from relaxlib_launch.mpirun_command import free_port, mpirun_argv, mpirun_enviro
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collectives_report import (  # noqa: E402
     DEFAULT_OPS,
+    GROUP_PARTS,
     MPI_SAME_TRANSPORT,
     OPS,
     MiB,
@@ -146,6 +149,15 @@ class Library:
         torch, n = self.torch, self.size
         full = torch.ones(count, dtype=torch.float32)
         chunk = torch.ones(count // n, dtype=torch.float32)
+        parts = [torch.ones(part, dtype=torch.float32) for part in
+                 [count // GROUP_PARTS + (1 if i < count % GROUP_PARTS else 0) for i in range(GROUP_PARTS)]]
+        if op == "grouped_allreduce":  # relaxlib and Horovod fuse the group; the peers reduce each tensor
+            if self.name in ("relaxlib", "horovod"):
+                return lambda: self.hvd.grouped_allreduce_(parts, op=self.hvd.Sum, name="bench.grouped")
+            if self.name == "mpi":
+                arrays = [p.numpy() for p in parts]
+                return lambda: [self.comm.Allreduce(self.MPI.IN_PLACE, a) for a in arrays]
+            return lambda: [self.dist.all_reduce(p) for p in parts]
         if op.startswith("compressed_"):
             if self.name != "relaxlib":
                 raise NotImplementedError(f"{self.name} has no compressed all-reduce")
@@ -173,8 +185,8 @@ class Library:
         returns a new output tensor (eager execution is synchronous, so the call returns when the
         asynchronous kernel has completed)."""
         tf, hvd = self.tf, self.hvd
-        if op.startswith("compressed_"):
-            raise NotImplementedError("relaxlib_tf has no compressed all-reduce (PyTorch only so far)")
+        if op.startswith("compressed_") or op == "grouped_allreduce":
+            raise NotImplementedError(f"relaxlib_tf's {op} is not measured here")
         full = tf.ones([count], dtype=tf.float32)
         chunk = tf.ones([count // self.size], dtype=tf.float32)
         return {"allreduce": lambda: hvd.allreduce(full, op=hvd.Sum, name="bench.allreduce"),

@@ -10,12 +10,15 @@ from pathlib import Path
 # this VM (the one relaxlib picks for its own MPI traffic, RELAX_SHM_SINGLE_COPY in
 # docs/performance.md): a comparison against MPI at its best here, not only at its defaults.
 MPI_SAME_TRANSPORT = "mpi@OMPI_MCA_btl_vader_single_copy_mechanism=none"
-OPS = ("allreduce", "reduce_scatter", "allgather", "compressed_fp16", "compressed_uint8", "compressed_sign")
+OPS = ("allreduce", "reduce_scatter", "allgather", "compressed_fp16", "compressed_uint8", "compressed_sign",
+       "grouped_allreduce")
 DEFAULT_OPS = OPS[:3]
 BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
               "allgather": lambda n: (n - 1) / n}
 for _codec in ("fp16", "uint8", "sign"):  # effective busbw: over the uncompressed size
     BUS_FACTOR[f"compressed_{_codec}"] = BUS_FACTOR["allreduce"]
+GROUP_PARTS = 8  # grouped_allreduce: the buffer as this many tensors, all-reduced as one group
+BUS_FACTOR["grouped_allreduce"] = BUS_FACTOR["allreduce"]
 MiB = 1 << 20
 
 
@@ -54,7 +57,7 @@ def wire_formula(op: str, size: int, n: int) -> float:
     all-reduce 2(n-1)/n * 4P; compressed: the same over the encoded chunks (+4-byte marker per part)."""
     from relaxlib.compression import chunk_wire_bytes
     count = size // 4
-    if op == "allreduce":
+    if op in ("allreduce", "grouped_allreduce"):
         return 2 * (n - 1) / n * size
     if op in ("reduce_scatter", "allgather"):
         return (n - 1) / n * size

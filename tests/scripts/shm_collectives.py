@@ -1,7 +1,8 @@
 """Runs allreduce, allgather and reducescatter on every rank, checks the exact results, and prints
 how many of relaxlib's shared-memory segments this process maps (SEGMENTS=<n>). Float sums must
 equal numpy's sum in rank order bit for bit, alone, in place and fused behind another tensor
-(which moves each element to another owning rank).
+(which moves each element to another owning rank), and fused tensors reduced where they lie agree
+with each alone.
 
     shm_collectives.py             the global set
     shm_collectives.py subset      a process set of ranks 0 and 1 (launch 3 ranks)
@@ -69,6 +70,33 @@ if not subset or hvd.rank() in process_set.ranks:
                                          process_set=process_set)
         for label, result in (("alone", alone), ("in place", in_place), ("fused", fused)):
             assert (result.numpy().view("int32") == expected.view("int32")).all(), ("rank-order sum", label, count)
+    # Fused tensors are reduced where they lie (no fusion buffer): out of place and in place, with
+    # pieces that cross rounds (300001 floats span several slots) and reduction tiles, the same
+    # bits as each tensor alone.
+    generator = torch.Generator().manual_seed(5 + hvd.rank())
+    for dtype, op in ((torch.float32, hvd.Sum), (torch.float16, hvd.Average), (torch.int32, hvd.Sum)):
+        group = [(torch.randn(size, generator=generator) * 100).to(dtype) for size in (1, 70_001, 3, 300_001, 17)]
+        alone = [hvd.allreduce(t, op=op, name=f"apart.alone.{i}.{dtype}", process_set=process_set)
+                 for i, t in enumerate(group)]
+        fused = hvd.grouped_allreduce(group, op=op, name=f"apart.fused.{dtype}", process_set=process_set)
+        in_place = [t.clone() for t in group]
+        hvd.grouped_allreduce_(in_place, op=op, name=f"apart.in_place.{dtype}", process_set=process_set)
+        base = torch.cat([t.clone() for t in group])  # adjacent views of one buffer
+        views = list(base.split([t.numel() for t in group]))
+        hvd.grouped_allreduce_(views, op=op, name=f"apart.views.{dtype}", process_set=process_set)
+        for label, results in (("fused", fused), ("in place", in_place), ("views", views)):
+            assert all(bits(a).equal(bits(b)) for a, b in zip(alone, results)), ("apart", label, dtype)
+    # Tensors sharing memory cannot be reduced where they lie (a result would overwrite an input
+    # not yet read on 3+ ranks): the same tensor twice, and overlapping views, still give the sum.
+    big = (torch.arange(300_001) % 7 + hvd.rank()).to(torch.float32)
+    expected = sum((torch.arange(300_001) % 7 + r).to(torch.float32) for r in ranks)
+    twice = big.clone()
+    hvd.grouped_allreduce_([twice, twice], op=hvd.Sum, name="shared.twice", process_set=process_set)
+    assert torch.equal(twice, expected), "the same tensor twice in one group"
+    overlapping = big.clone()
+    hvd.grouped_allreduce_([overlapping[:200_000], overlapping[100_000:]], op=hvd.Sum, name="shared.overlap",
+                           process_set=process_set)
+    assert torch.equal(overlapping, expected), "overlapping views in one group"
     # A small all-reduce announced again (by its cache id) and alone carries its data in the
     # negotiation round: the same bits as its first, negotiated, run.
     inline_before = hvd.engine_stats()["inline_allreduces"]

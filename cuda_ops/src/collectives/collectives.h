@@ -97,6 +97,11 @@ class Collectives {
   // All-reduce of `src` into `dst` (may be equal); `postscale` multiplies the result (applied once
   // per element, by the element's owner, so every rank gets identical bits).
   Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // allreduce() of tensors laid end to end, each read from and written to where it lies (no
+  // fusion buffer to copy them through): the same bits as allreduce() of their concatenation.
+  // Only on one rank or where uses_shared_memory() holds for their total size.
+  Status allreduce_pieces(const std::vector<ShmCollectives::Piece>& pieces, int32_t dtype, int32_t op,
+                          double postscale);
   // Reduce-scatter of `src` with per-rank element counts; `work` (the size of `src`) receives
   // partial results; the own reduced block, scaled by `postscale`, is written to `out`.
   Status reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,

@@ -130,12 +130,31 @@ void ShmCollectives::barrier(Wait wait) {
   }
 }
 
-ShmCollectives::Reduction ShmCollectives::reduction(const void* src, std::vector<int64_t> counts, int32_t dtype,
-                                                    int32_t op, double postscale) const {
+template <typename Part>
+void ShmCollectives::Reduction::each_part(int64_t begin, int64_t bytes, Part&& part) const {
+  size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin()) - 1;
+  for (int64_t done = 0; done < bytes; ++i) {
+    const Piece& piece = pieces[i];
+    const int64_t at = begin + done - starts[i];
+    const int64_t n = std::min(piece.bytes - at, bytes - done);
+    if (n <= 0) continue;  // an empty piece
+    part(static_cast<const uint8_t*>(piece.in) + at, piece.out ? static_cast<uint8_t*>(piece.out) + at : nullptr, n,
+         done);
+    done += n;
+  }
+}
+
+ShmCollectives::Reduction ShmCollectives::reduction(std::vector<Piece> pieces, std::vector<int64_t> counts,
+                                                    int32_t dtype, int32_t op, double postscale) const {
   Reduction r;
-  r.in = static_cast<const uint8_t*>(src);
   r.esize = static_cast<int64_t>(dtype_size(dtype));
   r.window = std::max<int64_t>(1, slot_bytes_ / (size_ * r.esize));  // elements per block per round
+  r.pieces = std::move(pieces);
+  int64_t start = 0;
+  for (const Piece& piece : r.pieces) {
+    r.starts.push_back(start);
+    start += piece.bytes;
+  }
   r.offsets = block_offsets(counts);
   r.counts = std::move(counts);
   r.dtype = dtype;
@@ -145,57 +164,69 @@ ShmCollectives::Reduction ShmCollectives::reduction(const void* src, std::vector
 }
 
 // Area j of a slot holds block j's elements of the round. Stages the other ranks' blocks, waits
-// for every rank, then reduces this rank's block (in cache-sized tiles, in rank order) into `result`.
-void ShmCollectives::reduce_round(const Reduction& r, int64_t k, uint8_t* result, bool publish) {
+// for every rank, then reduces this rank's block (in cache-sized tiles, in rank order) into the
+// pieces' `out`.
+void ShmCollectives::reduce_round(const Reduction& r, int64_t k, bool publish) {
   const int64_t area = r.window * r.esize;
   uint8_t* mine = slot(rank_, rounds_);
+  const auto round_begin = [&](int j) { return (r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize; };
   for (int j = 0; j < size_; ++j) {
     const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
     if (j != rank_ && n > 0) {
-      std::memcpy(mine + j * area, r.in + (r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize,
-                  static_cast<size_t>(n * r.esize));
+      uint8_t* staged = mine + j * area;
+      r.each_part(round_begin(j), n * r.esize, [&](const uint8_t* in, uint8_t*, int64_t bytes, int64_t done) {
+        std::memcpy(staged + done, in, static_cast<size_t>(bytes));
+      });
     }
   }
   barrier();
-  const size_t me = static_cast<size_t>(rank_);
-  const int64_t own_bytes = in_round(r.counts[me], k, r.window) * r.esize;
-  const uint8_t* own = r.in + (r.offsets[me] + k * r.window) * r.esize;
-  // Rank j's contribution to this block (this rank's own comes straight from its input).
-  const auto contribution = [&](int j, int64_t t) -> const uint8_t* {
-    return j == rank_ ? own + t : slot(j, rounds_) + rank_ * area + t;
-  };
+  const int64_t own_bytes = in_round(r.counts[static_cast<size_t>(rank_)], k, r.window) * r.esize;
   for (int64_t t = 0; t < own_bytes; t += kReduceTile) {
-    const int64_t tile = std::min(kReduceTile, own_bytes - t) / r.esize;
-    // Summed in rank order, whichever rank owns the block: an element's result then does not
-    // depend on where fusion placed it, so runs that batch tensors differently agree bitwise.
-    // In place (result is the input), partial sums go to this rank's own area of its slot (free
-    // until the result is published there) so the input survives until its turn.
-    uint8_t* partial = result == own ? mine + rank_ * area + t : result + t;
-    const uint8_t* first = contribution(0, t);
-    for (int j = 1; j < size_; ++j) {
-      uint8_t* target = j == size_ - 1 ? result + t : partial;
-      reduce_pair(target, first, contribution(j, t), tile, r.dtype, r.op);
-      first = target;
-    }
-    scale_buffer(result + t, tile, r.dtype, r.postscale);
-    if (publish) std::memcpy(mine + rank_ * area + t, result + t, static_cast<size_t>(tile * r.esize));
+    r.each_part(round_begin(rank_) + t, std::min(kReduceTile, own_bytes - t),
+                [&](const uint8_t* own, uint8_t* result, int64_t bytes, int64_t done) {
+      const int64_t at = rank_ * area + t + done;  // where this part sits in each slot
+      const int64_t count = bytes / r.esize;
+      // Rank j's contribution (this rank's own comes straight from its input).
+      const auto contribution = [&](int j) -> const uint8_t* { return j == rank_ ? own : slot(j, rounds_) + at; };
+      // Summed in rank order, whichever rank owns the block: an element's result then does not
+      // depend on where fusion placed it, so runs that batch tensors differently agree bitwise.
+      // In place (result is the input), partial sums go to this rank's own area of its slot (free
+      // until the result is published there) so the input survives until its turn.
+      uint8_t* partial = result == own ? mine + at : result;
+      const uint8_t* first = contribution(0);
+      for (int j = 1; j < size_; ++j) {
+        uint8_t* target = j == size_ - 1 ? result : partial;
+        reduce_pair(target, first, contribution(j), count, r.dtype, r.op);
+        first = target;
+      }
+      scale_buffer(result, count, r.dtype, r.postscale);
+      if (publish) std::memcpy(mine + at, result, static_cast<size_t>(bytes));
+    });
   }
 }
 
 Status ShmCollectives::allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
                                  double postscale) {
-  const Reduction r = reduction(src, even_counts(count, size_), dtype, op, postscale);
-  auto* out = static_cast<uint8_t*>(dst);
+  return allreduce({Piece{src, dst, count * static_cast<int64_t>(dtype_size(dtype))}}, dtype, op, postscale);
+}
+
+Status ShmCollectives::allreduce(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale) {
+  int64_t bytes = 0;
+  for (const Piece& piece : pieces) bytes += piece.bytes;
+  const int64_t count = bytes / static_cast<int64_t>(dtype_size(dtype));
+  const Reduction r = reduction(pieces, even_counts(count, size_), dtype, op, postscale);
   const int64_t rounds = rounds_for(r.counts, r.window);
   for (int64_t k = 0; k < rounds; ++k, ++rounds_) {
-    reduce_round(r, k, out + (r.offsets[static_cast<size_t>(rank_)] + k * r.window) * r.esize, true);
+    reduce_round(r, k, true);
     barrier();
     for (int j = 0; j < size_; ++j) {
       const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
-      if (j != rank_ && n > 0) {
-        std::memcpy(out + (r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize,
-                    slot(j, rounds_) + j * r.window * r.esize, static_cast<size_t>(n * r.esize));
-      }
+      if (j == rank_ || n == 0) continue;
+      const uint8_t* reduced = slot(j, rounds_) + j * r.window * r.esize;
+      r.each_part((r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize, n * r.esize,
+                  [&](const uint8_t*, uint8_t* out, int64_t part_bytes, int64_t done) {
+                    std::memcpy(out, reduced + done, static_cast<size_t>(part_bytes));
+                  });
     }
   }
   return Status::ok();
@@ -203,12 +234,18 @@ Status ShmCollectives::allreduce(const void* src, void* dst, int64_t count, int3
 
 Status ShmCollectives::reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
                                       double postscale, void* out) {
-  const Reduction r = reduction(src, counts, dtype, op, postscale);
+  // Only this rank's block has somewhere to go.
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const size_t me = static_cast<size_t>(rank_);
+  const int64_t own_begin = block_offsets(counts)[me] * esize, own_bytes = counts[me] * esize;
+  int64_t total = 0;
+  for (int64_t c : counts) total += c * esize;
+  const auto* in = static_cast<const uint8_t*>(src);
+  const Reduction r = reduction({Piece{in, nullptr, own_begin}, Piece{in + own_begin, out, own_bytes},
+                                 Piece{in + own_begin + own_bytes, nullptr, total - own_begin - own_bytes}},
+                                counts, dtype, op, postscale);
   const int64_t rounds = rounds_for(r.counts, r.window);
-  const int64_t own = r.counts[static_cast<size_t>(rank_)];
-  for (int64_t k = 0; k < rounds; ++k, ++rounds_) {  // (rounds past the own block reduce nothing)
-    reduce_round(r, k, static_cast<uint8_t*>(out) + std::min(k * r.window, own) * r.esize, false);
-  }
+  for (int64_t k = 0; k < rounds; ++k, ++rounds_) reduce_round(r, k, false);  // (rounds past the own block reduce nothing)
   return Status::ok();
 }
 

@@ -44,12 +44,24 @@ class ShmCollectives {
   };
   ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us);
 
+  // One tensor of an all-reduce over several laid end to end: `bytes` read from `in`, its result
+  // written to `out` (`in` itself, or memory no other piece reads or writes).
+  struct Piece {
+    const void* in = nullptr;
+    void* out = nullptr;
+    int64_t bytes = 0;
+  };
+
   // The collectives below cannot fail once the segment exists; they return Status like the
   // other paths of Collectives.
 
   // dst = reduction of every rank's src (dst may be src); `postscale` multiplies the result, each
   // block scaled once by the rank that reduced it, so every rank gets identical bits.
   Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // The same all-reduce of the pieces' concatenation, read from and written to the pieces where
+  // they lie (no fusion buffer to copy them into and out of): the same bits as allreduce() of
+  // the concatenation.
+  Status allreduce(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale);
   // `out` = this rank's block (counts[rank] elements at block_offsets(counts)[rank]) of the
   // reduction of every rank's `src`, scaled by `postscale`. `src` is only read.
   Status reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
@@ -72,17 +84,25 @@ class ShmCollectives {
 
  private:
   // A reduction over blocks of `counts` elements (block r reduced by rank r), cut into rounds of
-  // `window` elements per block.
+  // `window` elements per block, of the concatenation of `pieces` (reduced blocks are written to
+  // the pieces' `out`; a reduce-scatter's pieces have one only for this rank's block).
   struct Reduction {
-    const uint8_t* in = nullptr;
+    std::vector<Piece> pieces;
+    std::vector<int64_t> starts;  // byte offset of each piece in the concatenation
     std::vector<int64_t> counts, offsets;
     int64_t esize = 0, window = 0;
     int32_t dtype = 0, op = 0;
     double postscale = 1.0;
+
+    // Calls part(in, out, bytes, done) for each piece's share of bytes [begin, begin + bytes) of
+    // the concatenation, in order; `done` counts the bytes of the range before that share.
+    template <typename Part>
+    void each_part(int64_t begin, int64_t bytes, Part&& part) const;
   };
-  Reduction reduction(const void* src, std::vector<int64_t> counts, int32_t dtype, int32_t op, double postscale) const;
-  // Round `k`: this rank's reduced block part into `result`; with `publish` also into its slot.
-  void reduce_round(const Reduction& r, int64_t k, uint8_t* result, bool publish);
+  Reduction reduction(std::vector<Piece> pieces, std::vector<int64_t> counts, int32_t dtype, int32_t op,
+                      double postscale) const;
+  // Round `k`: this rank's reduced block part into the pieces' `out`; with `publish` also into its slot.
+  void reduce_round(const Reduction& r, int64_t k, bool publish);
 
   uint8_t* slot(int rank, int64_t round) const;
   uint64_t* flag(int rank) const;

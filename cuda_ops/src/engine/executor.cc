@@ -1,8 +1,10 @@
 #include "engine/executor.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <exception>
+#include <utility>
 
 #include "collectives/reduce.h"
 #include "engine/requests/kind_support.h"
@@ -17,6 +19,27 @@ bool fuses(int32_t type) {
 
 bool same_fusion_key(const Descriptor& a, const Descriptor& b) {
   return a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale;
+}
+
+// Whether every tensor of `items` is this rank's own and none shares memory with another, so they
+// can be all-reduced where they lie: a result written over another tensor's input before that
+// input is read would change its sum (the fusion buffer reads every input first).
+bool lie_apart(const std::vector<ExecItem>& items, size_t esize) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  for (const ExecItem& item : items) {
+    if (!item.local) return false;  // a joined rank's share is made up, not read
+    const uintptr_t bytes = static_cast<uintptr_t>(item.tensor->first().num_elements()) * esize;
+    if (bytes == 0) continue;
+    const auto in = reinterpret_cast<uintptr_t>(item.local->input);
+    const auto out = reinterpret_cast<uintptr_t>(item.local->output);
+    ranges.emplace_back(in, in + bytes);
+    if (out != in) ranges.emplace_back(out, out + bytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -156,6 +179,19 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
       std::memcpy(buf, src, static_cast<size_t>(total) * esize);
       src = buf;
     }
+  } else if (d.prescale == 1.0 && collectives_.uses_shared_memory(total * static_cast<int64_t>(esize)) &&
+             lie_apart(items, esize)) {
+    // Through shared memory each tensor is read and written where it lies: copying them into
+    // one buffer and back would move every byte twice more.
+    std::vector<ShmCollectives::Piece> pieces;
+    pieces.reserve(items.size());
+    for (const Item& item : items) {
+      const int64_t n = item.tensor->first().num_elements();
+      pieces.push_back({item.local->input, item.local->output, n * static_cast<int64_t>(esize)});
+    }
+    Status status = collectives_.allreduce_pieces(pieces, d.dtype, op, kinds::postscale_of(d, collectives_.size()));
+    trace(items, "ALLREDUCE", phase_start);
+    return status;
   } else {
     if (fusion_buffer_.size() < static_cast<size_t>(total) * esize) fusion_buffer_.resize(static_cast<size_t>(total) * esize);
     uint8_t* p = fusion_buffer_.data();
