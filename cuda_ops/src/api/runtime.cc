@@ -115,7 +115,8 @@ int initialize() {
   rt.engine = std::make_shared<Engine>(rt.mpi, rt.handles, config);
   rt.lane.reset();
   if (rt.mpi.thread_level() >= MPI_THREAD_MULTIPLE) {
-    rt.lane = std::make_unique<DirectLane>(rt.mpi.data(), rt.handles, config, collective_config(config));
+    rt.lane = std::make_unique<DirectLane>(rt.mpi.data(), rt.handles, config,
+                                            collective_config(config, &rt.handles.waiting_callers()));
     DirectLane* lane = rt.lane.get();  // cleared from the engine before the lane is destroyed
     rt.engine->set_stop_listener([lane](const std::string& reason) { lane->abort(reason); });
   }

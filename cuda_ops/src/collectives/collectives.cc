@@ -94,7 +94,8 @@ void Collectives::set_up_shared_memory() {
   if (config_.shm_min_bytes < 0) return;
   std::string why;
   bool expected = false;
-  shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, why, expected);
+  shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, config_.shm_spin_gate, why,
+                               expected);
   if (!shm_ && expected) {
     RELAX_LOG(Debug, "Shared-memory collectives not used (" << why << ").");
   } else if (!shm_) {

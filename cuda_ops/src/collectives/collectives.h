@@ -39,6 +39,7 @@ struct CollectiveConfig {
   int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
   int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
   double shm_spin_us = 0;                     // barrier polling before yielding the core
+  const std::atomic<int>* shm_spin_gate = nullptr;  // ... only while this is positive (null: always)
   // Point-to-point waits yield the core between their first polls instead of spinning (which
   // starves a rank sharing the core with the waiting one). Set when ranks outnumber cores.
   bool yield_while_waiting = false;

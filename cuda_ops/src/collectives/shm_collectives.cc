@@ -49,7 +49,8 @@ int64_t rounds_for(const std::vector<int64_t>& counts, int64_t window) {
 }  // namespace
 
 std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t slot_bytes, double spin_us,
-                                                       std::string& why, bool& expected) {
+                                                       const std::atomic<int>* spin_gate, std::string& why,
+                                                       bool& expected) {
   expected = false;
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
@@ -71,16 +72,17 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t sl
   const size_t bytes = header + 2 * static_cast<size_t>(size) * static_cast<size_t>(slot_bytes);
   std::unique_ptr<SharedSegment> segment = SharedSegment::create(comm, bytes, why);
   if (!segment) return nullptr;
-  return std::make_unique<ShmCollectives>(Key(), std::move(segment), rank, size, slot_bytes, spin_us);
+  return std::make_unique<ShmCollectives>(Key(), std::move(segment), rank, size, slot_bytes, spin_us, spin_gate);
 }
 
 ShmCollectives::ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes,
-                               double spin_us)
+                               double spin_us, const std::atomic<int>* spin_gate)
     : segment_(std::move(segment)),
       rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
       spin_us_(spin_us),
+      spin_gate_(spin_gate),
       data_offset_(header_bytes(size)) {}
 
 uint8_t* ShmCollectives::slot(int rank, int64_t round) const {
@@ -94,8 +96,10 @@ uint64_t* ShmCollectives::flag(int rank) const {
 }
 
 // Each rank publishes how many barriers it has reached and waits until every other rank has
-// reached as many. Waiting polls briefly (peers are usually microseconds apart), then yields the
-// core (a slow peer, a straggler or a rank sharing this core, must get the CPU), then sleeps:
+// reached as many. Waiting polls briefly (peers are usually microseconds apart; only while a
+// caller waits for a result: otherwise the framework computes on the cores the polls would
+// take), then yields the core (a slow peer, a straggler or a rank sharing this core, must get
+// the CPU), then sleeps:
 // in a collective after a millisecond, 50 us at a time; in a round after 50 us, with pauses
 // growing to 100 us.
 void ShmCollectives::barrier(Wait wait) {
@@ -104,6 +108,7 @@ void ShmCollectives::barrier(Wait wait) {
   __atomic_store_n(flag(rank_), epoch, __ATOMIC_RELEASE);
   clock::time_point start;  // read once the first polls failed: most waits end before that
   bool started = false;
+  double spin_us = spin_us_;
   const double yield_until_us = wait == Wait::kCollective ? 1000.0 : 50.0;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
@@ -116,9 +121,10 @@ void ShmCollectives::barrier(Wait wait) {
       if (!started) {
         start = clock::now();
         started = true;
+        if (spin_gate_ && spin_gate_->load(std::memory_order_relaxed) <= 0) spin_us = 0;
       }
       const double waited_us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
-      if (waited_us < spin_us_) continue;
+      if (waited_us < spin_us) continue;
       if (waited_us < yield_until_us) {
         sched_yield();
       } else if (wait == Wait::kCollective) {

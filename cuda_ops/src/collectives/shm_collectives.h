@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,16 +34,18 @@ class ShmCollectives {
   // Collective over `comm`. Null on every rank unless all of its ranks share this node and the
   // segment (2 x ranks x slot_bytes) could be made; `why` then says why not, and `expected` is
   // set when that is the normal case (ranks on several nodes) rather than a failure. Barrier
-  // waits poll for `spin_us` microseconds before they yield the core.
-  static std::unique_ptr<ShmCollectives> create(MPI_Comm comm, int64_t slot_bytes, double spin_us, std::string& why,
-                                                bool& expected);
+  // waits poll for `spin_us` microseconds before they yield the core, while `spin_gate` (if not
+  // null; it must outlive this object) is positive.
+  static std::unique_ptr<ShmCollectives> create(MPI_Comm comm, int64_t slot_bytes, double spin_us,
+                                                const std::atomic<int>* spin_gate, std::string& why, bool& expected);
 
   // Only create() can make this key (it sizes the segment for these arguments).
   class Key {
     friend class ShmCollectives;
     Key() {}
   };
-  ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us);
+  ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us,
+                 const std::atomic<int>* spin_gate);
 
   // One tensor of an all-reduce over several laid end to end: `bytes` read from `in`, its result
   // written to `out` (`in` itself, or memory no other piece reads or writes).
@@ -113,6 +116,7 @@ class ShmCollectives {
   int size_;
   int64_t slot_bytes_;
   double spin_us_;
+  const std::atomic<int>* spin_gate_;
   const size_t data_offset_;  // flags first, then the two slot sets
   uint64_t epoch_ = 0;        // barriers passed
   int64_t rounds_ = 0;        // rounds run: selects the slot set

@@ -38,7 +38,7 @@ bool made_progress(const std::vector<RankMessage>& messages, const std::vector<R
 
 }  // namespace
 
-CollectiveConfig collective_config(const EngineConfig& c) {
+CollectiveConfig collective_config(const EngineConfig& c, const std::atomic<int>* spin_gate) {
   CollectiveConfig cc;
   cc.segment_bytes = c.ring_segment_bytes;
   cc.receive_window = c.ring_receive_window;
@@ -46,9 +46,11 @@ CollectiveConfig collective_config(const EngineConfig& c) {
   cc.mpi_allgather_max_bytes = c.mpi_allgather_max_bytes;
   cc.shm_min_bytes = c.shm_collectives ? c.shm_min_bytes : -1;
   cc.shm_slot_bytes = c.shm_slot_bytes;
-  // Barrier waits poll this long before yielding the core; not when ranks share cores.
+  // Barrier waits poll this long before yielding the core; not when ranks share cores, nor
+  // while no caller waits (the framework's threads need the cores then).
   constexpr double kShmBarrierSpinUs = 50.0;
   cc.shm_spin_us = c.idle_spin_us > 0 ? kShmBarrierSpinUs : 0.0;
+  cc.shm_spin_gate = spin_gate;
   cc.yield_while_waiting = c.yield_while_waiting;
   cc.tcp_ring = c.use_tcp_ring;
   return cc;
@@ -59,7 +61,7 @@ Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
     : mpi_(mpi),
       handles_(handles),
       config_(config),
-      collective_config_(collective_config(config)),
+      collective_config_(collective_config(config, &handles.waiting_callers())),
       start_time_(steady_seconds()) {
   const Topology& t = mpi.topology();
   std::vector<int> all(static_cast<size_t>(t.size));
@@ -185,6 +187,7 @@ bool Engine::lock_for_driving(std::unique_lock<std::mutex>& lock) const {
 }
 
 void Engine::drive(relax_handle_t handle) {
+  HandleTable::WaitingCaller waiting(handles_);
   std::unique_lock<std::mutex> running(cycle_mutex_, std::defer_lock);
   if (lock_for_driving(running)) {
     bool progress = true;

@@ -45,8 +45,9 @@ struct ProcessSetInfo {
   int rank = -1;  // this process within the set, -1 if not a member
 };
 
-// The ring/MPI-path settings of collectives, from the engine configuration.
-CollectiveConfig collective_config(const EngineConfig& c);
+// The ring/MPI-path settings of collectives, from the engine configuration; shared-memory
+// barriers poll only while `spin_gate` is positive (HandleTable::waiting_callers()).
+CollectiveConfig collective_config(const EngineConfig& c, const std::atomic<int>* spin_gate);
 
 class Engine {
  public:

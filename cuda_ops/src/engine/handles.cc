@@ -32,8 +32,10 @@ void HandleTable::leave_wait(bool negotiated) {
 void HandleTable::note_external_wait(bool begin) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (begin) {
+    waiting_callers_.fetch_add(1);
     enter_wait(true);
   } else {
+    waiting_callers_.fetch_sub(1);
     leave_wait(true);
   }
 }
@@ -76,6 +78,7 @@ int HandleTable::wait(relax_handle_t h) {
   if (it == states_.end()) return RELAX_ERR_UNKNOWN_HANDLE;
   if (it->second.done) return it->second.status;  // nothing to wait for: not a blocking wait
   const bool negotiated = it->second.negotiated;
+  WaitingCaller waiting(*this);
   enter_wait(negotiated);
   cv_.wait(lock, [&] {
     it = states_.find(h);
@@ -91,6 +94,7 @@ int HandleTable::wait_for(relax_handle_t h, int32_t timeout_ms) {
   if (it == states_.end()) return RELAX_ERR_UNKNOWN_HANDLE;
   if (it->second.done) return it->second.status;
   const bool negotiated = it->second.negotiated;
+  WaitingCaller waiting(*this);
   enter_wait(negotiated);
   const bool finished = cv_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)), [&] {
     it = states_.find(h);

@@ -2,6 +2,7 @@
 // that poll or wait (framework threads).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -57,6 +58,23 @@ class HandleTable {
 
   static constexpr double kWaitGapSeconds = 0.5;
 
+  // Threads blocked in wait() / wait_for() or in a framework's synchronous op
+  // (note_external_wait), or running the rounds of their own request (WaitingCaller). While there are none the framework's threads are presumably computing, and
+  // a collective waiting for a peer gives up its core at once instead of polling first.
+  const std::atomic<int>& waiting_callers() const { return waiting_callers_; }
+
+  // Counts the constructing thread as a waiting caller for its lifetime.
+  class WaitingCaller {
+   public:
+    explicit WaitingCaller(HandleTable& table) : count_(table.waiting_callers_) { count_.fetch_add(1); }
+    ~WaitingCaller() { count_.fetch_sub(1); }
+    WaitingCaller(const WaitingCaller&) = delete;
+    WaitingCaller& operator=(const WaitingCaller&) = delete;
+
+   private:
+    std::atomic<int>& count_;
+  };
+
  private:
   // Under mutex_: a waiter enters or leaves a wait on a request (only negotiated ones count).
   void enter_wait(bool negotiated);
@@ -70,6 +88,7 @@ class HandleTable {
   double wait_started_ = 0;
   double last_wait_exit_ = -1e300;
   double last_completion_ = 0;
+  std::atomic<int> waiting_callers_{0};
 };
 
 }  // namespace relax
