@@ -9,7 +9,7 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 10
+ABI_VERSION = 11
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 PENDING = 11  # relax_wait_for: not complete yet
@@ -218,6 +218,7 @@ _SIGNATURES = {
     "relax_request_layout": ([], ctypes.c_char_p),
     "relax_enqueue": ([ctypes.POINTER(Request), ALLOC_FN, DONE_FN, ctypes.c_void_p], ctypes.c_int64),
     "relax_reject": ([ctypes.POINTER(Request), ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p], ctypes.c_int),
+    "relax_drive": ([ctypes.c_int64], ctypes.c_int),
     "relax_poll": ([ctypes.c_int64], ctypes.c_int),
     "relax_wait": ([ctypes.c_int64], ctypes.c_int),
     "relax_wait_for": ([ctypes.c_int64, ctypes.c_int32], ctypes.c_int),

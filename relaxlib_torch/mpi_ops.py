@@ -540,6 +540,8 @@ def synchronize(handle):
     pending = _handle_map.pop(handle, None)
     if pending is None:
         raise ValueError(f"unknown or already synchronized handle {handle}")
+    if pending.core_handles:
+        _ops.drive(pending.core_handles[-1])  # run its rounds here rather than wake the engine thread
     return pending.finish(pending.core_handles)
 
 

@@ -467,6 +467,9 @@ bool poll(int64_t handle) {
 // Waits (the GIL is released by the dispatcher) and returns the status code; 0 = success.
 int64_t wait(int64_t handle) { return relax_wait(handle); }
 
+// Runs the rounds of a request about to be waited for on this thread (relax_drive).
+void drive(int64_t handle) { relax_drive(handle); }
+
 // wait() for at most timeout_ms: RELAX_PENDING if not complete (Python waits in such slices).
 int64_t wait_for(int64_t handle, int64_t timeout_ms) {
   return relax_wait_for(handle, static_cast<int32_t>(timeout_ms));
@@ -570,6 +573,7 @@ TORCH_LIBRARY(relaxlib, m) {
   m.def("join_async() -> int", join_async);
   m.def("poll(int handle) -> bool", poll);
   m.def("wait(int handle) -> int", wait);
+  m.def("drive(int handle) -> ()", drive);
   m.def("wait_for(int handle, int timeout_ms) -> int", wait_for);
   m.def("message(int handle) -> str", message);
   m.def("result(int handle) -> int", result);

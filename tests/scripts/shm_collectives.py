@@ -19,6 +19,7 @@ import torch
 
 import relaxlib
 import relaxlib_torch as hvd
+from relaxlib import _core
 
 if sys.argv[1:] == ["rank1-on"] and os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
     os.environ["RELAX_SHM_COLLECTIVES"] = "auto"  # rank 0 keeps "off": rank 0 decides for both
@@ -97,6 +98,13 @@ if not subset or hvd.rank() in process_set.ranks:
     hvd.grouped_allreduce_([overlapping[:200_000], overlapping[100_000:]], op=hvd.Sum, name="shared.overlap",
                            process_set=process_set)
     assert torch.equal(overlapping, expected), "overlapping views in one group"
+    # synchronize() runs the rounds of what it waits for on this thread (relax_drive); driving an
+    # unknown request does nothing.
+    assert _core.lib().relax_drive(987_654_321) == 0
+    handles = [hvd.allreduce_async((torch.arange(4099) + hvd.rank()).to(torch.int32), op=hvd.Sum,
+                                   name=f"driven.{i}", process_set=process_set) for i in range(3)]
+    driven = [hvd.synchronize(h) for h in handles]
+    assert all(torch.equal(d, sum(torch.arange(4099) + r for r in ranks).to(torch.int32)) for d in driven)
     # A small all-reduce announced again (by its cache id) and alone carries its data in the
     # negotiation round: the same bits as its first, negotiated, run.
     inline_before = hvd.engine_stats()["inline_allreduces"]

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 10
+#define RELAX_ABI_VERSION 11
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -284,6 +284,15 @@ RELAX_API int relax_enqueue_group(const relax_request_t* requests, int32_t count
  * status (or the submission error, with *handle_out = 0); release the handle afterwards.
  */
 RELAX_API int relax_run(const relax_request_t* request, relax_alloc_fn alloc, void* user, relax_handle_t* handle_out);
+/*
+ * About to wait for `handle` (a request of relax_enqueue / relax_enqueue_group): while the engine
+ * thread is idle, the calling thread runs the negotiation rounds and collectives itself until the
+ * request completes or a round changes nothing (a peer has not submitted yet), as relax_run does,
+ * saving the thread wake-ups; then the engine thread takes over. Wait on the handle afterwards.
+ * The same caveat as relax_run: callbacks of requests completing in these rounds may run on this
+ * thread. Returns RELAX_OK (also when there was nothing to run).
+ */
+RELAX_API int relax_drive(relax_handle_t handle);
 /* 1 if complete, 0 if pending, -1 if the handle is unknown. */
 RELAX_API int relax_poll(relax_handle_t handle);
 /* Blocks until complete; returns the request's status. */

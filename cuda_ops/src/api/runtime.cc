@@ -405,6 +405,18 @@ int relax_run_for(const relax_request_t* request, relax_alloc_fn alloc, void* us
   return run_request(request, alloc, user, handle_out, std::max(timeout_ms, 0));
 }
 
+int relax_drive(relax_handle_t handle) {
+  if (relax::Engine::in_round_on_this_thread()) return RELAX_OK;  // a callback: the rounds run already
+  std::shared_ptr<relax::Engine> engine;
+  {
+    relax::Runtime& rt = runtime();
+    std::lock_guard<std::mutex> lock(rt.mutex);  // shutdown() cannot free the engine under us
+    engine = rt.engine;
+  }
+  if (engine && runtime().handles.poll(handle) == 0) engine->drive(handle);
+  return RELAX_OK;
+}
+
 int relax_poll(relax_handle_t handle) { return runtime().handles.poll(handle); }
 int relax_wait(relax_handle_t handle) {
   if (relax::Engine::in_round_on_this_thread()) return relax::fail(relax::waiting_in_callback());
