@@ -339,17 +339,9 @@ Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t
 
 Status Collectives::allreduce_pieces(const std::vector<ShmCollectives::Piece>& pieces, int32_t dtype,
                                      int32_t op, double postscale) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   int64_t bytes = 0;
   for (const ShmCollectives::Piece& piece : pieces) bytes += piece.bytes;
-  if (size_ == 1) {
-    for (const ShmCollectives::Piece& piece : pieces) {
-      if (piece.in != piece.out) std::memcpy(piece.out, piece.in, static_cast<size_t>(piece.bytes));
-      scale_buffer(piece.out, piece.bytes / esize, dtype, postscale);
-    }
-    return Status::ok();
-  }
-  ShmCollectives* shm = bytes > 0 ? shared_memory(bytes) : nullptr;
+  ShmCollectives* shm = size_ > 1 && bytes > 0 ? shared_memory(bytes) : nullptr;
   if (!shm) return Status::error(RELAX_ERR_INTERNAL, "an all-reduce of tensors where they lie needs shared memory");
   count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
   return shm->allreduce(pieces, dtype, op, postscale);

@@ -100,7 +100,7 @@ class Collectives {
   Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
   // allreduce() of tensors laid end to end, each read from and written to where it lies (no
   // fusion buffer to copy them through): the same bits as allreduce() of their concatenation.
-  // Only on one rank or where uses_shared_memory() holds for their total size.
+  // Only on several ranks where uses_shared_memory() holds for their total size.
   Status allreduce_pieces(const std::vector<ShmCollectives::Piece>& pieces, int32_t dtype, int32_t op,
                           double postscale);
   // Reduce-scatter of `src` with per-rank element counts; `work` (the size of `src`) receives

@@ -179,8 +179,8 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
       std::memcpy(buf, src, static_cast<size_t>(total) * esize);
       src = buf;
     }
-  } else if (d.prescale == 1.0 && collectives_.uses_shared_memory(total * static_cast<int64_t>(esize)) &&
-             lie_apart(items, esize)) {
+  } else if (d.prescale == 1.0 && collectives_.size() > 1 &&
+             collectives_.uses_shared_memory(total * static_cast<int64_t>(esize)) && lie_apart(items, esize)) {
     // Through shared memory each tensor is read and written where it lies: copying them into
     // one buffer and back would move every byte twice more.
     std::vector<ShmCollectives::Piece> pieces;

@@ -59,8 +59,9 @@ class HandleTable {
   static constexpr double kWaitGapSeconds = 0.5;
 
   // Threads blocked in wait() / wait_for() or in a framework's synchronous op
-  // (note_external_wait), or running the rounds of their own request (WaitingCaller). While there are none the framework's threads are presumably computing, and
-  // a collective waiting for a peer gives up its core at once instead of polling first.
+  // (note_external_wait), or running the rounds of their own request (WaitingCaller). While
+  // there are none the framework's threads are presumably computing, and a collective waiting
+  // for a peer gives up its core at once instead of polling first.
   const std::atomic<int>& waiting_callers() const { return waiting_callers_; }
 
   // Counts the constructing thread as a waiting caller for its lifetime.
