@@ -1,6 +1,7 @@
 // TcpRing::exchange over socketpairs: two "ranks" in two threads, each sending to the other while
 // receiving from it, as the ring does with two ranks.
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <algorithm>
@@ -66,6 +67,42 @@ TEST(tcp_ring_exchange_moves_both_directions_at_once) {
   receiver.join();
   CHECK(status_one.is_ok());
   CHECK(std::equal(small.begin(), small.end(), from_zero.begin()));
+}
+
+// Messages whose bytes lie in many places (more parts than one sendmsg / recvmsg takes, empty
+// parts among them, sizes that end mid-part on either side) arrive whole and in order.
+TEST(tcp_ring_exchange_reads_and_fills_messages_in_parts) {
+  Pair zero_to_one = socket_pair(), one_to_zero = socket_pair();
+  TcpRing zero(std::move(zero_to_one.a), std::move(one_to_zero.b), 1, 1);
+  TcpRing one(std::move(one_to_zero.a), std::move(zero_to_one.b), 0, 0);
+  const std::vector<uint8_t> from_zero = pattern(3'000'017, 3), from_one = pattern(2'500'001, 4);
+  // Cuts `bytes` into 150 parts of varied sizes (every tenth empty) at `base`.
+  const auto cut = [](const uint8_t* base, size_t bytes) {
+    std::vector<iovec> parts;
+    size_t at = 0;
+    for (int i = 0; i < 150 && at < bytes; ++i) {
+      const size_t n = i == 149 ? bytes - at : std::min(bytes - at, i % 10 == 0 ? size_t{0} : size_t(7 + i * 397));
+      parts.push_back(iovec{const_cast<uint8_t*>(base) + at, n});
+      at += n;
+    }
+    if (at < bytes) parts.push_back(iovec{const_cast<uint8_t*>(base) + at, bytes - at});
+    return parts;
+  };
+  std::vector<uint8_t> at_zero(from_one.size()), at_one(from_zero.size());
+  relax::Status status_one;
+  int64_t last_progress = 0;
+  std::thread other([&] {
+    status_one = one.exchange(cut(from_one.data(), from_one.size()), cut(at_one.data(), at_one.size()),
+                              [&](int64_t n) { last_progress = n; });
+  });
+  const relax::Status status_zero =
+      zero.exchange(cut(from_zero.data(), from_zero.size()), cut(at_zero.data(), at_zero.size()), [](int64_t) {});
+  other.join();
+  CHECK(status_zero.is_ok());
+  CHECK(status_one.is_ok());
+  CHECK(at_zero == from_one);
+  CHECK(at_one == from_zero);
+  CHECK_EQ(last_progress, static_cast<int64_t>(from_zero.size()));
 }
 
 // A peer that goes away fails the exchange naming it, and every later exchange says why.

@@ -40,6 +40,15 @@ MPI_Op mpi_op(int32_t op) {
   }
 }
 
+// The parts of bytes [begin, begin + bytes) of `buf`: its results (`out`) or its inputs.
+std::vector<iovec> iovecs(const Pieces& buf, int64_t begin, int64_t bytes, bool results) {
+  std::vector<iovec> parts;
+  buf.each_part(begin, bytes, [&](const uint8_t* in, uint8_t* out, int64_t n, int64_t) {
+    parts.push_back(iovec{results ? out : const_cast<uint8_t*>(in), static_cast<size_t>(n)});
+  });
+  return parts;
+}
+
 }  // namespace
 
 std::vector<int64_t> even_counts(int64_t count, int parts) {
@@ -187,13 +196,27 @@ Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
                     "MPI_Testany");
 }
 
+Status Collectives::exchange_and_reduce(const Pieces& buf, bool send_reduced, int64_t send_begin,
+                                        int64_t send_count, int64_t recv_begin, int64_t recv_count, int32_t dtype,
+                                        int32_t op) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  if (tcp_ring_) {
+    return exchange_and_reduce_tcp(buf, send_reduced, send_begin, send_count, recv_begin, recv_count, dtype, op);
+  }
+  if (buf.size() != 1) return Status::error(RELAX_ERR_INTERNAL, "MPI's ring steps need one contiguous buffer");
+  const Piece& whole = buf[0];
+  const uint8_t* send = send_reduced ? static_cast<const uint8_t*>(whole.out) : static_cast<const uint8_t*>(whole.in);
+  return exchange_and_reduce_mpi(send + send_begin * esize, send_count,
+                                 static_cast<const uint8_t*>(whole.in) + recv_begin * esize,
+                                 static_cast<uint8_t*>(whole.out) + recv_begin * esize, recv_count, dtype, op);
+}
+
 // Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from
 // the left one; each received segment is combined with this rank's `own` elements into `result`
 // while the next segment is in flight.
-Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own,
-                                        uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
+Status Collectives::exchange_and_reduce_mpi(const uint8_t* send, int64_t send_count, const uint8_t* own,
+                                            uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
   const size_t esize = dtype_size(dtype);
-  if (tcp_ring_) return exchange_and_reduce_tcp(send, send_count, own, result, recv_count, dtype, op);
   const int right = mod(rank_ + 1, size_);
   const int left = mod(rank_ - 1, size_);
   const int64_t seg = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes) /
@@ -238,34 +261,48 @@ Status Collectives::exchange_and_reduce(const uint8_t* send, int64_t send_count,
 }
 
 // The whole incoming block lands in scratch; each piece of kTcpReducePiece bytes is reduced as
-// soon as it is complete, while the kernel's socket buffers keep both links busy.
-Status Collectives::exchange_and_reduce_tcp(const uint8_t* send, int64_t send_count, const uint8_t* own,
-                                            uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
+// soon as it is complete, while the kernel's socket buffers keep both links busy. Blocks are
+// sent from and reduced into the tensors where they lie.
+Status Collectives::exchange_and_reduce_tcp(const Pieces& buf, bool send_reduced, int64_t send_begin,
+                                            int64_t send_count, int64_t recv_begin, int64_t recv_count,
+                                            int32_t dtype, int32_t op) {
   constexpr int64_t kTcpReducePiece = 256 << 10;
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t recv_bytes = recv_count * esize;
   if (scratch_.size() < static_cast<size_t>(recv_bytes)) scratch_.resize(static_cast<size_t>(recv_bytes));
-  int64_t reduced = 0;  // elements
+  int64_t reduced = 0;  // bytes
   auto reduce_arrived = [&](int64_t received_bytes) {
-    const int64_t complete = received_bytes / esize;
-    if (complete - reduced < kTcpReducePiece / esize && complete < recv_count) return;
-    reduce_pair(result + reduced * esize, own + reduced * esize, scratch_.data() + reduced * esize, complete - reduced,
-                dtype, op);
+    const int64_t complete = received_bytes / esize * esize;
+    if (complete - reduced < kTcpReducePiece && complete < recv_bytes) return;
+    const uint8_t* arrived = scratch_.data() + reduced;
+    buf.each_part(recv_begin * esize + reduced, complete - reduced,
+                  [&](const uint8_t* own, uint8_t* result, int64_t bytes, int64_t done) {
+                    reduce_pair(result, own, arrived + done, bytes / esize, dtype, op);
+                  });
     reduced = complete;
   };
   traffic_.bytes_sent += send_count * esize;
   traffic_.bytes_received += recv_bytes;
-  return tcp_ring_->exchange(send, send_count * esize, scratch_.data(), recv_bytes, reduce_arrived);
+  return tcp_ring_->exchange(iovecs(buf, send_begin * esize, send_count * esize, send_reduced),
+                             {iovec{scratch_.data(), static_cast<size_t>(recv_bytes)}}, reduce_arrived);
 }
 
 Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts,
                                         int32_t dtype, int32_t op) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint8_t*>(dst);
-  const size_t esize = dtype_size(dtype);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return ring_reduce_scatter(Pieces({Piece{src, dst, total * static_cast<int64_t>(dtype_size(dtype))}}), counts,
+                             dtype, op);
+}
+
+Status Collectives::ring_reduce_scatter(const Pieces& buf, const std::vector<int64_t>& counts, int32_t dtype,
+                                        int32_t op) {
   const std::vector<int64_t> offsets = block_offsets(counts);
   if (size_ == 1) {
-    if (in != out && counts[0] > 0) std::memcpy(out, in, static_cast<size_t>(counts[0]) * esize);
+    const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+    buf.each_part(0, counts[0] * esize, [](const uint8_t* in, uint8_t* out, int64_t bytes, int64_t) {
+      if (in != out) std::memcpy(out, in, static_cast<size_t>(bytes));
+    });
     return Status::ok();
   }
   // Step s sends block (r-s-1) and reduces block (r-s-2); after n-1 steps block r is complete.
@@ -273,27 +310,43 @@ Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::v
   for (int s = 0; s < size_ - 1; ++s) {
     const size_t send_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
     const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 2, size_));
-    const uint8_t* send = (s == 0 ? in : out) + offsets[send_block] * esize;
-    Status st = exchange_and_reduce(send, counts[send_block], in + offsets[recv_block] * esize,
-                                    out + offsets[recv_block] * esize, counts[recv_block], dtype, op);
+    Status st = exchange_and_reduce(buf, s > 0, offsets[send_block], counts[send_block], offsets[recv_block],
+                                    counts[recv_block], dtype, op);
     if (!st.is_ok()) return st;
   }
   return Status::ok();
 }
 
 Status Collectives::ring_allgather(void* buf, const std::vector<int64_t>& counts, size_t esize) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return ring_allgather(Pieces({Piece{buf, buf, total * static_cast<int64_t>(esize)}}), counts, esize);
+}
+
+Status Collectives::ring_allgather(const Pieces& buf, const std::vector<int64_t>& counts, size_t esize) {
   if (size_ == 1) return Status::ok();
-  auto* bytes = static_cast<uint8_t*>(buf);
   const std::vector<int64_t> offsets = block_offsets(counts);
   const int right = mod(rank_ + 1, size_);
   const int left = mod(rank_ - 1, size_);
+  const auto e = static_cast<int64_t>(esize);
   // Step s forwards block (r-s) and receives block (r-s-1).
   for (int s = 0; s < size_ - 1; ++s) {
     const size_t send_block = static_cast<size_t>(mod(rank_ - s, size_));
     const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
-    Status st = sendrecv(bytes + offsets[send_block] * esize, counts[send_block] * static_cast<int64_t>(esize),
-                         right, bytes + offsets[recv_block] * esize,
-                         counts[recv_block] * static_cast<int64_t>(esize), left);
+    const int64_t send_begin = offsets[send_block] * e, send_bytes = counts[send_block] * e;
+    const int64_t recv_begin = offsets[recv_block] * e, recv_bytes = counts[recv_block] * e;
+    Status st;
+    if (tcp_ring_) {
+      traffic_.bytes_sent += send_bytes;
+      traffic_.bytes_received += recv_bytes;
+      st = tcp_ring_->exchange(iovecs(buf, send_begin, send_bytes, true), iovecs(buf, recv_begin, recv_bytes, true),
+                               [](int64_t) {});
+    } else if (buf.size() != 1) {
+      st = Status::error(RELAX_ERR_INTERNAL, "MPI's ring steps need one contiguous buffer");
+    } else {
+      auto* whole = static_cast<uint8_t*>(buf[0].out);
+      st = sendrecv(whole + send_begin, send_bytes, right, whole + recv_begin, recv_bytes, left);
+    }
     if (!st.is_ok()) return st;
   }
   return Status::ok();
@@ -328,23 +381,35 @@ Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t
   if (bytes <= config_.mpi_allreduce_max_bytes && count <= INT_MAX && mpi_type(dtype) != MPI_DATATYPE_NULL) {
     return mpi_allreduce(src, dst, count, dtype, op, postscale);
   }
-  const std::vector<int64_t> counts = even_counts(count, size_);
-  Status st = ring_reduce_scatter(src, dst, counts, dtype, op);
-  if (!st.is_ok()) return st;
-  const int64_t own_offset = block_offsets(counts)[static_cast<size_t>(rank_)];
-  scale_buffer(static_cast<uint8_t*>(dst) + own_offset * static_cast<int64_t>(esize),
-               counts[static_cast<size_t>(rank_)], dtype, postscale);
-  return ring_allgather(dst, counts, esize);
+  return ring_allreduce(Pieces({Piece{src, dst, bytes}}), dtype, op, postscale);
 }
 
-Status Collectives::allreduce_pieces(const std::vector<ShmCollectives::Piece>& pieces, int32_t dtype,
-                                     int32_t op, double postscale) {
-  int64_t bytes = 0;
-  for (const ShmCollectives::Piece& piece : pieces) bytes += piece.bytes;
-  ShmCollectives* shm = size_ > 1 && bytes > 0 ? shared_memory(bytes) : nullptr;
-  if (!shm) return Status::error(RELAX_ERR_INTERNAL, "an all-reduce of tensors where they lie needs shared memory");
+Status Collectives::ring_allreduce(const Pieces& buf, int32_t dtype, int32_t op, double postscale) {
+  const auto esize = static_cast<int64_t>(dtype_size(dtype));
+  const std::vector<int64_t> counts = even_counts(buf.bytes() / esize, size_);
+  Status st = ring_reduce_scatter(buf, counts, dtype, op);
+  if (!st.is_ok()) return st;
+  const size_t me = static_cast<size_t>(rank_);
+  buf.each_part(block_offsets(counts)[me] * esize, counts[me] * esize,
+                [&](const uint8_t*, uint8_t* out, int64_t bytes, int64_t) {
+                  scale_buffer(out, bytes / esize, dtype, postscale);
+                });
+  return ring_allgather(buf, counts, static_cast<size_t>(esize));
+}
+
+bool Collectives::reduces_pieces(int64_t bytes) const {
+  return size_ > 1 && bytes > 0 && (shared_memory(bytes) || (tcp_ring_ && bytes > config_.mpi_allreduce_max_bytes));
+}
+
+Status Collectives::allreduce_pieces(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale) {
+  Pieces buf(pieces);
+  if (!reduces_pieces(buf.bytes())) {
+    return Status::error(RELAX_ERR_INTERNAL, "an all-reduce of tensors where they lie needs shared memory or the TCP ring");
+  }
+  const int64_t bytes = buf.bytes();
   count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
-  return shm->allreduce(pieces, dtype, op, postscale);
+  if (ShmCollectives* shm = shared_memory(bytes)) return shm->allreduce(pieces, dtype, op, postscale);
+  return ring_allreduce(buf, dtype, op, postscale);
 }
 
 Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,

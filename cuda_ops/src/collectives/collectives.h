@@ -100,9 +100,11 @@ class Collectives {
   Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
   // allreduce() of tensors laid end to end, each read from and written to where it lies (no
   // fusion buffer to copy them through): the same bits as allreduce() of their concatenation.
-  // Only on several ranks where uses_shared_memory() holds for their total size.
-  Status allreduce_pieces(const std::vector<ShmCollectives::Piece>& pieces, int32_t dtype, int32_t op,
-                          double postscale);
+  // Only where reduces_pieces() holds for their total size.
+  Status allreduce_pieces(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale);
+  // Whether allreduce_pieces() serves `bytes` (every rank decides alike): on several ranks,
+  // through shared memory or the TCP ring (not MPI's own all-reduce or point-to-point).
+  bool reduces_pieces(int64_t bytes) const;
   // Reduce-scatter of `src` with per-rank element counts; `work` (the size of `src`) receives
   // partial results; the own reduced block, scaled by `postscale`, is written to `out`.
   Status reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
@@ -136,10 +138,20 @@ class Collectives {
   void reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
 
  private:
-  Status exchange_and_reduce(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
-                             int64_t recv_count, int32_t dtype, int32_t op);
-  Status exchange_and_reduce_tcp(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
+  // A ring step of a reduce-scatter over `buf`: sends elements [send_begin, + send_count) of its
+  // inputs (of its results when `send_reduced`) to the right neighbour while receiving
+  // `recv_count` elements from the left one, which are combined with the inputs from
+  // `recv_begin` into the results there.
+  Status exchange_and_reduce(const Pieces& buf, bool send_reduced, int64_t send_begin, int64_t send_count,
+                             int64_t recv_begin, int64_t recv_count, int32_t dtype, int32_t op);
+  Status exchange_and_reduce_mpi(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
                                  int64_t recv_count, int32_t dtype, int32_t op);
+  Status exchange_and_reduce_tcp(const Pieces& buf, bool send_reduced, int64_t send_begin, int64_t send_count,
+                                 int64_t recv_begin, int64_t recv_count, int32_t dtype, int32_t op);
+  // The ring collectives over a concatenation of pieces (MPI point-to-point steps take one piece).
+  Status ring_reduce_scatter(const Pieces& buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op);
+  Status ring_allgather(const Pieces& buf, const std::vector<int64_t>& counts, size_t element_size);
+  Status ring_allreduce(const Pieces& buf, int32_t dtype, int32_t op, double postscale);
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);

@@ -136,31 +136,11 @@ void ShmCollectives::barrier(Wait wait) {
   }
 }
 
-template <typename Part>
-void ShmCollectives::Reduction::each_part(int64_t begin, int64_t bytes, Part&& part) const {
-  size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin()) - 1;
-  for (int64_t done = 0; done < bytes; ++i) {
-    const Piece& piece = pieces[i];
-    const int64_t at = begin + done - starts[i];
-    const int64_t n = std::min(piece.bytes - at, bytes - done);
-    if (n <= 0) continue;  // an empty piece
-    part(static_cast<const uint8_t*>(piece.in) + at, piece.out ? static_cast<uint8_t*>(piece.out) + at : nullptr, n,
-         done);
-    done += n;
-  }
-}
-
 ShmCollectives::Reduction ShmCollectives::reduction(std::vector<Piece> pieces, std::vector<int64_t> counts,
                                                     int32_t dtype, int32_t op, double postscale) const {
-  Reduction r;
+  Reduction r{Pieces(std::move(pieces)), {}, {}, 0, 0, 0, 0, 1.0};
   r.esize = static_cast<int64_t>(dtype_size(dtype));
   r.window = std::max<int64_t>(1, slot_bytes_ / (size_ * r.esize));  // elements per block per round
-  r.pieces = std::move(pieces);
-  int64_t start = 0;
-  for (const Piece& piece : r.pieces) {
-    r.starts.push_back(start);
-    start += piece.bytes;
-  }
   r.offsets = block_offsets(counts);
   r.counts = std::move(counts);
   r.dtype = dtype;
@@ -180,7 +160,7 @@ void ShmCollectives::reduce_round(const Reduction& r, int64_t k, bool publish) {
     const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
     if (j != rank_ && n > 0) {
       uint8_t* staged = mine + j * area;
-      r.each_part(round_begin(j), n * r.esize, [&](const uint8_t* in, uint8_t*, int64_t bytes, int64_t done) {
+      r.pieces.each_part(round_begin(j), n * r.esize, [&](const uint8_t* in, uint8_t*, int64_t bytes, int64_t done) {
         std::memcpy(staged + done, in, static_cast<size_t>(bytes));
       });
     }
@@ -188,7 +168,7 @@ void ShmCollectives::reduce_round(const Reduction& r, int64_t k, bool publish) {
   barrier();
   const int64_t own_bytes = in_round(r.counts[static_cast<size_t>(rank_)], k, r.window) * r.esize;
   for (int64_t t = 0; t < own_bytes; t += kReduceTile) {
-    r.each_part(round_begin(rank_) + t, std::min(kReduceTile, own_bytes - t),
+    r.pieces.each_part(round_begin(rank_) + t, std::min(kReduceTile, own_bytes - t),
                 [&](const uint8_t* own, uint8_t* result, int64_t bytes, int64_t done) {
       const int64_t at = rank_ * area + t + done;  // where this part sits in each slot
       const int64_t count = bytes / r.esize;
@@ -229,7 +209,7 @@ Status ShmCollectives::allreduce(const std::vector<Piece>& pieces, int32_t dtype
       const int64_t n = in_round(r.counts[static_cast<size_t>(j)], k, r.window);
       if (j == rank_ || n == 0) continue;
       const uint8_t* reduced = slot(j, rounds_) + j * r.window * r.esize;
-      r.each_part((r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize, n * r.esize,
+      r.pieces.each_part((r.offsets[static_cast<size_t>(j)] + k * r.window) * r.esize, n * r.esize,
                   [&](const uint8_t*, uint8_t* out, int64_t part_bytes, int64_t done) {
                     std::memcpy(out, reduced + done, static_cast<size_t>(part_bytes));
                   });

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/pieces.h"
 #include "transport/shm_segment.h"
 #include "util/types.h"
 
@@ -46,14 +47,6 @@ class ShmCollectives {
   };
   ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us,
                  const std::atomic<int>* spin_gate);
-
-  // One tensor of an all-reduce over several laid end to end: `bytes` read from `in`, its result
-  // written to `out` (`in` itself, or memory no other piece reads or writes).
-  struct Piece {
-    const void* in = nullptr;
-    void* out = nullptr;
-    int64_t bytes = 0;
-  };
 
   // The collectives below cannot fail once the segment exists; they return Status like the
   // other paths of Collectives.
@@ -90,17 +83,11 @@ class ShmCollectives {
   // `window` elements per block, of the concatenation of `pieces` (reduced blocks are written to
   // the pieces' `out`; a reduce-scatter's pieces have one only for this rank's block).
   struct Reduction {
-    std::vector<Piece> pieces;
-    std::vector<int64_t> starts;  // byte offset of each piece in the concatenation
+    Pieces pieces;
     std::vector<int64_t> counts, offsets;
     int64_t esize = 0, window = 0;
     int32_t dtype = 0, op = 0;
     double postscale = 1.0;
-
-    // Calls part(in, out, bytes, done) for each piece's share of bytes [begin, begin + bytes) of
-    // the concatenation, in order; `done` counts the bytes of the range before that share.
-    template <typename Part>
-    void each_part(int64_t begin, int64_t bytes, Part&& part) const;
   };
   Reduction reduction(std::vector<Piece> pieces, std::vector<int64_t> counts, int32_t dtype, int32_t op,
                       double postscale) const;

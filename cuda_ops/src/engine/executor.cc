@@ -179,11 +179,11 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
       std::memcpy(buf, src, static_cast<size_t>(total) * esize);
       src = buf;
     }
-  } else if (d.prescale == 1.0 && collectives_.size() > 1 &&
-             collectives_.uses_shared_memory(total * static_cast<int64_t>(esize)) && lie_apart(items, esize)) {
-    // Through shared memory each tensor is read and written where it lies: copying them into
-    // one buffer and back would move every byte twice more.
-    std::vector<ShmCollectives::Piece> pieces;
+  } else if (d.prescale == 1.0 && collectives_.reduces_pieces(total * static_cast<int64_t>(esize)) &&
+             lie_apart(items, esize)) {
+    // Through shared memory or the TCP ring each tensor is read and written where it lies:
+    // copying them into one buffer and back would move every byte twice more.
+    std::vector<Piece> pieces;
     pieces.reserve(items.size());
     for (const Item& item : items) {
       const int64_t n = item.tensor->first().num_elements();

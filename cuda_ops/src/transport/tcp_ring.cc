@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,63 @@ constexpr int kConnectTimeoutMs = 3000;  // per address of the right neighbour
 constexpr int kHandshakeTimeoutMs = 15000;
 constexpr int kPollSliceMs = 1000;
 constexpr int64_t kWakeBytes = 256 << 10;  // received bytes that wake a waiting exchange
+
+// The unsent (or unfilled) rest of a message whose bytes lie in several places.
+class IovecCursor {
+ public:
+  explicit IovecCursor(const std::vector<iovec>& parts) : parts_(parts) {
+    for (const iovec& part : parts_) remaining_ += static_cast<int64_t>(part.iov_len);
+    skip_empty();
+  }
+
+  int64_t remaining() const { return remaining_; }
+
+  // A message header over the rest (at most kMaxIovecs parts of it; sendmsg / recvmsg move a
+  // prefix, and the next call continues).
+  msghdr message() {
+    const size_t n = std::min(parts_.size() - index_, kMaxIovecs);
+    window_.assign(parts_.begin() + static_cast<std::ptrdiff_t>(index_),
+                   parts_.begin() + static_cast<std::ptrdiff_t>(index_ + n));
+    window_[0].iov_base = static_cast<uint8_t*>(window_[0].iov_base) + offset_;
+    window_[0].iov_len -= offset_;
+    msghdr message{};
+    message.msg_iov = window_.data();
+    message.msg_iovlen = window_.size();
+    return message;
+  }
+
+  void advance(ssize_t moved) {
+    remaining_ -= moved;
+    size_t left = static_cast<size_t>(moved);
+    while (left > 0) {
+      const size_t in_part = parts_[index_].iov_len - offset_;
+      const size_t step = std::min(left, in_part);
+      offset_ += step;
+      left -= step;
+      if (offset_ == parts_[index_].iov_len) {
+        ++index_;
+        offset_ = 0;
+      }
+    }
+    skip_empty();
+  }
+
+ private:
+  static constexpr size_t kMaxIovecs = 64;
+
+  void skip_empty() {
+    while (index_ < parts_.size() && parts_[index_].iov_len == offset_) {
+      ++index_;
+      offset_ = 0;
+    }
+  }
+
+  const std::vector<iovec>& parts_;
+  size_t index_ = 0;
+  size_t offset_ = 0;  // bytes of parts_[index_] already moved
+  int64_t remaining_ = 0;
+  std::vector<iovec> window_;
+};
 
 // What a rank publishes so that its left neighbour can connect (IPv4, network byte order).
 struct Endpoint {
@@ -288,25 +346,34 @@ Status TcpRing::fail(const std::string& what) {
 
 Status TcpRing::exchange(const uint8_t* send_data, int64_t send_bytes, uint8_t* recv_data, int64_t recv_bytes,
                          const std::function<void(int64_t)>& on_received) {
+  return exchange({iovec{const_cast<uint8_t*>(send_data), static_cast<size_t>(send_bytes)}},
+                  {iovec{recv_data, static_cast<size_t>(recv_bytes)}}, on_received);
+}
+
+Status TcpRing::exchange(const std::vector<iovec>& send_parts, const std::vector<iovec>& recv_parts,
+                         const std::function<void(int64_t)>& on_received) {
   if (!broken_.empty()) return Status::error(RELAX_ERR_MPI, "TCP ring unusable since an earlier failure: " + broken_);
-  int64_t sent = 0, received = 0;
-  while (sent < send_bytes || received < recv_bytes) {
+  IovecCursor to_send(send_parts), to_receive(recv_parts);
+  const int64_t recv_bytes = to_receive.remaining();
+  int64_t received = 0;
+  while (to_send.remaining() > 0 || to_receive.remaining() > 0) {
     bool moved = false;
-    if (sent < send_bytes) {
-      const ssize_t n = send(to_right_.get(), send_data + sent, static_cast<size_t>(send_bytes - sent),
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (to_send.remaining() > 0) {
+      msghdr message = to_send.message();
+      const ssize_t n = sendmsg(to_right_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
-        sent += n;
+        to_send.advance(n);
         moved = true;
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         return fail("sending to rank " + std::to_string(right_rank_) + " failed (" + std::strerror(errno) +
                     "); did it exit?");
       }
     }
-    if (received < recv_bytes) {
-      const ssize_t n = recv(from_left_.get(), recv_data + received, static_cast<size_t>(recv_bytes - received),
-                             MSG_DONTWAIT);
+    if (to_receive.remaining() > 0) {
+      msghdr message = to_receive.message();
+      const ssize_t n = recvmsg(from_left_.get(), &message, MSG_DONTWAIT);
       if (n > 0) {
+        to_receive.advance(n);
         received += n;
         moved = true;
         on_received(received);
@@ -327,7 +394,7 @@ Status TcpRing::exchange(const uint8_t* send_data, int64_t send_bytes, uint8_t* 
     }
     pollfd waits[2];
     nfds_t n = 0;
-    if (sent < send_bytes) waits[n++] = pollfd{to_right_.get(), POLLOUT, 0};
+    if (to_send.remaining() > 0) waits[n++] = pollfd{to_right_.get(), POLLOUT, 0};
     if (received < recv_bytes) waits[n++] = pollfd{from_left_.get(), POLLIN, 0};
     if (poll(waits, n, kPollSliceMs) < 0 && errno != EINTR) return fail(errno_text("poll"));
   }

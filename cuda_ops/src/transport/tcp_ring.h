@@ -11,11 +11,13 @@
 #pragma once
 
 #include <mpi.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "util/types.h"
 
@@ -63,6 +65,10 @@ class TcpRing {
   // while the rest is in flight. Waits in poll() between transfers. A lost connection (a peer
   // that exited) fails this call and every later one: the streams are out of step.
   Status exchange(const uint8_t* send, int64_t send_bytes, uint8_t* recv, int64_t recv_bytes,
+                  const std::function<void(int64_t)>& on_received);
+  // The same exchange of messages whose bytes lie in several places: `send` is read and `recv`
+  // filled part after part, in order (a fused collective's tensors where they lie).
+  Status exchange(const std::vector<iovec>& send, const std::vector<iovec>& recv,
                   const std::function<void(int64_t)>& on_received);
 
   int right_rank() const { return right_rank_; }
