@@ -42,8 +42,12 @@ sizes = (1, 70_001, 3, 300_001, 0, 17)
 for dtype, op in ((torch.float32, hvd.Sum), (torch.float16, hvd.Average), (torch.int64, hvd.Sum)):
     generator = torch.Generator().manual_seed(11 + rank)
     group = [(torch.randn(n, generator=generator) * 100).to(dtype) for n in sizes]
+    sent_before = hvd.engine_stats()["bytes_sent"]
     whole = list(hvd.allreduce(torch.cat(group), op=op, name=f"concat.{dtype}").split(sizes))
+    sent_alone = hvd.engine_stats()["bytes_sent"] - sent_before
     fused = hvd.grouped_allreduce(group, op=op, name=f"pieces.fused.{dtype}")
+    sent_fused = hvd.engine_stats()["bytes_sent"] - sent_before - sent_alone
+    assert sent_fused == sent_alone > 0, ("bytes sent: fused against their concatenation", sent_fused, sent_alone)
     in_place = [t.clone() for t in group]
     hvd.grouped_allreduce_(in_place, op=op, name=f"pieces.in_place.{dtype}")
     views = list(torch.cat(group).split(sizes))

@@ -407,9 +407,11 @@ Status Collectives::allreduce_pieces(const std::vector<Piece>& pieces, int32_t d
     return Status::error(RELAX_ERR_INTERNAL, "an all-reduce of tensors where they lie needs shared memory or the TCP ring");
   }
   const int64_t bytes = buf.bytes();
-  count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
-  if (ShmCollectives* shm = shared_memory(bytes)) return shm->allreduce(pieces, dtype, op, postscale);
-  return ring_allreduce(buf, dtype, op, postscale);
+  if (ShmCollectives* shm = shared_memory(bytes)) {
+    count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
+    return shm->allreduce(pieces, dtype, op, postscale);
+  }
+  return ring_allreduce(buf, dtype, op, postscale);  // (its steps count what they move)
 }
 
 Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
