@@ -4,7 +4,8 @@
 all-reduces of chunks in several parts run back to back (between nodes pipelined: run with
 RELAX_SHM_COLLECTIVES=off), so the peer dies inside the part exchange. ``ring-allreduce``:
 while 16 MiB all-reduces run back to back on the ring (between nodes, with RELAX_LOCAL_SIZE=1:
-over the TCP ring's sockets), so the peer dies inside a ring step. ``scaled-sign``: training with
+over the TCP ring's sockets), so the peer dies inside a ring step. ``ring-grouped``: the same
+with groups of 4 tensors, which the ring reads and writes where they lie. ``scaled-sign``: training with
 1-bit compression and its step scale, whose statistics are averaged inside each bucket's
 operation, so the peer dies inside one.
 """
@@ -38,6 +39,13 @@ elif mode == "ring-allreduce":
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
     for _ in range(100_000):
         hvd.allreduce(x, name="dead.ring")
+elif mode == "ring-grouped":
+    group = [torch.randn(1 << 20) for _ in range(4)]
+    hvd.grouped_allreduce_(group, name="dead.grouped")  # both ranks are in
+    if hvd.rank() == 1:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    for _ in range(100_000):
+        hvd.grouped_allreduce_(group, name="dead.grouped")
 elif mode == "scaled-sign":
     from relaxlib.algorithms import CompressedScatterReduce
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <utility>
 
 #include "collectives/point_to_point.h"
 #include "collectives/reduce.h"
@@ -401,15 +402,15 @@ bool Collectives::reduces_pieces(int64_t bytes) const {
   return size_ > 1 && bytes > 0 && (shared_memory(bytes) || (tcp_ring_ && bytes > config_.mpi_allreduce_max_bytes));
 }
 
-Status Collectives::allreduce_pieces(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale) {
-  Pieces buf(pieces);
+Status Collectives::allreduce_pieces(std::vector<Piece> pieces, int32_t dtype, int32_t op, double postscale) {
+  Pieces buf(std::move(pieces));
   if (!reduces_pieces(buf.bytes())) {
     return Status::error(RELAX_ERR_INTERNAL, "an all-reduce of tensors where they lie needs shared memory or the TCP ring");
   }
   const int64_t bytes = buf.bytes();
   if (ShmCollectives* shm = shared_memory(bytes)) {
     count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
-    return shm->allreduce(pieces, dtype, op, postscale);
+    return shm->allreduce(std::move(buf), dtype, op, postscale);
   }
   return ring_allreduce(buf, dtype, op, postscale);  // (its steps count what they move)
 }

@@ -101,7 +101,7 @@ class Collectives {
   // allreduce() of tensors laid end to end, each read from and written to where it lies (no
   // fusion buffer to copy them through): the same bits as allreduce() of their concatenation.
   // Only where reduces_pieces() holds for their total size.
-  Status allreduce_pieces(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale);
+  Status allreduce_pieces(std::vector<Piece> pieces, int32_t dtype, int32_t op, double postscale);
   // Whether allreduce_pieces() serves `bytes` (every rank decides alike): on several ranks,
   // through shared memory or the TCP ring (not MPI's own all-reduce or point-to-point).
   bool reduces_pieces(int64_t bytes) const;

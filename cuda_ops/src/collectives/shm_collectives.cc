@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 #include <thread>
 
 #include "collectives/collectives.h"
@@ -136,9 +137,9 @@ void ShmCollectives::barrier(Wait wait) {
   }
 }
 
-ShmCollectives::Reduction ShmCollectives::reduction(std::vector<Piece> pieces, std::vector<int64_t> counts,
-                                                    int32_t dtype, int32_t op, double postscale) const {
-  Reduction r{Pieces(std::move(pieces)), {}, {}, 0, 0, 0, 0, 1.0};
+ShmCollectives::Reduction ShmCollectives::reduction(Pieces pieces, std::vector<int64_t> counts, int32_t dtype,
+                                                    int32_t op, double postscale) const {
+  Reduction r{std::move(pieces), {}, {}, 0, 0, 0, 0, 1.0};
   r.esize = static_cast<int64_t>(dtype_size(dtype));
   r.window = std::max<int64_t>(1, slot_bytes_ / (size_ * r.esize));  // elements per block per round
   r.offsets = block_offsets(counts);
@@ -193,14 +194,12 @@ void ShmCollectives::reduce_round(const Reduction& r, int64_t k, bool publish) {
 
 Status ShmCollectives::allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
                                  double postscale) {
-  return allreduce({Piece{src, dst, count * static_cast<int64_t>(dtype_size(dtype))}}, dtype, op, postscale);
+  return allreduce(Pieces({Piece{src, dst, count * static_cast<int64_t>(dtype_size(dtype))}}), dtype, op, postscale);
 }
 
-Status ShmCollectives::allreduce(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale) {
-  int64_t bytes = 0;
-  for (const Piece& piece : pieces) bytes += piece.bytes;
-  const int64_t count = bytes / static_cast<int64_t>(dtype_size(dtype));
-  const Reduction r = reduction(pieces, even_counts(count, size_), dtype, op, postscale);
+Status ShmCollectives::allreduce(Pieces pieces, int32_t dtype, int32_t op, double postscale) {
+  const int64_t count = pieces.bytes() / static_cast<int64_t>(dtype_size(dtype));
+  const Reduction r = reduction(std::move(pieces), even_counts(count, size_), dtype, op, postscale);
   const int64_t rounds = rounds_for(r.counts, r.window);
   for (int64_t k = 0; k < rounds; ++k, ++rounds_) {
     reduce_round(r, k, true);
@@ -227,8 +226,8 @@ Status ShmCollectives::reduce_scatter(const void* src, const std::vector<int64_t
   int64_t total = 0;
   for (int64_t c : counts) total += c * esize;
   const auto* in = static_cast<const uint8_t*>(src);
-  const Reduction r = reduction({Piece{in, nullptr, own_begin}, Piece{in + own_begin, out, own_bytes},
-                                 Piece{in + own_begin + own_bytes, nullptr, total - own_begin - own_bytes}},
+  const Reduction r = reduction(Pieces({Piece{in, nullptr, own_begin}, Piece{in + own_begin, out, own_bytes},
+                                         Piece{in + own_begin + own_bytes, nullptr, total - own_begin - own_bytes}}),
                                 counts, dtype, op, postscale);
   const int64_t rounds = rounds_for(r.counts, r.window);
   for (int64_t k = 0; k < rounds; ++k, ++rounds_) reduce_round(r, k, false);  // (rounds past the own block reduce nothing)

@@ -57,7 +57,7 @@ class ShmCollectives {
   // The same all-reduce of the pieces' concatenation, read from and written to the pieces where
   // they lie (no fusion buffer to copy them into and out of): the same bits as allreduce() of
   // the concatenation.
-  Status allreduce(const std::vector<Piece>& pieces, int32_t dtype, int32_t op, double postscale);
+  Status allreduce(Pieces pieces, int32_t dtype, int32_t op, double postscale);
   // `out` = this rank's block (counts[rank] elements at block_offsets(counts)[rank]) of the
   // reduction of every rank's `src`, scaled by `postscale`. `src` is only read.
   Status reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
@@ -89,8 +89,7 @@ class ShmCollectives {
     int32_t dtype = 0, op = 0;
     double postscale = 1.0;
   };
-  Reduction reduction(std::vector<Piece> pieces, std::vector<int64_t> counts, int32_t dtype, int32_t op,
-                      double postscale) const;
+  Reduction reduction(Pieces pieces, std::vector<int64_t> counts, int32_t dtype, int32_t op, double postscale) const;
   // Round `k`: this rank's reduced block part into the pieces' `out`; with `publish` also into its slot.
   void reduce_round(const Reduction& r, int64_t k, bool publish);
 

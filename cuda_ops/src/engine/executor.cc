@@ -189,7 +189,8 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
       const int64_t n = item.tensor->first().num_elements();
       pieces.push_back({item.local->input, item.local->output, n * static_cast<int64_t>(esize)});
     }
-    Status status = collectives_.allreduce_pieces(pieces, d.dtype, op, kinds::postscale_of(d, collectives_.size()));
+    Status status =
+        collectives_.allreduce_pieces(std::move(pieces), d.dtype, op, kinds::postscale_of(d, collectives_.size()));
     trace(items, "ALLREDUCE", phase_start);
     return status;
   } else {
