@@ -9,7 +9,7 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 11
+ABI_VERSION = 12
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 PENDING = 11  # relax_wait_for: not complete yet
@@ -58,6 +58,9 @@ class ReducescatterArgs(ctypes.Structure):
         ("reduce", ReduceArgs),
         ("ncounts", ctypes.c_int32),
         ("recv_counts", ctypes.POINTER(ctypes.c_int64)),
+        ("ninputs", ctypes.c_int32),
+        ("inputs", ctypes.POINTER(ctypes.c_void_p)),
+        ("input_counts", ctypes.POINTER(ctypes.c_int64)),
     ]
 
 

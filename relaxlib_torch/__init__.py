@@ -79,6 +79,7 @@ from relaxlib_torch.mpi_ops import (
     poll,
     reducescatter,
     reducescatter_async,
+    reducescatter_concatenated_async,
     sparse_allreduce_async,
     synchronize,
 )
@@ -108,5 +109,6 @@ __all__ = [
     "grouped_allreduce_async_", "init", "is_initialized", "join", "local_rank", "local_size", "mpi_built",
     "mpi_enabled", "mpi_threads_supported", "nccl_built", "neighbor_average", "neighbor_average_async",
     "partial_allreduce", "partial_allreduce_async", "poll", "rank", "reducescatter", "reducescatter_async",
-    "rocm_built", "set_cycle_time", "set_fusion_threshold", "shutdown", "size", "step_stats", "synchronize",
+    "reducescatter_concatenated_async", "rocm_built", "set_cycle_time", "set_fusion_threshold", "shutdown", "size",
+    "step_stats", "synchronize",
 ]

@@ -187,6 +187,15 @@ class TorchContext(TrainingContext):
     def reduce_scatter_async(self, flat: torch.Tensor, name: str):
         return mpi_ops.reducescatter_async(flat, name=name, op=mpi_ops.Average, process_set=self._process_set)
 
+    def reduce_scatter_grads_async(self, indices: list[int], name: str):
+        """Reduce-scatters the gradients where they lie (no flattened copy) when every one is a
+        dense CPU tensor; otherwise through the flattened buffer."""
+        grads = [self._params[i].grad for i in indices]
+        if any(g is None or g.layout != torch.strided or g.device.type != "cpu" for g in grads):
+            return super().reduce_scatter_grads_async(indices, name)
+        return mpi_ops.reducescatter_concatenated_async(grads, name=name, op=mpi_ops.Average,
+                                                        process_set=self._process_set)
+
     def allreduce_async(self, tensor: torch.Tensor, name: str, average: bool = True, group=None):
         return mpi_ops.allreduce_async(tensor, name=name, op=mpi_ops.Average if average else mpi_ops.Sum,
                                        process_set=group or self._process_set)

@@ -411,6 +411,28 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _register([core], finish, [source])
 
 
+def reducescatter_concatenated_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                     prescale_factor=1.0, postscale_factor=1.0) -> int:
+    """Starts reducing the concatenation of ``tensors`` (flattened, one dtype) over ranks and
+    scattering it as a flat tensor: rank i gets block i (blocks differ by at most one element,
+    the first ranks taking the extra ones). The same result as ``reducescatter_async(
+    torch.cat([t.reshape(-1) for t in tensors]))``, but each tensor is read where it lies (no
+    concatenated copy); they must stay unchanged until ``synchronize`` returns."""
+    op = _resolve_op(op, None, tensors[0] if tensors else None)
+    sources = [_contiguous(t) for t in tensors]
+    label = _auto_name("reducescatter", name, process_set)
+    core = _submit(_ops.reducescatter_concatenated_async, sources, label, op, float(prescale_factor),
+                   float(postscale_factor), _process_set_id(process_set))
+
+    def finish(handles):
+        _wait_core(handles[0])
+        out = _ops.output(handles[0])
+        _ops.release(handles[0])
+        return out
+
+    return _register([core], finish, sources)
+
+
 def _reducescatter_new(tensor, name, op, process_set, prescale_factor, postscale_factor) -> torch.Tensor:
     return _submit(_direct.reducescatter_sync, _contiguous(tensor), _auto_name("reducescatter", name, process_set),
                    _resolve_op(op, None, tensor), float(prescale_factor), float(postscale_factor),
@@ -580,7 +602,8 @@ __all__ = [
     "allgather", "allgather_async", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "join",
-    "poll", "reducescatter", "reducescatter_async", "sparse_allreduce_async", "synchronize", "basics",
+    "poll", "reducescatter", "reducescatter_async", "reducescatter_concatenated_async", "sparse_allreduce_async",
+    "synchronize", "basics",
 ]
 
 _GROUPED_OPS = ("grouped_allgather", "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async")

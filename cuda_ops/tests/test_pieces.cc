@@ -47,3 +47,28 @@ TEST(pieces_split_a_range_at_their_boundaries) {
   pieces.each_part(20, 0, record);  // nothing to do
   CHECK(shares.empty());
 }
+
+// route_range: the inputs cut where the routed range starts and ends, the range's bytes written
+// consecutively to `out` and nothing else written; the concatenation read is unchanged.
+TEST(route_range_writes_only_the_range_to_out) {
+  std::vector<uint8_t> a(10), b(0), c(20);
+  std::vector<uint8_t> out(12);
+  const std::vector<Piece> inputs{Piece{a.data(), nullptr, 10}, Piece{b.data(), nullptr, 0},
+                                  Piece{c.data(), nullptr, 20}};
+  // bytes [6, 18): the last 4 of a, then the first 8 of c
+  const std::vector<Piece> routed = relax::route_range(inputs, 6, 12, out.data());
+  CHECK_EQ(routed.size(), size_t{4});
+  CHECK(routed[0].in == a.data() && routed[0].out == nullptr && routed[0].bytes == 6);
+  CHECK(routed[1].in == a.data() + 6 && routed[1].out == out.data() && routed[1].bytes == 4);
+  CHECK(routed[2].in == c.data() && routed[2].out == out.data() + 4 && routed[2].bytes == 8);
+  CHECK(routed[3].in == c.data() + 8 && routed[3].out == nullptr && routed[3].bytes == 12);
+  CHECK_EQ(Pieces(routed).bytes(), 30);
+
+  // the whole concatenation, and an empty range at its end
+  const std::vector<Piece> all = relax::route_range(inputs, 0, 30, out.data());
+  CHECK_EQ(all.size(), size_t{2});
+  CHECK(all[0].out == out.data() && all[1].out == out.data() + 10 && all[1].bytes == 20);
+  const std::vector<Piece> none = relax::route_range(inputs, 30, 0, out.data());
+  CHECK_EQ(none.size(), size_t{2});
+  CHECK(none[0].out == nullptr && none[1].out == nullptr && Pieces(none).bytes() == 30);
+}

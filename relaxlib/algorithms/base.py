@@ -224,6 +224,16 @@ class TrainingContext(ABC):
     def reduce_scatter_async(self, flat: Any, name: str) -> Any:
         """Averages ``flat`` over ranks; this rank receives its contiguous chunk (docs/architecture.md)."""
 
+    def reduce_scatter_grads_async(self, indices: list[int], name: str) -> Any:
+        """``reduce_scatter_async`` of the gradients of ``indices`` laid end to end (missing ones as
+        zeros). This default flattens them into a buffer kept per ``name``; a binding whose core
+        reads tensors where they lie overrides it to skip that copy (the gradients must then stay
+        unchanged until the handle is waited for)."""
+        buffers = self.__dict__.setdefault("_flat_grad_buffers", {})
+        flat = self.flatten_grads(indices, out=buffers.get(name))
+        buffers[name] = flat
+        return self.reduce_scatter_async(flat, name=name)
+
     @abstractmethod
     def allreduce_async(self, tensor: Any, name: str, average: bool = True, group: Any = None) -> Any:
         """Averages (or sums) ``tensor`` over ranks (of ``group``) into a new tensor."""

@@ -69,7 +69,6 @@ class DeAR(Algorithm):
         self._buckets: list[list[int]] | None = None
         self._bucket_of: dict[int, int] = {}
         self._ready: list[int] = []
-        self._buffers: dict[int, object] = {}
         self._reduce_scatters: dict[int, object] = {}
         self._allgathers: dict[int, object] = {}
         self._shards: dict[int, object] = {}
@@ -135,9 +134,7 @@ class DeAR(Algorithm):
     # ---- internals ----
 
     def _start_reduce_scatter(self, ctx: TrainingContext, bucket: int) -> None:
-        flat = ctx.flatten_grads(self._buckets[bucket], out=self._buffers.get(bucket))
-        self._buffers[bucket] = flat
-        self._reduce_scatters[bucket] = ctx.reduce_scatter_async(flat, name=f"dear.rs.{bucket}")
+        self._reduce_scatters[bucket] = ctx.reduce_scatter_grads_async(self._buckets[bucket], name=f"dear.rs.{bucket}")
 
     def _start_allgather(self, ctx: TrainingContext, bucket: int) -> None:
         if bucket not in self._allgathers:
@@ -188,7 +185,6 @@ class DeAR(Algorithm):
         self._buckets = buckets + ([leftover] if leftover else [])
         self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
         self._ready = [0] * len(self._buckets)
-        self._buffers = {}
         if "forward_hooks" in ctx.capabilities:
             ctx.watch_buckets(buckets)
 

@@ -365,6 +365,38 @@ int64_t reducescatter_async(const at::Tensor& input, const std::string& name, in
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
+// One reducescatter of `inputs` laid end to end (all contiguous, CPU, of one dtype), each read
+// where it lies: this rank receives its 1-D block of the concatenation.
+int64_t reducescatter_concatenated_async(const std::vector<at::Tensor>& inputs, const std::string& name, int64_t op,
+                                         double prescale, double postscale, int64_t process_set) {
+  std::vector<const void*> pointers;
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  relax_request_t r = checked(RELAX_REQ_REDUCESCATTER, &name, 1, process_set, [&] {
+    TORCH_CHECK(!inputs.empty(), "relaxlib: a reducescatter of tensors laid end to end needs at least one tensor");
+    for (const at::Tensor& input : inputs) {
+      check_tensor(input, "reducescatter input");
+      TORCH_CHECK(input.scalar_type() == inputs.front().scalar_type(), "relaxlib: tensors reduce-scattered as one "
+                  "must share a dtype, got ", inputs.front().scalar_type(), " and ", input.scalar_type());
+      pointers.push_back(input.data_ptr());
+      counts.push_back(input.numel());
+      total += input.numel();
+    }
+    relax_request_t request = empty_request(RELAX_REQ_REDUCESCATTER, name, process_set);
+    request.dtype = to_relax_dtype(inputs.front().scalar_type());
+    return request;
+  });
+  r.ndim = 1;
+  r.shape = &total;
+  r.args.reducescatter.ninputs = static_cast<int32_t>(inputs.size());
+  r.args.reducescatter.inputs = pointers.data();
+  r.args.reducescatter.input_counts = counts.data();
+  set_reduce_args(r, op, prescale, postscale);
+  auto flight = std::make_unique<InFlight>(InFlight{inputs.front(), at::Tensor(), inputs.front().scalar_type()});
+  flight->keep.assign(inputs.begin() + 1, inputs.end());
+  return submit(r, std::move(flight), true);
+}
+
 int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& splits, const std::string& name,
                        int64_t process_set) {
   relax_request_t r = checked(RELAX_REQ_ALLTOALL, &name, 1, process_set, [&] {
@@ -565,6 +597,9 @@ TORCH_LIBRARY(relaxlib, m) {
         broadcast_async);
   m.def("reducescatter_async(Tensor input, str name, int op, float prescale, float postscale, int process_set) -> int",
         reducescatter_async);
+  m.def("reducescatter_concatenated_async(Tensor[] inputs, str name, int op, float prescale, float postscale, "
+        "int process_set) -> int",
+        reducescatter_concatenated_async);
   m.def("alltoall_async(Tensor input, int[] splits, str name, int process_set) -> int", alltoall_async);
   m.def("compressed_allreduce_async(Tensor input, Tensor(a!)? output, Tensor(b!)? worker_error, "
         "Tensor(c!)? owner_error, str name, int codec, int op, int process_set) -> int",

@@ -54,6 +54,26 @@ for dtype, op in ((torch.float32, hvd.Sum), (torch.float16, hvd.Average), (torch
     hvd.grouped_allreduce_(views, op=op, name=f"pieces.views.{dtype}")
     for label, results in (("fused", fused), ("in place", in_place), ("views", views)):
         assert all(torch.equal(bits(a), bits(b)) for a, b in zip(whole, results)), ("pieces", label, dtype)
+# A reducescatter of tensors laid end to end, read where they lie: the same bits as a
+# reducescatter of their concatenation, with tensors straddling the ranks' blocks, an empty one,
+# a 2-D one, and a prescale (which scales a copy).
+for dtype, op, prescale in ((torch.float32, hvd.Average, 1.0), (torch.float16, hvd.Sum, 1.0),
+                            (torch.int64, hvd.Sum, 1.0), (torch.float64, hvd.Average, 0.5)):
+    generator = torch.Generator().manual_seed(23 + rank)
+    group = [(torch.randn(n, generator=generator) * 100).to(dtype) for n in sizes]
+    group.append((torch.randn(301, 7, generator=generator) * 100).to(dtype))
+    flat = torch.cat([t.reshape(-1) for t in group])
+    before = [t.clone() for t in group]
+    whole = hvd.reducescatter(flat, op=op, prescale_factor=prescale, name=f"rs.concat.{dtype}")
+    laid = hvd.synchronize(hvd.reducescatter_concatenated_async(group, op=op, prescale_factor=prescale,
+                                                                name=f"rs.pieces.{dtype}"))
+    assert laid.shape == whole.shape and torch.equal(bits(laid), bits(whole)), ("reducescatter pieces", dtype)
+    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(before, group)), ("inputs changed", dtype)
+try:  # one dtype per request: refused before anything is sent, on every rank alike
+    hvd.reducescatter_concatenated_async([torch.ones(3), torch.ones(3, dtype=torch.float64)], name="rs.mixed")
+    raise AssertionError("mixed dtypes were accepted")
+except (RuntimeError, ValueError) as error:
+    assert "must share a dtype" in str(error), error
 # Tensors sharing memory keep the fusion buffer: the same tensor twice gives the sum.
 twice = (torch.arange(300_001) % 7 + rank).to(torch.float32)
 hvd.grouped_allreduce_([twice, twice], op=hvd.Sum, name="pieces.twice")

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 11
+#define RELAX_ABI_VERSION 12
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -117,6 +117,9 @@ typedef struct {            /* reducescatter */
   relax_reduce_args_t reduce;
   int32_t ncounts;          /* entries in `recv_counts` (0: split dim 0 evenly; see below) */
   const int64_t* recv_counts;
+  int32_t ninputs;          /* 0: the input is `input`; else these tensors laid end to end (see below) */
+  const void* const* inputs;   /* each read where it lies, never copied into one buffer */
+  const int64_t* input_counts; /* elements of each */
 } relax_reducescatter_args_t;
 
 typedef struct {            /* alltoall */
@@ -189,6 +192,10 @@ typedef struct {            /* group_average */
  * Reducescatter blocks: with `recv_counts` NULL, the tensor's dim 0 is split into `size` blocks
  * whose row counts differ by at most one, the first blocks taking the extra rows. With
  * `recv_counts` (ndim==1 only) the flat tensor is split element-wise into those counts.
+ * With `ninputs` > 0 the request's tensor (ndim 1, `shape` its total element count, `input` NULL)
+ * is the concatenation of `inputs[i]` (`input_counts[i]` elements each, all of `dtype`): a
+ * bucket of gradients reduce-scattered without first copying them into one buffer. The arrays
+ * are read during relax_enqueue; the tensors must stay valid and unchanged until completion.
  *
  * relax_request_layout() gives the offset and size of every field, for bindings that mirror this
  * struct (Python's ctypes) to check themselves against.

@@ -35,6 +35,9 @@ std::string describe_layout() {
   RELAX_FIELD(relax_reducescatter_args_t, reduce);
   RELAX_FIELD(relax_reducescatter_args_t, ncounts);
   RELAX_FIELD(relax_reducescatter_args_t, recv_counts);
+  RELAX_FIELD(relax_reducescatter_args_t, ninputs);
+  RELAX_FIELD(relax_reducescatter_args_t, inputs);
+  RELAX_FIELD(relax_reducescatter_args_t, input_counts);
   RELAX_STRUCT(relax_alltoall_args_t);
   RELAX_FIELD(relax_alltoall_args_t, nsplits);
   RELAX_FIELD(relax_alltoall_args_t, splits);

@@ -30,7 +30,8 @@ Status make_request(const relax_request_t& r, const SubmitContext& ctx, LocalReq
     for (int64_t dim : d.shape) {
       if (dim < 0) return kinds::fail(local, "negative dimension in shape " + shape_string(d.shape));
     }
-    if (d.num_elements() > 0 && !r.input) return kinds::fail(local, "input buffer is NULL");
+    const bool in_pieces = r.type == RELAX_REQ_REDUCESCATTER && r.args.reducescatter.ninputs != 0;
+    if (d.num_elements() > 0 && !r.input && !in_pieces) return kinds::fail(local, "input buffer is NULL");
     local.input = r.input;
     local.output = r.output;
   }

@@ -417,21 +417,45 @@ Status Collectives::allreduce_pieces(std::vector<Piece> pieces, int32_t dtype, i
 
 Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
                                    int32_t op, double postscale, void* out) {
-  const size_t esize = dtype_size(dtype);
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return reduce_scatter({Piece{src, nullptr, total * static_cast<int64_t>(dtype_size(dtype))}}, work, counts, dtype,
+                        op, postscale, out);
+}
+
+Status Collectives::reduce_scatter(const std::vector<Piece>& inputs, void* work, const std::vector<int64_t>& counts,
+                                   int32_t dtype, int32_t op, double postscale, void* out) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const std::vector<int64_t> offsets = block_offsets(counts);
-  const int64_t total = offsets.back() + counts.back();
-  if (ShmCollectives* shm = shared_memory(total * static_cast<int64_t>(esize))) {
-    const int64_t own_bytes = counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(esize);
-    count_traffic(total * static_cast<int64_t>(esize) - own_bytes, own_bytes * (size_ - 1));
-    return shm->reduce_scatter(src, counts, dtype, op, postscale, out);
-  }
-  Status st = ring_reduce_scatter(src, work, counts, dtype, op);
-  if (!st.is_ok()) return st;
+  const int64_t total_bytes = (offsets.back() + counts.back()) * esize;
   const int64_t own_offset = offsets[static_cast<size_t>(rank_)];
   const int64_t own_count = counts[static_cast<size_t>(rank_)];
+  if (ShmCollectives* shm = shared_memory(total_bytes)) {
+    const int64_t own_bytes = own_count * esize;
+    count_traffic(total_bytes - own_bytes, own_bytes * (size_ - 1));
+    return shm->reduce_scatter(inputs, counts, dtype, op, postscale, out);
+  }
+  // Partial results of every block go to `work`; this rank's block is copied out at the end.
+  auto* partial = static_cast<uint8_t*>(work);
+  std::vector<Piece> steps;
+  if (tcp_ring_ || inputs.size() == 1) {
+    int64_t at = 0;
+    for (const Piece& input : inputs) {
+      steps.push_back({input.in, partial + at, input.bytes});
+      at += input.bytes;
+    }
+  } else {  // MPI's ring steps take one contiguous buffer
+    int64_t at = 0;
+    for (const Piece& input : inputs) {
+      if (input.bytes > 0) std::memcpy(partial + at, input.in, static_cast<size_t>(input.bytes));
+      at += input.bytes;
+    }
+    steps.push_back({partial, partial, total_bytes});
+  }
+  Status st = ring_reduce_scatter(Pieces(std::move(steps)), counts, dtype, op);
+  if (!st.is_ok()) return st;
   if (own_count > 0) {
-    std::memmove(out, static_cast<uint8_t*>(work) + own_offset * static_cast<int64_t>(esize),
-                 static_cast<size_t>(own_count) * esize);
+    std::memmove(out, partial + own_offset * esize, static_cast<size_t>(own_count * esize));
     scale_buffer(out, own_count, dtype, postscale);
   }
   return Status::ok();

@@ -109,6 +109,11 @@ class Collectives {
   // partial results; the own reduced block, scaled by `postscale`, is written to `out`.
   Status reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
                         int32_t op, double postscale, void* out);
+  // reduce_scatter() of the concatenation of `inputs` (their `in` and `bytes`), each read where it
+  // lies (through shared memory or the TCP ring; MPI's point-to-point steps copy them into `work`
+  // first): the same bits as reduce_scatter() of the concatenation.
+  Status reduce_scatter(const std::vector<Piece>& inputs, void* work, const std::vector<int64_t>& counts,
+                        int32_t dtype, int32_t op, double postscale, void* out);
   Status broadcast(void* buf, int64_t bytes, int root);
   // Concatenates each rank's `counts[r]` elements in rank order into `out`.
   Status allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, size_t element_size);

@@ -56,4 +56,24 @@ class Pieces {
   int64_t bytes_ = 0;
 };
 
+// `inputs` (only their `in` and `bytes` count) with bytes [begin, begin + bytes) of their
+// concatenation routed to `out`, consecutively, and nothing else written: pieces are split where
+// the range starts and ends. What a reduce-scatter that keeps only this rank's block reduces over.
+inline std::vector<Piece> route_range(const std::vector<Piece>& inputs, int64_t begin, int64_t bytes, void* out) {
+  std::vector<Piece> routed;
+  routed.reserve(inputs.size() + 2);
+  const int64_t end = begin + bytes;
+  int64_t at = 0;  // offset of the current input in the concatenation
+  for (const Piece& input : inputs) {
+    const auto* in = static_cast<const uint8_t*>(input.in);
+    const int64_t lo = std::clamp(begin - at, int64_t{0}, input.bytes);  // the range within this input
+    const int64_t hi = std::clamp(end - at, int64_t{0}, input.bytes);
+    if (lo > 0) routed.push_back({in, nullptr, lo});
+    if (hi > lo) routed.push_back({in + lo, static_cast<uint8_t*>(out) + (at + lo - begin), hi - lo});
+    if (input.bytes > hi) routed.push_back({in + hi, nullptr, input.bytes - hi});
+    at += input.bytes;
+  }
+  return routed;
+}
+
 }  // namespace relax

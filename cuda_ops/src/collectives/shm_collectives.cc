@@ -217,18 +217,13 @@ Status ShmCollectives::allreduce(Pieces pieces, int32_t dtype, int32_t op, doubl
   return Status::ok();
 }
 
-Status ShmCollectives::reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
-                                      double postscale, void* out) {
+Status ShmCollectives::reduce_scatter(const std::vector<Piece>& inputs, const std::vector<int64_t>& counts,
+                                      int32_t dtype, int32_t op, double postscale, void* out) {
   // Only this rank's block has somewhere to go.
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const size_t me = static_cast<size_t>(rank_);
   const int64_t own_begin = block_offsets(counts)[me] * esize, own_bytes = counts[me] * esize;
-  int64_t total = 0;
-  for (int64_t c : counts) total += c * esize;
-  const auto* in = static_cast<const uint8_t*>(src);
-  const Reduction r = reduction(Pieces({Piece{in, nullptr, own_begin}, Piece{in + own_begin, out, own_bytes},
-                                         Piece{in + own_begin + own_bytes, nullptr, total - own_begin - own_bytes}}),
-                                counts, dtype, op, postscale);
+  const Reduction r = reduction(Pieces(route_range(inputs, own_begin, own_bytes, out)), counts, dtype, op, postscale);
   const int64_t rounds = rounds_for(r.counts, r.window);
   for (int64_t k = 0; k < rounds; ++k, ++rounds_) reduce_round(r, k, false);  // (rounds past the own block reduce nothing)
   return Status::ok();

@@ -59,9 +59,10 @@ class ShmCollectives {
   // the concatenation.
   Status allreduce(Pieces pieces, int32_t dtype, int32_t op, double postscale);
   // `out` = this rank's block (counts[rank] elements at block_offsets(counts)[rank]) of the
-  // reduction of every rank's `src`, scaled by `postscale`. `src` is only read.
-  Status reduce_scatter(const void* src, const std::vector<int64_t>& counts, int32_t dtype, int32_t op,
-                        double postscale, void* out);
+  // reduction of every rank's concatenation of `inputs` (their `in` and `bytes`; each only read,
+  // where it lies), scaled by `postscale`.
+  Status reduce_scatter(const std::vector<Piece>& inputs, const std::vector<int64_t>& counts, int32_t dtype,
+                        int32_t op, double postscale, void* out);
   // Every rank's `counts[r]` elements, in rank order, into `out`, where this rank's block is
   // already in place.
   Status allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size,

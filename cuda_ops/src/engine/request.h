@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/pieces.h"
 #include "engine/handles.h"
 #include "relax/relax.h"
 #include "util/types.h"
@@ -30,6 +31,8 @@ struct DirectArgs {
 struct LocalRequest {
   Descriptor desc;  // what is negotiated with the other ranks
   const void* input = nullptr;
+  // A reducescatter of tensors laid end to end (`input` is then null): each read where it lies.
+  std::vector<Piece> input_pieces;
   void* output = nullptr;
   relax_alloc_fn alloc = nullptr;
   relax_done_fn done = nullptr;

@@ -1,5 +1,6 @@
 // reducescatter: rank i receives block i of the reduction. Blocks split dim 0 as evenly as
-// possible (the first blocks take the extra rows), or the flat tensor by `recv_counts`.
+// possible (the first blocks take the extra rows), or the flat tensor by `recv_counts`. The
+// tensor may be several laid end to end, read where they lie.
 #include <cstring>
 
 #include "collectives/reduce.h"
@@ -8,12 +9,41 @@
 namespace relax {
 namespace {
 
+// The tensors a request laid end to end (relax_reducescatter_args_t::inputs), checked against its
+// flat shape.
+Status parse_input_pieces(const relax_request_t& r, LocalRequest& local) {
+  const relax_reducescatter_args_t& args = r.args.reducescatter;
+  const Descriptor& d = local.desc;
+  if (args.ninputs < 0 || !args.inputs || !args.input_counts) {
+    return kinds::fail(local, "ninputs is " + std::to_string(args.ninputs) + " but inputs or input_counts is NULL");
+  }
+  if (r.input) return kinds::fail(local, "takes either input or inputs, not both");
+  if (d.shape.size() != 1) {
+    return kinds::fail(local, "tensors laid end to end need a flat shape (ndim 1), got " + shape_string(d.shape));
+  }
+  const int64_t esize = static_cast<int64_t>(dtype_size(d.dtype));
+  int64_t sum = 0;
+  for (int32_t i = 0; i < args.ninputs; ++i) {
+    const int64_t count = args.input_counts[i];
+    if (count < 0) return kinds::fail(local, "input " + std::to_string(i) + " has a negative element count");
+    if (count > 0 && !args.inputs[i]) return kinds::fail(local, "input " + std::to_string(i) + " is NULL");
+    local.input_pieces.push_back(Piece{args.inputs[i], nullptr, count * esize});
+    sum += count;
+  }
+  if (sum != d.num_elements()) {
+    return kinds::fail(local, "inputs hold " + std::to_string(sum) + " elements but the shape says " +
+                                  std::to_string(d.num_elements()));
+  }
+  return Status::ok();
+}
+
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
   const relax_reducescatter_args_t& args = r.args.reducescatter;
   Descriptor& d = local.desc;
   Status s = kinds::parse_reduction(local, args.reduce);
   if (!s.is_ok()) return s;
   s = kinds::require_rows(ctx, local);
+  if (s.is_ok() && args.ninputs != 0) s = parse_input_pieces(r, local);
   if (!s.is_ok() || args.ncounts <= 0) return s;
   if (args.ncounts != ctx.set_size() || !args.recv_counts) {
     return kinds::fail(local, "recv_counts must have one entry per rank");
@@ -52,14 +82,23 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
   }
   std::vector<uint8_t>& work = ctx.work_buffer;
   if (work.size() < static_cast<size_t>(numel) * esize) work.resize(static_cast<size_t>(numel) * esize);
-  const void* src = item.local ? item.local->input : nullptr;
+  std::vector<Piece> inputs;
   if (!item.local) {
     fill_identity(work.data(), numel, d.dtype, op);  // a joined rank contributes nothing
-    src = work.data();
-  } else if (d.prescale != 1.0) {  // the input must not be modified: scale a copy
-    if (numel > 0) std::memcpy(work.data(), src, static_cast<size_t>(numel) * esize);
+    inputs = {Piece{work.data(), nullptr, numel * static_cast<int64_t>(esize)}};
+  } else if (!item.local->input_pieces.empty()) {
+    inputs = item.local->input_pieces;
+  } else {
+    inputs = {Piece{item.local->input, nullptr, numel * static_cast<int64_t>(esize)}};
+  }
+  if (item.local && d.prescale != 1.0) {  // the inputs must not be modified: scale a copy
+    uint8_t* at = work.data();
+    for (const Piece& input : inputs) {
+      if (input.bytes > 0) std::memcpy(at, input.in, static_cast<size_t>(input.bytes));
+      at += input.bytes;
+    }
     scale_buffer(work.data(), numel, d.dtype, d.prescale);
-    src = work.data();
+    inputs = {Piece{work.data(), nullptr, numel * static_cast<int64_t>(esize)}};
   }
   const int64_t out_bytes = counts[static_cast<size_t>(me)] * static_cast<int64_t>(esize);
   std::vector<uint8_t> fallback;
@@ -67,7 +106,7 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
   if (!out && out_bytes > 0) {
     return Status::error(RELAX_ERR_INTERNAL, "could not allocate the reducescatter output for '" + d.name + "'");
   }
-  return ctx.collectives.reduce_scatter(src, work.data(), counts, d.dtype, op, kinds::postscale_of(d, size), out);
+  return ctx.collectives.reduce_scatter(inputs, work.data(), counts, d.dtype, op, kinds::postscale_of(d, size), out);
 }
 
 std::vector<AgreementField> agreement() {
