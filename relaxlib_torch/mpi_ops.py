@@ -294,19 +294,20 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- allgather -------------------------------------------------------------------------------
 
+def _engine_output(handles: list[int]) -> torch.Tensor:
+    """Waits for a request whose output the engine allocated (allgather, reducescatter) and returns it."""
+    _wait_core(handles[0])
+    out = _ops.output(handles[0])
+    _ops.release(handles[0])
+    return out
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
     """Starts concatenating ``tensor`` from every rank along dimension 0 (sizes may differ)."""
     source = _contiguous(tensor)
     label = _auto_name("allgather", name, process_set)
     core = _submit(_ops.allgather_async, source, label, _process_set_id(process_set))
-
-    def finish(handles):
-        _wait_core(handles[0])
-        out = _ops.output(handles[0])
-        _ops.release(handles[0])
-        return out
-
-    return _register([core], finish, [source])
+    return _register([core], _engine_output, [source])
 
 
 def _allgather_new(tensor, name, process_set) -> torch.Tensor:
@@ -401,14 +402,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     label = _auto_name("reducescatter", name, process_set)
     core = _submit(_ops.reducescatter_async, source, label, op, float(prescale_factor),
                    float(postscale_factor), _process_set_id(process_set))
-
-    def finish(handles):
-        _wait_core(handles[0])
-        out = _ops.output(handles[0])
-        _ops.release(handles[0])
-        return out
-
-    return _register([core], finish, [source])
+    return _register([core], _engine_output, [source])
 
 
 def reducescatter_concatenated_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -423,14 +417,7 @@ def reducescatter_concatenated_async(tensors, name=None, op=Average, process_set
     label = _auto_name("reducescatter", name, process_set)
     core = _submit(_ops.reducescatter_concatenated_async, sources, label, op, float(prescale_factor),
                    float(postscale_factor), _process_set_id(process_set))
-
-    def finish(handles):
-        _wait_core(handles[0])
-        out = _ops.output(handles[0])
-        _ops.release(handles[0])
-        return out
-
-    return _register([core], finish, sources)
+    return _register([core], _engine_output, sources)
 
 
 def _reducescatter_new(tensor, name, op, process_set, prescale_factor, postscale_factor) -> torch.Tensor:
