@@ -68,6 +68,12 @@ TEST(route_range_writes_only_the_range_to_out) {
   const std::vector<Piece> all = relax::route_range(inputs, 0, 30, out.data());
   CHECK_EQ(all.size(), size_t{2});
   CHECK(all[0].out == out.data() && all[1].out == out.data() + 10 && all[1].bytes == 20);
+  // the rest to `elsewhere`, each byte at its offset in the concatenation
+  std::vector<uint8_t> rest(30);
+  const std::vector<Piece> split = relax::route_range(inputs, 6, 12, out.data(), rest.data());
+  CHECK_EQ(split.size(), size_t{4});
+  CHECK(split[0].out == rest.data() && split[1].out == out.data() && split[2].out == out.data() + 4);
+  CHECK(split[3].in == c.data() + 8 && split[3].out == rest.data() + 18 && split[3].bytes == 12);
   const std::vector<Piece> none = relax::route_range(inputs, 30, 0, out.data());
   CHECK_EQ(none.size(), size_t{2});
   CHECK(none[0].out == nullptr && none[1].out == nullptr && Pieces(none).bytes() == 30);

@@ -59,15 +59,24 @@ for dtype, op in ((torch.float32, hvd.Sum), (torch.float16, hvd.Average), (torch
 # a 2-D one, and a prescale (which scales a copy).
 for dtype, op, prescale in ((torch.float32, hvd.Average, 1.0), (torch.float16, hvd.Sum, 1.0),
                             (torch.int64, hvd.Sum, 1.0), (torch.float64, hvd.Average, 0.5)):
-    generator = torch.Generator().manual_seed(23 + rank)
-    group = [(torch.randn(n, generator=generator) * 100).to(dtype) for n in sizes]
-    group.append((torch.randn(301, 7, generator=generator) * 100).to(dtype))
+    def laid_out(r):
+        generator = torch.Generator().manual_seed(23 + r)
+        tensors = [(torch.randn(n, generator=generator) * 100).to(dtype) for n in sizes]
+        return tensors + [(torch.randn(301, 7, generator=generator) * 100).to(dtype)]
+
+    group = laid_out(rank)
     flat = torch.cat([t.reshape(-1) for t in group])
+    reference = sum(torch.cat([t.reshape(-1) for t in laid_out(r)]).to(dtype).double() * prescale for r in range(size))
+    reference = reference / size if op == hvd.Average else reference
+    block = [len(b) for b in torch.arange(flat.numel()).tensor_split(size)]
     before = [t.clone() for t in group]
     whole = hvd.reducescatter(flat, op=op, prescale_factor=prescale, name=f"rs.concat.{dtype}")
     laid = hvd.synchronize(hvd.reducescatter_concatenated_async(group, op=op, prescale_factor=prescale,
                                                                 name=f"rs.pieces.{dtype}"))
     assert laid.shape == whole.shape and torch.equal(bits(laid), bits(whole)), ("reducescatter pieces", dtype)
+    mine_expected = reference[sum(block[:rank]):sum(block[:rank + 1])]
+    tolerance = {torch.float16: 0.5, torch.float32: 1e-4}.get(dtype, 1e-9)
+    assert torch.allclose(whole.double(), mine_expected, rtol=tolerance, atol=tolerance), ("reducescatter", dtype)
     assert all(torch.equal(bits(a), bits(b)) for a, b in zip(before, group)), ("inputs changed", dtype)
 try:  # one dtype per request: refused before anything is sent, on every rank alike
     hvd.reducescatter_concatenated_async([torch.ones(3), torch.ones(3, dtype=torch.float64)], name="rs.mixed")

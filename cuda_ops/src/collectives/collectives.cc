@@ -435,10 +435,18 @@ Status Collectives::reduce_scatter(const std::vector<Piece>& inputs, void* work,
     count_traffic(total_bytes - own_bytes, own_bytes * (size_ - 1));
     return shm->reduce_scatter(inputs, counts, dtype, op, postscale, out);
   }
-  // Partial results of every block go to `work`; this rank's block is copied out at the end.
   auto* partial = static_cast<uint8_t*>(work);
+  if (tcp_ring_) {
+    // This rank's block is reduced at the ring's last step and never sent on: it is reduced
+    // straight into `out`; the other blocks' partial results go to `work`.
+    Status st = ring_reduce_scatter(Pieces(route_range(inputs, own_offset * esize, own_count * esize, out, partial)),
+                                    counts, dtype, op);
+    if (st.is_ok() && own_count > 0) scale_buffer(out, own_count, dtype, postscale);
+    return st;
+  }
+  // Partial results of every block go to `work`; this rank's block is copied out at the end.
   std::vector<Piece> steps;
-  if (tcp_ring_ || inputs.size() == 1) {
+  if (inputs.size() == 1) {
     int64_t at = 0;
     for (const Piece& input : inputs) {
       steps.push_back({input.in, partial + at, input.bytes});

@@ -57,9 +57,11 @@ class Pieces {
 };
 
 // `inputs` (only their `in` and `bytes` count) with bytes [begin, begin + bytes) of their
-// concatenation routed to `out`, consecutively, and nothing else written: pieces are split where
-// the range starts and ends. What a reduce-scatter that keeps only this rank's block reduces over.
-inline std::vector<Piece> route_range(const std::vector<Piece>& inputs, int64_t begin, int64_t bytes, void* out) {
+// concatenation routed to `out`, consecutively, and the other bytes to `elsewhere` at their own
+// offset in the concatenation (null: not written): pieces are split where the range starts and
+// ends. What a reduce-scatter reduces over, with this rank's block going to its output.
+inline std::vector<Piece> route_range(const std::vector<Piece>& inputs, int64_t begin, int64_t bytes, void* out,
+                                      void* elsewhere = nullptr) {
   std::vector<Piece> routed;
   routed.reserve(inputs.size() + 2);
   const int64_t end = begin + bytes;
@@ -68,9 +70,12 @@ inline std::vector<Piece> route_range(const std::vector<Piece>& inputs, int64_t 
     const auto* in = static_cast<const uint8_t*>(input.in);
     const int64_t lo = std::clamp(begin - at, int64_t{0}, input.bytes);  // the range within this input
     const int64_t hi = std::clamp(end - at, int64_t{0}, input.bytes);
-    if (lo > 0) routed.push_back({in, nullptr, lo});
+    const auto other = [&](int64_t offset) {
+      return elsewhere ? static_cast<uint8_t*>(elsewhere) + at + offset : nullptr;
+    };
+    if (lo > 0) routed.push_back({in, other(0), lo});
     if (hi > lo) routed.push_back({in + lo, static_cast<uint8_t*>(out) + (at + lo - begin), hi - lo});
-    if (input.bytes > hi) routed.push_back({in + hi, nullptr, input.bytes - hi});
+    if (input.bytes > hi) routed.push_back({in + hi, other(hi), input.bytes - hi});
     at += input.bytes;
   }
   return routed;
