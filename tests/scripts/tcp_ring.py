@@ -59,7 +59,7 @@ for dtype, op in ((torch.float32, hvd.Sum), (torch.float16, hvd.Average), (torch
 # a 2-D one, and a prescale (which scales a copy).
 for dtype, op, prescale in ((torch.float32, hvd.Average, 1.0), (torch.float16, hvd.Sum, 1.0),
                             (torch.int64, hvd.Sum, 1.0), (torch.float64, hvd.Average, 0.5)):
-    def laid_out(r):
+    def laid_out(r, dtype=dtype):
         generator = torch.Generator().manual_seed(23 + r)
         tensors = [(torch.randn(n, generator=generator) * 100).to(dtype) for n in sizes]
         return tensors + [(torch.randn(301, 7, generator=generator) * 100).to(dtype)]
