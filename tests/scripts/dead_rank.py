@@ -7,7 +7,9 @@ while 16 MiB all-reduces run back to back on the ring (between nodes, with RELAX
 over the TCP ring's sockets), so the peer dies inside a ring step. ``ring-grouped``: the same
 with groups of 4 tensors, which the ring reads and writes where they lie. ``scaled-sign``: training with
 1-bit compression and its step scale, whose statistics are averaged inside each bucket's
-operation, so the peer dies inside one.
+operation, so the peer dies inside one. ``dear``: DeAR training, whose reduce-scatters read the
+gradients where they lie (over the TCP ring with RELAX_LOCAL_SIZE=1), so the peer dies inside a
+reduce-scatter or all-gather.
 """
 
 import os
@@ -51,6 +53,17 @@ elif mode == "scaled-sign":
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), algorithm=CompressedScatterReduce(
         "sign", fusion_mb=0.5), named_parameters=model.named_parameters())
+    for step in range(100_000):
+        if step == 3 and hvd.rank() == 1:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        opt.zero_grad()
+        model(torch.randn(8, 512)).sum().backward()
+        opt.step()
+elif mode == "dear":
+    from relaxlib.algorithms import DeAR
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), algorithm=DeAR(fusion_mb=1),
+                                   model=model, named_parameters=model.named_parameters())
     for step in range(100_000):
         if step == 3 and hvd.rank() == 1:
             threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()

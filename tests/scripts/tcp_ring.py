@@ -83,6 +83,13 @@ try:  # one dtype per request: refused before anything is sent, on every rank al
     raise AssertionError("mixed dtypes were accepted")
 except (RuntimeError, ValueError) as error:
     assert "must share a dtype" in str(error), error
+# Ranks that lay out different totals fail alike, naming the shapes each sent.
+try:
+    hvd.synchronize(hvd.reducescatter_concatenated_async([torch.ones(5), torch.ones(5 + rank)], name="rs.mismatch"))
+    mismatch = "accepted"
+except RuntimeError as error:
+    mismatch = str(error)
+assert "Mismatched reducescatter shapes for 'rs.mismatch'" in mismatch, mismatch
 # Tensors sharing memory keep the fusion buffer: the same tensor twice gives the sum.
 twice = (torch.arange(300_001) % 7 + rank).to(torch.float32)
 hvd.grouped_allreduce_([twice, twice], op=hvd.Sum, name="pieces.twice")
