@@ -447,11 +447,7 @@ Status Collectives::reduce_scatter(const std::vector<Piece>& inputs, void* work,
   // Partial results of every block go to `work`; this rank's block is copied out at the end.
   std::vector<Piece> steps;
   if (inputs.size() == 1) {
-    int64_t at = 0;
-    for (const Piece& input : inputs) {
-      steps.push_back({input.in, partial + at, input.bytes});
-      at += input.bytes;
-    }
+    steps.push_back({inputs.front().in, partial, total_bytes});
   } else {  // MPI's ring steps take one contiguous buffer
     int64_t at = 0;
     for (const Piece& input : inputs) {
