@@ -22,6 +22,17 @@ import torch
 import relaxlib_torch as hvd
 from relaxlib import compression
 
+
+def train_until_killed(model, opt) -> None:
+    """Trains on random batches; rank 1 is killed 0.2 s into its fourth step."""
+    for step in range(100_000):
+        if step == 3 and hvd.rank() == 1:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        opt.zero_grad()
+        model(torch.randn(8, 512)).sum().backward()
+        opt.step()
+
+
 hvd.init()
 mode = sys.argv[1] if len(sys.argv) > 1 else "training"
 if mode == "compressed-parts":
@@ -53,23 +64,13 @@ elif mode == "scaled-sign":
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), algorithm=CompressedScatterReduce(
         "sign", fusion_mb=0.5), named_parameters=model.named_parameters())
-    for step in range(100_000):
-        if step == 3 and hvd.rank() == 1:
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
-        opt.zero_grad()
-        model(torch.randn(8, 512)).sum().backward()
-        opt.step()
+    train_until_killed(model, opt)
 elif mode == "dear":
     from relaxlib.algorithms import DeAR
     model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), algorithm=DeAR(fusion_mb=1),
                                    model=model, named_parameters=model.named_parameters())
-    for step in range(100_000):
-        if step == 3 and hvd.rank() == 1:
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
-        opt.zero_grad()
-        model(torch.randn(8, 512)).sum().backward()
-        opt.step()
+    train_until_killed(model, opt)
 else:
     model = torch.nn.Linear(32, 4)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
