@@ -158,8 +158,9 @@ def torch_extension() -> list[Extension]:
         return []
     return [CppExtension(
         "relaxlib_torch._ops",
-        ["relaxlib_torch/csrc/ops.cc", "relaxlib_torch/csrc/python_bindings.cc"],
-        depends=["relaxlib_torch/csrc/sync_ops.h", str(CORE_INCLUDE / "relax" / "relax.h")],
+        ["relaxlib_torch/csrc/ops.cc", "relaxlib_torch/csrc/output_cache.cc", "relaxlib_torch/csrc/python_bindings.cc"],
+        depends=["relaxlib_torch/csrc/sync_ops.h", "relaxlib_torch/csrc/output_cache.h",
+                 str(CORE_INCLUDE / "relax" / "relax.h")],
         include_dirs=[str(CORE_INCLUDE)],
         libraries=["relax_core"],
         extra_compile_args=["-O2"],

@@ -7,70 +7,25 @@ non-contiguous (they are copied); in-place variants write back into the caller's
 
 from __future__ import annotations
 
-import itertools
-import re
-from dataclasses import dataclass, field
-from typing import Callable
-
 import torch
 
-from relaxlib import _core, basics
+from relaxlib import basics
 from relaxlib.basics import Adasum, Average, Max, Min, Product, Sum  # noqa: F401 - re-exported
-from relaxlib.errors import InvalidArgumentError, RelaxError, error_for
+from relaxlib.errors import InvalidArgumentError, RelaxError
 from relaxlib.process_sets import ProcessSet, global_process_set, process_set_id
 from relaxlib_torch import _extension
+from relaxlib_torch._handles import DerivedHandle, poll, synchronize
+from relaxlib_torch._handles import engine_output as _engine_output
+from relaxlib_torch._handles import ops as _ops
+from relaxlib_torch._handles import raise_submit_error as _raise_submit_error
+from relaxlib_torch._handles import register as _register
+from relaxlib_torch._handles import submit as _submit
+from relaxlib_torch._handles import wait_core as _wait_core
 from relaxlib_torch.compression import Compression
 
 _extension.load()
-_ops = torch.ops.relaxlib
 _direct = _extension.direct()  # the synchronous collectives, without the dispatcher
-
-_SUBMIT_ERROR = re.compile(r"\[relaxlib:(\d+)\] (.*)", re.S)
-
-
-@dataclass
-class _Pending:
-    """Core handles behind one user-visible handle, and how to turn them into the result."""
-
-    core_handles: list[int]
-    finish: Callable[[list[int]], object]
-    keep_alive: list = field(default_factory=list)
-
-
-_handle_map: dict[int, _Pending] = {}
-_handle_counter = itertools.count(1)
 _auto_name = basics.auto_name
-
-
-def _submit(fn: Callable, *args) -> object:
-    """Calls a torch.ops.relaxlib submit op, mapping core errors to relaxlib exceptions."""
-    try:
-        return fn(*args)
-    except RuntimeError as exc:
-        _raise_submit_error(exc)
-
-
-def _raise_submit_error(exc: RuntimeError):
-    """Raises the relaxlib exception a core error message names (``exc`` itself if none)."""
-    match = _SUBMIT_ERROR.search(str(exc))
-    if match is None:
-        raise exc
-    raise error_for(int(match.group(1)), (match.group(2).splitlines() or [""])[0]) from None
-
-
-def _register(core_handles: list[int], finish: Callable[[list[int]], object], keep_alive: list | None = None) -> int:
-    handle = next(_handle_counter)
-    _handle_map[handle] = _Pending(core_handles, finish, keep_alive or [])
-    return handle
-
-
-def _wait_core(core_handle: int) -> None:
-    status = _core.wait_interruptibly(core_handle, _ops.wait_for)
-    if status != 0:
-        message = _ops.message(core_handle)
-        _ops.release(core_handle)
-        raise error_for(status, message)
-
 
 # Reductions a call may name without the general argument handling (None: the default, Average).
 _PLAIN_OPS = {None: Average, **{op: op for op in basics.REDUCTIONS}}
@@ -294,14 +249,6 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- allgather -------------------------------------------------------------------------------
 
-def _engine_output(handles: list[int]) -> torch.Tensor:
-    """Waits for a request whose output the engine allocated (allgather, reducescatter) and returns it."""
-    _wait_core(handles[0])
-    out = _ops.output(handles[0])
-    _ops.release(handles[0])
-    return out
-
-
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
     """Starts concatenating ``tensor`` from every rank along dimension 0 (sizes may differ)."""
     source = _contiguous(tensor)
@@ -451,7 +398,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 # ---- sparse allreduce ------------------------------------------------------------------------
 
-class _SparseHandle:
+class _SparseHandle(DerivedHandle):
     """Handle of a sparse allreduce: call it (or pass it to ``synchronize``) for the result."""
 
     def __init__(self, values: int, indices: int, template: torch.Tensor, op: int, process_set) -> None:
@@ -531,28 +478,6 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 # ---- control ---------------------------------------------------------------------------------
-
-def poll(handle) -> bool:
-    """True when the operation behind ``handle`` has completed (``synchronize`` will not block)."""
-    if isinstance(handle, _SparseHandle):
-        return handle.poll()
-    pending = _handle_map.get(handle)
-    if pending is None:
-        raise ValueError(f"unknown or already synchronized handle {handle}")
-    return all(_ops.poll(h) for h in pending.core_handles)
-
-
-def synchronize(handle):
-    """Waits for ``handle`` and returns its result; raises the operation's error, if any."""
-    if isinstance(handle, _SparseHandle):
-        return handle()
-    pending = _handle_map.pop(handle, None)
-    if pending is None:
-        raise ValueError(f"unknown or already synchronized handle {handle}")
-    if pending.core_handles:
-        _ops.drive(pending.core_handles[-1])  # run its rounds here rather than wake the engine thread
-    return pending.finish(pending.core_handles)
-
 
 def join(device: int = -1) -> int:
     """Signals that this rank has no more data. Other ranks' allreduces proceed with this rank

@@ -7,13 +7,13 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "output_cache.h"
 #include "relax/relax.h"
 #include "sync_ops.h"
 
@@ -35,79 +35,6 @@ std::unordered_map<int64_t, std::unique_ptr<InFlight>> g_in_flight;
 std::vector<std::unique_ptr<InFlight>> g_abandoned;
 std::atomic<relaxlib_torch::InterruptCheck> g_interrupt_check{nullptr};
 constexpr int32_t kWaitSliceMs = 50;
-
-// Outputs whose shape the engine decides (allgather, reducescatter, alltoall) come from a small
-// cache of recently freed large buffers: a fresh multi-MiB allocation is mmapped and page-faulted
-// on every call, which costs more than the collective itself at 64 MiB. Bounded by
-// RELAX_OUTPUT_CACHE_MB (default 512); buffers under 1 MiB use the normal allocator.
-class OutputCache {
- public:
-  static OutputCache& instance() {
-    static OutputCache cache;
-    return cache;
-  }
-
-  at::Tensor empty(at::IntArrayRef shape, c10::ScalarType dtype) {
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
-    if (bytes < kMinBytes || limit_ == 0) return at::empty(shape, at::TensorOptions().dtype(dtype));
-    auto holder = std::make_shared<Buffer>(take(bytes));  // owned by the tensor's deleter
-    void* data = holder->data.get();
-    return at::from_blob(
-        data, shape, [this, holder](void*) { give_back(std::move(*holder)); }, at::TensorOptions().dtype(dtype));
-  }
-
- private:
-  static constexpr size_t kMinBytes = 1 << 20;
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  struct Buffer {
-    std::unique_ptr<uint8_t, Free> data;
-    size_t bytes = 0;
-  };
-
-  OutputCache() {
-    const char* env = std::getenv("RELAX_OUTPUT_CACHE_MB");
-    limit_ = static_cast<size_t>(env ? std::max(0.0, std::atof(env)) : 512.0) << 20;
-  }
-
-  Buffer take(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.lower_bound(bytes);
-      if (it != free_.end() && it->first <= bytes + bytes / 4) {
-        Buffer b = std::move(it->second);
-        cached_bytes_ -= b.bytes;
-        free_.erase(it);
-        return b;
-      }
-    }
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    Buffer b{std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(std::aligned_alloc(64, rounded))), rounded};
-    TORCH_CHECK(b.data, "relaxlib: out of memory allocating ", bytes, " bytes");
-    return b;
-  }
-
-  void give_back(Buffer buffer) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    while (cached_bytes_ + buffer.bytes > limit_ && !free_.empty()) {  // evict the largest
-      auto largest = std::prev(free_.end());
-      cached_bytes_ -= largest->second.bytes;
-      free_.erase(largest);
-    }
-    if (cached_bytes_ + buffer.bytes <= limit_) {
-      cached_bytes_ += buffer.bytes;
-      free_.emplace(buffer.bytes, std::move(buffer));
-    }
-  }
-
-  std::mutex mutex_;
-  std::multimap<size_t, Buffer> free_;
-  size_t cached_bytes_ = 0;
-  size_t limit_ = 0;
-};
 
 int32_t to_relax_dtype(c10::ScalarType t) {
   switch (t) {
@@ -138,7 +65,7 @@ void check_tensor(const at::Tensor& t, const char* what) {
 
 void* allocate(void* user, int32_t ndim, const int64_t* shape) {
   auto* f = static_cast<InFlight*>(user);
-  f->output = OutputCache::instance().empty(at::IntArrayRef(shape, static_cast<size_t>(ndim)), f->dtype);
+  f->output = relaxlib_torch::OutputCache::instance().empty(at::IntArrayRef(shape, static_cast<size_t>(ndim)), f->dtype);
   return f->output.data_ptr();
 }
 
@@ -418,7 +345,7 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
     check_tensor(input, "compressed_allreduce input");
     // Without an output, one comes from the output cache (fresh large buffers cost page faults).
     const at::Tensor output =
-        out && out->defined() ? *out : OutputCache::instance().empty(input.sizes(), input.scalar_type());
+        out && out->defined() ? *out : relaxlib_torch::OutputCache::instance().empty(input.sizes(), input.scalar_type());
     r = same_shape_request(RELAX_REQ_COMPRESSED_ALLREDUCE, "compressed_allreduce", input, output, name, process_set);
     r.args.compressed_allreduce.reduce_op = static_cast<int32_t>(op);
     r.args.compressed_allreduce.codec = static_cast<int32_t>(codec);
