@@ -66,3 +66,16 @@ def test_sign_decodes_to_the_root_mean_square():
     out = compression.decode("sign", compression.encode("sign", v), v.size)
     assert np.allclose(out, [2.5, -2.5, 2.5, 2.5])
     assert compression.encoded_bytes("sign", 4096) * 8 / 4096 == pytest.approx(1 + 32 / 4096)
+
+
+@pytest.mark.parametrize("codec", ["sign", "uint8"])  # (fp16 has no values that small at all)
+def test_subnormal_values_encode_as_zero_and_the_callers_arithmetic_is_left_alone(codec):
+    tiny = np.float32(np.finfo(np.float32).tiny)  # the smallest normal float32
+    subnormal = (np.arange(1, 65, dtype=np.float32) - 20) * tiny / np.float32(64)
+    assert np.all(np.abs(subnormal) < tiny) and np.count_nonzero(subnormal) == 63
+    decoded = compression.decode(codec, compression.encode(codec, subnormal), subnormal.size)
+    np.testing.assert_array_equal(decoded, np.zeros_like(subnormal))
+    assert tiny / np.float32(4) != 0  # the core restored this thread's float environment
+    normal = subnormal * np.float32(2**30)  # the same values, scaled into the normal range
+    assert np.count_nonzero(compression.decode(codec, compression.encode(codec, normal), normal.size)) > 0
+

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "codecs/codec.h"
 #include "collectives/compressed.h"
+#include "util/flush_denormals.h"
 #include "util/half.h"
 
 using relax::Codec;
@@ -187,4 +188,17 @@ TEST(sign_gives_the_scalar_formulas_bits_on_every_length) {
     }
     CHECK_EQ(wrong, 0);
   }
+}
+
+TEST(flush_denormals_reads_and_writes_subnormals_as_zero_only_within_its_scope) {
+  volatile float smallest_normal = 1.17549435e-38f, half = 0.5f;
+  const float before = smallest_normal * half;
+  CHECK(before > 0.0f);
+  {
+    const relax::FlushDenormals flush;
+    CHECK(smallest_normal * half == 0.0f);  // a subnormal result is written as zero
+    volatile float subnormal = before;
+    CHECK(subnormal + 0.0f == 0.0f);  // and a subnormal input read as zero
+  }
+  CHECK(smallest_normal * half == before);
 }

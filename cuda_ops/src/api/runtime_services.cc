@@ -10,6 +10,7 @@
 #include "codecs/step_scale.h"
 #include "collectives/compressed.h"
 #include "relax/relax.h"
+#include "util/flush_denormals.h"
 
 using relax::runtime;
 
@@ -80,6 +81,7 @@ int32_t relax_compressed_parts(int64_t count, int32_t size) {
 int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) {
   std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
   if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  const relax::FlushDenormals flush;  // as inside the compressed collectives
   c->encode(in, n, out);
   return RELAX_OK;
 }
@@ -87,6 +89,7 @@ int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) 
 int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) {
   std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
   if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  const relax::FlushDenormals flush;
   c->decode(in, n, out);
   return RELAX_OK;
 }

@@ -10,6 +10,7 @@
 #include "collectives/reduce.h"
 #include "engine/request_kind.h"
 #include "transport/mpi_context.h"
+#include "util/flush_denormals.h"
 #include "util/logging.h"
 #include "util/text.h"
 #include "util/types.h"
@@ -353,6 +354,7 @@ Status DirectLane::neighbor_average(LocalRequest& r) {
 Status DirectLane::choco_average(LocalRequest& r) {
   const Descriptor& d = r.desc;
   std::unique_ptr<Codec> codec = make_codec(r.direct.codec);
+  const FlushDenormals flush;
   const int64_t count = d.num_elements();
   const size_t npeers = r.direct.peers.size();
   const size_t encoded = static_cast<size_t>(codec->encoded_bytes(count));

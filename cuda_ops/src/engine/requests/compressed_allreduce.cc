@@ -10,6 +10,7 @@
 #include "collectives/compressed.h"
 #include "collectives/scaled_compressed.h"
 #include "engine/requests/kind_support.h"
+#include "util/flush_denormals.h"
 
 namespace relax {
 namespace {
@@ -102,6 +103,7 @@ std::string step_scale_of(const Descriptor& d) {
 Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
   const Descriptor& d = item.tensor->first();
   std::unique_ptr<Codec> codec = make_codec(d.codec);
+  const FlushDenormals flush;
   CompressedAllreduce op;
   op.input = static_cast<const float*>(item.local->input);
   op.output = static_cast<float*>(item.local->output);
