@@ -9,7 +9,7 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 12
+ABI_VERSION = 13
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 PENDING = 11  # relax_wait_for: not complete yet
@@ -51,6 +51,16 @@ class BroadcastArgs(ctypes.Structure):
     _fields_ = [("root_rank", ctypes.c_int32)]
 
 
+class InputPieces(ctypes.Structure):
+    """relax_input_pieces_t."""
+
+    _fields_ = [
+        ("count", ctypes.c_int32),
+        ("data", ctypes.POINTER(ctypes.c_void_p)),
+        ("counts", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
 class ReducescatterArgs(ctypes.Structure):
     """relax_reducescatter_args_t."""
 
@@ -58,9 +68,7 @@ class ReducescatterArgs(ctypes.Structure):
         ("reduce", ReduceArgs),
         ("ncounts", ctypes.c_int32),
         ("recv_counts", ctypes.POINTER(ctypes.c_int64)),
-        ("ninputs", ctypes.c_int32),
-        ("inputs", ctypes.POINTER(ctypes.c_void_p)),
-        ("input_counts", ctypes.POINTER(ctypes.c_int64)),
+        ("inputs", InputPieces),
     ]
 
 
@@ -110,6 +118,8 @@ class CompressedAllreduceArgs(ctypes.Structure):
         ("worker_error", ctypes.POINTER(ctypes.c_float)),
         ("owner_error", ctypes.POINTER(ctypes.c_float)),
         ("step_scale", ctypes.POINTER(StepScaleArgs)),
+        ("prescale", ctypes.c_double),
+        ("inputs", InputPieces),
     ]
 
 
@@ -177,6 +187,7 @@ REQUEST_LAYOUT_STRUCTS = {
     "relax_reduce_args_t": ReduceArgs,
     "relax_broadcast_args_t": BroadcastArgs,
     "relax_reducescatter_args_t": ReducescatterArgs,
+    "relax_input_pieces_t": InputPieces,
     "relax_alltoall_args_t": AlltoallArgs,
     "relax_add_process_set_args_t": AddProcessSetArgs,
     "relax_remove_process_set_args_t": RemoveProcessSetArgs,

@@ -277,6 +277,7 @@ def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: 
     args = request.args.compressed_allreduce
     args.reduce_op = 0 if average else 1  # relax_reduce_op_t: Average, Sum
     args.codec = codec_id(codec)
+    args.prescale = 1.0
     if worker_error is not None and owner_error is not None:
         args.worker_error, args.owner_error = _floats(worker_error), _floats(owner_error)
     if step_scale is not None:

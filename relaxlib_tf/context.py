@@ -243,7 +243,10 @@ class KerasContext(KerasBinding):
 
         return direct.flat_allgather_async(Buffer.of(src), name, allocate, keepalive=(src,))
 
-    def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None):
+    def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None,
+                                   prescale: float = 1.0):
+        if prescale != 1.0:
+            flat = flat * np.float32(prescale)
         return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average,
                                                           process_set=group or global_process_set)
 

@@ -180,7 +180,9 @@ class KerasGraphContext(KerasBinding):
             return functions.broadcast_object(obj, root_rank=root)
 
     def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True,
-                                   group=None) -> tf.Tensor:
+                                   group=None, prescale: float = 1.0) -> tf.Tensor:
+        if not (isinstance(prescale, float) and prescale == 1.0):  # (a traced learning rate is a tensor)
+            flat = flat * prescale
         return compressed.compressed_allreduce(flat, codec=codec, state=state, name=name,
                                                op=mpi_ops.Average if average else mpi_ops.Sum,
                                                process_set=group or global_process_set)

@@ -37,7 +37,12 @@ from relaxlib.process_sets import ProcessSet, add_process_set, global_process_se
 from relaxlib.telemetry import step_stats
 from relaxlib_torch import elastic  # Horovod's hvd.elastic
 from relaxlib_torch.advise import advise
-from relaxlib_torch.compressed import ErrorFeedback, compressed_allreduce, compressed_allreduce_async
+from relaxlib_torch.compressed import (
+    ErrorFeedback,
+    compressed_allreduce,
+    compressed_allreduce_async,
+    compressed_allreduce_concatenated_async,
+)
 from relaxlib_torch.compression import Compression
 from relaxlib_torch.functions import (
     allgather_object,
@@ -97,7 +102,7 @@ HorovodInternalError = RelaxError
 __all__ = [
     "elastic", "Adasum", "advise", "Average", "Compression", "DistributedOptimizer", "ErrorFeedback",
     "compressed_allreduce",
-    "compressed_allreduce_async", "HorovodInternalError", "Max", "Min",
+    "compressed_allreduce_async", "compressed_allreduce_concatenated_async", "HorovodInternalError", "Max", "Min",
     "NotInitializedError", "ProcessSet", "Product", "RelaxError", "Sum", "SyncBatchNorm", "add_process_set",
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
     "is_homogeneous", "remove_process_set", "sparse_allreduce_async", "start_timeline", "stop_timeline",

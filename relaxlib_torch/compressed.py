@@ -45,32 +45,56 @@ class ErrorFeedback:
         self.owner.copy_(state["owner"])
 
 
-def compressed_allreduce_async(tensor: torch.Tensor, codec: str = "uint8", state: ErrorFeedback | None = None,
-                               name: str | None = None, op=mpi_ops.Average, process_set=global_process_set) -> int:
-    """Starts a compressed all-reduce (compress, scatter chunks to their owners, reduce,
-    re-compress, all-gather) of a float32 tensor; ``state`` enables error feedback."""
-    if tensor.dtype != torch.float32:
-        raise ValueError(f"compressed_allreduce supports float32 tensors, got {tensor.dtype}")
+def _check_arguments(dtypes, numel: int, state: ErrorFeedback | None, op, prescale_factor: float) -> None:
+    """The binding's checks of a compressed all-reduce of ``numel`` elements of these dtypes."""
+    odd = [dtype for dtype in dtypes if dtype != torch.float32]
+    if odd:
+        raise ValueError(f"compressed_allreduce supports float32 tensors, got {odd[0]}")
     if op not in (mpi_ops.Average, mpi_ops.Sum):
         raise ValueError("compressed_allreduce supports op=Average and op=Sum")
-    if state is not None and state.numel != tensor.numel():
-        raise ValueError(f"error-feedback state holds {state.numel} elements, the tensor has {tensor.numel()}")
+    if state is not None and state.numel != numel:
+        raise ValueError(f"error-feedback state holds {state.numel} elements, the tensor has {numel}")
+    if not torch.isfinite(torch.tensor(prescale_factor, dtype=torch.float32)):
+        raise ValueError(f"prescale_factor must be finite in float32, not {prescale_factor!r}")
+
+
+def compressed_allreduce_async(tensor: torch.Tensor, codec: str = "uint8", state: ErrorFeedback | None = None,
+                               name: str | None = None, op=mpi_ops.Average, process_set=global_process_set,
+                               prescale_factor: float = 1.0) -> int:
+    """Starts a compressed all-reduce (compress, scatter chunks to their owners, reduce,
+    re-compress, all-gather) of a float32 tensor; ``state`` enables error feedback.
+    ``prescale_factor`` multiplies the tensor first (in float32, as ``tensor * prescale_factor``
+    would, without that copy), and the residuals are in those units."""
+    _check_arguments([tensor.dtype], tensor.numel(), state, op, prescale_factor)
     source = tensor.detach().contiguous().reshape(-1)
     core = mpi_ops._submit(mpi_ops._ops.compressed_allreduce_async, source, None,
                            state.worker if state is not None else None, state.owner if state is not None else None,
                            mpi_ops._auto_name("compressed_allreduce", name, process_set), codec_id(codec), op,
-                           mpi_ops._process_set_id(process_set))
+                           mpi_ops._process_set_id(process_set), float(prescale_factor))
+    return mpi_ops._register([core], lambda handles: mpi_ops._engine_output(handles).view(tensor.shape),
+                             [source, state])
 
-    def finish(handles):
-        mpi_ops._wait_core(handles[0])
-        output = mpi_ops._ops.output(handles[0])
-        mpi_ops._ops.release(handles[0])
-        return output.view(tensor.shape)
 
-    return mpi_ops._register([core], finish, [source, state])
+def compressed_allreduce_concatenated_async(tensors, codec: str = "uint8", state: ErrorFeedback | None = None,
+                                            name: str | None = None, op=mpi_ops.Average,
+                                            process_set=global_process_set, prescale_factor: float = 1.0) -> int:
+    """Starts the compressed all-reduce of the concatenation of float32 ``tensors`` (flattened),
+    each read where it lies: the same result, bit for bit, as ``compressed_allreduce_async(
+    torch.cat([t.reshape(-1) for t in tensors]), ...)`` without that copy, as one flat tensor.
+    The tensors must stay unchanged until ``synchronize`` returns."""
+    tensors = list(tensors)
+    _check_arguments([t.dtype for t in tensors], sum(t.numel() for t in tensors), state, op, prescale_factor)
+    sources = [t.detach().contiguous() for t in tensors]
+    core = mpi_ops._submit(mpi_ops._ops.compressed_allreduce_concatenated_async, sources,
+                           state.worker if state is not None else None, state.owner if state is not None else None,
+                           mpi_ops._auto_name("compressed_allreduce", name, process_set), codec_id(codec), op,
+                           mpi_ops._process_set_id(process_set), float(prescale_factor))
+    return mpi_ops._register([core], mpi_ops._engine_output, [sources, state])
 
 
 def compressed_allreduce(tensor: torch.Tensor, codec: str = "uint8", state: ErrorFeedback | None = None,
-                         name: str | None = None, op=mpi_ops.Average, process_set=global_process_set) -> torch.Tensor:
+                         name: str | None = None, op=mpi_ops.Average, process_set=global_process_set,
+                         prescale_factor: float = 1.0) -> torch.Tensor:
     """Compressed all-reduce of a float32 tensor (see ``compressed_allreduce_async``)."""
-    return mpi_ops.synchronize(compressed_allreduce_async(tensor, codec, state, name, op, process_set))
+    return mpi_ops.synchronize(compressed_allreduce_async(tensor, codec, state, name, op, process_set,
+                                                          prescale_factor))

@@ -99,6 +99,25 @@ class TorchContext(TrainingContext):
             offset += n
         return out
 
+    def _dense_cpu_grads(self, indices: list[int]) -> list[torch.Tensor] | None:
+        """The gradients of ``indices`` where every one is a dense CPU tensor, else None."""
+        grads = [self._params[i].grad for i in indices]
+        if any(g is None or g.layout != torch.strided or g.device.type != "cpu" for g in grads):
+            return None
+        return grads
+
+    def add_grads(self, flat: torch.Tensor, indices: list[int]) -> torch.Tensor:
+        """Adds the gradients into ``flat`` in place, each where it lies, when every one is a dense
+        CPU tensor (else ``flat`` plus the flattened gradients)."""
+        grads = self._dense_cpu_grads(indices)
+        if grads is None:
+            return super().add_grads(flat, indices)
+        offset = 0
+        for grad in grads:
+            flat[offset:offset + grad.numel()].add_(grad.reshape(-1))
+            offset += grad.numel()
+        return flat
+
     def flatten_params(self, indices: list[int], out=None) -> torch.Tensor:
         views = [self._params[i].detach().reshape(-1) for i in indices]
         total = sum(v.numel() for v in views)
@@ -190,8 +209,8 @@ class TorchContext(TrainingContext):
     def reduce_scatter_grads_async(self, indices: list[int], name: str):
         """Reduce-scatters the gradients where they lie (no flattened copy) when every one is a
         dense CPU tensor; otherwise through the flattened buffer."""
-        grads = [self._params[i].grad for i in indices]
-        if any(g is None or g.layout != torch.strided or g.device.type != "cpu" for g in grads):
+        grads = self._dense_cpu_grads(indices)
+        if grads is None:
             return super().reduce_scatter_grads_async(indices, name)
         return mpi_ops.reducescatter_concatenated_async(grads, name=name, op=mpi_ops.Average,
                                                         process_set=self._process_set)
@@ -204,10 +223,21 @@ class TorchContext(TrainingContext):
         return mpi_ops.broadcast_async(tensor, root, name=name, process_set=group or self._process_set)
 
     def compressed_allreduce_async(self, flat: torch.Tensor, name: str, codec: str, state=None, average: bool = True,
-                                   group=None):
+                                   group=None, prescale: float = 1.0):
         return compressed.compressed_allreduce_async(flat, codec=codec, state=state, name=name,
                                                      op=mpi_ops.Average if average else mpi_ops.Sum,
-                                                     process_set=group or self._process_set)
+                                                     process_set=group or self._process_set, prescale_factor=prescale)
+
+    def compressed_allreduce_grads_async(self, indices: list[int], name: str, codec: str, state=None,
+                                         prescale: float = 1.0):
+        """Compresses the gradients where they lie (no flattened copy) when every one is a dense
+        CPU tensor; otherwise through the flattened buffer."""
+        grads = self._dense_cpu_grads(indices)
+        if grads is None:
+            return super().compressed_allreduce_grads_async(indices, name, codec, state, prescale)
+        return compressed.compressed_allreduce_concatenated_async(grads, codec=codec, state=state, name=name,
+                                                                  process_set=self._process_set,
+                                                                  prescale_factor=prescale)
 
     def scaled_compressed_allreduce_async(self, flat: torch.Tensor, name: str, codec: str, state,
                                           step_scale: direct.StepScaleBuffers):

@@ -105,6 +105,11 @@ class TrainingContext(ABC):
     def flatten_grads(self, indices: list[int], out: Any = None) -> Any:
         """The gradients of ``indices`` concatenated into one flat tensor (missing ones as zeros)."""
 
+    def add_grads(self, flat: Any, indices: list[int]) -> Any:
+        """``flat`` plus the gradients of ``indices`` laid end to end (missing ones as zeros). A
+        binding may add them into ``flat`` in place, without a flattened copy."""
+        return flat + self.flatten_grads(indices)
+
     @abstractmethod
     def flatten_params(self, indices: list[int], out: Any = None) -> Any:
         """The parameters (weights) of ``indices`` concatenated into one flat tensor (``out`` if
@@ -252,9 +257,21 @@ class TrainingContext(ABC):
 
     @abstractmethod
     def compressed_allreduce_async(self, flat: Any, name: str, codec: str, state: Any = None, average: bool = True,
-                                   group: Any = None) -> Any:
+                                   group: Any = None, prescale: float = 1.0) -> Any:
         """Compressed all-reduce (docs/architecture.md) of a flat float32 tensor over ``group`` (None: all
-        ranks); ``state`` is an error-feedback memory from ``error_feedback`` (None: without)."""
+        ranks); ``state`` is an error-feedback memory from ``error_feedback`` (None: without).
+        What is compressed is ``prescale * flat`` (float32), the residuals in those units."""
+
+    def compressed_allreduce_grads_async(self, indices: list[int], name: str, codec: str, state: Any = None,
+                                         prescale: float = 1.0) -> Any:
+        """``compressed_allreduce_async`` (average, all ranks) of the gradients of ``indices`` laid
+        end to end (missing ones as zeros), times ``prescale``. This default flattens them into a
+        buffer kept per ``name``; a binding whose core reads tensors where they lie overrides it
+        to skip that copy (the gradients must then stay unchanged until the handle is waited for)."""
+        buffers = self.__dict__.setdefault("_flat_grad_buffers", {})
+        flat = self.flatten_grads(indices, out=buffers.get(name))
+        buffers[name] = flat
+        return self.compressed_allreduce_async(flat, name, codec, state, prescale=prescale)
 
     def scaled_compressed_allreduce_async(self, flat: Any, name: str, codec: str, state: Any,
                                           step_scale: Any) -> Any | None:

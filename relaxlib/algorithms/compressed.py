@@ -191,7 +191,36 @@ class CompressedScatterReduce(Algorithm):
             grad = grad + momentum * buffer if hyper["nesterov"] else buffer
         return hyper["lr"] * grad
 
+    def _start_in_place(self, ctx: TrainingContext, bucket: int):
+        """The bucket's compressed all-reduce started from its gradients where they lie (no
+        flattened copy, the learning rate applied inside the operation), when what is compressed
+        is ``lr`` times the gradient or SGD's momentum buffer (without weight decay, Nesterov,
+        ``maximize``, clipping or dampening in effect) or the gradient itself; else None. The same
+        bits as ``_local_step``'s tensor ops."""
+        members = self._buckets[bucket]
+        name, memory = f"{self.name}.{bucket}", self._memories[bucket]
+        if not self._updates:
+            return ctx.compressed_allreduce_grads_async(members, name, self.codec, memory)
+        hyper = ctx.snapshot()[ctx.parameters()[members[0]].group]
+        if hyper.get("maximize") or ctx.max_grad_norm or hyper.get("weight_decay") or hyper["nesterov"]:
+            return None
+        momentum = hyper["momentum"]
+        if not momentum:
+            return ctx.compressed_allreduce_grads_async(members, name, self.codec, memory, prescale=hyper["lr"])
+        if hyper["dampening"] and self._momentum_started[bucket]:
+            return None
+        if self._momentum[bucket] is None:  # momentum set after setup
+            self._momentum[bucket] = ctx.zeros(self._numels[bucket])
+        buffer = ctx.add_grads(momentum * self._momentum[bucket], members)
+        self._next_momentum[bucket] = buffer  # kept by step() once the step succeeded
+        return ctx.compressed_allreduce_async(buffer, name, self.codec, memory, prescale=hyper["lr"])
+
     def _start(self, ctx: TrainingContext, bucket: int) -> None:
+        if self._scales is None and not self.hierarchical:
+            handle = self._start_in_place(ctx, bucket)
+            if handle is not None:
+                self._started[bucket] = handle
+                return
         flat = ctx.flatten_grads(self._buckets[bucket])
         if self._updates:
             flat = self._local_step(ctx, bucket, flat)

@@ -292,6 +292,7 @@ class CompressedAllreduceOp : public CollectiveKernel {
     relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
     args.reduce_op = reduce_op_;
     args.codec = codec_;
+    args.prescale = 1.0;
     args.worker_error = feedback ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr;
     args.owner_error = feedback && owner.NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr;
     Submit(std::move(call), requests, false);

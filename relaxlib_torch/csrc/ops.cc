@@ -76,7 +76,8 @@ void default_reduce_args(relax_reduce_args_t& a) {
 }
 
 // A request of `type` with every argument of its kind at its default: zero, except no scaling
-// for the reductions. (`relax_request_t r{}` only zeroes the union's first member.)
+// for the reductions and the compressed all-reduce's input scale. (`relax_request_t r{}` only
+// zeroes the union's first member.)
 relax_request_t empty_request(int32_t type, const std::string& name, int64_t process_set) {
   relax_request_t r;
   std::memset(&r, 0, sizeof r);
@@ -85,6 +86,7 @@ relax_request_t empty_request(int32_t type, const std::string& name, int64_t pro
   r.process_set = static_cast<int32_t>(process_set);
   if (type == RELAX_REQ_ALLREDUCE) default_reduce_args(r.args.allreduce);
   if (type == RELAX_REQ_REDUCESCATTER) default_reduce_args(r.args.reducescatter.reduce);
+  if (type == RELAX_REQ_COMPRESSED_ALLREDUCE) r.args.compressed_allreduce.prescale = 1.0;
   return r;
 }
 
@@ -315,9 +317,7 @@ int64_t reducescatter_concatenated_async(const std::vector<at::Tensor>& inputs, 
   });
   r.ndim = 1;
   r.shape = &total;
-  r.args.reducescatter.ninputs = static_cast<int32_t>(inputs.size());
-  r.args.reducescatter.inputs = pointers.data();
-  r.args.reducescatter.input_counts = counts.data();
+  r.args.reducescatter.inputs = {static_cast<int32_t>(inputs.size()), pointers.data(), counts.data()};
   set_reduce_args(r, op, prescale, postscale);
   auto flight = std::make_unique<InFlight>(InFlight{inputs.front(), at::Tensor(), inputs.front().scalar_type()});
   flight->keep.assign(inputs.begin() + 1, inputs.end());
@@ -335,10 +335,34 @@ int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& spli
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
+// A compressed all-reduce's codec, reduction and input scale, and its error-feedback states (of
+// `numel` elements) kept alive by `flight`.
+void set_compressed_args(relax_request_t& r, InFlight& flight, int64_t numel,
+                         const std::optional<at::Tensor>& worker_error, const std::optional<at::Tensor>& owner_error,
+                         int64_t codec, int64_t op, double prescale) {
+  relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
+  args.reduce_op = static_cast<int32_t>(op);
+  args.codec = static_cast<int32_t>(codec);
+  args.prescale = prescale;
+  if (worker_error && worker_error->defined()) {
+    check_tensor(*worker_error, "worker error state");
+    TORCH_CHECK(worker_error->numel() == numel && worker_error->scalar_type() == at::kFloat,
+                "relaxlib: the worker error state must be float32 with as many elements as the tensor");
+    args.worker_error = worker_error->data_ptr<float>();
+    flight.keep.push_back(*worker_error);
+  }
+  if (owner_error && owner_error->defined()) {
+    check_tensor(*owner_error, "owner error state");
+    TORCH_CHECK(owner_error->scalar_type() == at::kFloat, "relaxlib: the owner error state must be float32");
+    args.owner_error = owner_error->data_ptr<float>();
+    flight.keep.push_back(*owner_error);
+  }
+}
+
 int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<at::Tensor>& out,
                                    const std::optional<at::Tensor>& worker_error,
                                    const std::optional<at::Tensor>& owner_error, const std::string& name, int64_t codec,
-                                   int64_t op, int64_t process_set) {
+                                   int64_t op, int64_t process_set, double prescale) {
   relax_request_t r = empty_request(RELAX_REQ_COMPRESSED_ALLREDUCE, name, process_set);
   std::unique_ptr<InFlight> flight;
   checked(RELAX_REQ_COMPRESSED_ALLREDUCE, &name, 1, process_set, [&] {
@@ -347,23 +371,43 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
     const at::Tensor output =
         out && out->defined() ? *out : relaxlib_torch::OutputCache::instance().empty(input.sizes(), input.scalar_type());
     r = same_shape_request(RELAX_REQ_COMPRESSED_ALLREDUCE, "compressed_allreduce", input, output, name, process_set);
-    r.args.compressed_allreduce.reduce_op = static_cast<int32_t>(op);
-    r.args.compressed_allreduce.codec = static_cast<int32_t>(codec);
     flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
-    if (worker_error && worker_error->defined()) {
-      check_tensor(*worker_error, "worker error state");
-      TORCH_CHECK(worker_error->numel() == input.numel() && worker_error->scalar_type() == at::kFloat,
-                  "relaxlib: the worker error state must be float32 with as many elements as the tensor");
-      r.args.compressed_allreduce.worker_error = worker_error->data_ptr<float>();
-      flight->keep.push_back(*worker_error);
-    }
-    if (owner_error && owner_error->defined()) {
-      check_tensor(*owner_error, "owner error state");
-      TORCH_CHECK(owner_error->scalar_type() == at::kFloat, "relaxlib: the owner error state must be float32");
-      r.args.compressed_allreduce.owner_error = owner_error->data_ptr<float>();
-      flight->keep.push_back(*owner_error);
-    }
+    set_compressed_args(r, *flight, input.numel(), worker_error, owner_error, codec, op, prescale);
   });
+  return submit(r, std::move(flight), false);
+}
+
+// The compressed all-reduce of float32 tensors laid end to end, each read where it lies; the
+// result is one flat tensor.
+int64_t compressed_allreduce_concatenated_async(const std::vector<at::Tensor>& inputs,
+                                                const std::optional<at::Tensor>& worker_error,
+                                                const std::optional<at::Tensor>& owner_error, const std::string& name,
+                                                int64_t codec, int64_t op, int64_t process_set, double prescale) {
+  relax_request_t r = empty_request(RELAX_REQ_COMPRESSED_ALLREDUCE, name, process_set);
+  std::vector<const void*> pointers;
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  std::unique_ptr<InFlight> flight;
+  checked(RELAX_REQ_COMPRESSED_ALLREDUCE, &name, 1, process_set, [&] {
+    TORCH_CHECK(!inputs.empty(), "relaxlib: a compressed all-reduce of tensors laid end to end needs a tensor");
+    for (const at::Tensor& input : inputs) {
+      check_tensor(input, "compressed_allreduce input");
+      TORCH_CHECK(input.scalar_type() == at::kFloat, "relaxlib: compressed_allreduce supports float32 tensors, got ",
+                  input.scalar_type());
+      pointers.push_back(input.data_ptr());
+      counts.push_back(input.numel());
+      total += input.numel();
+    }
+    const at::Tensor output = relaxlib_torch::OutputCache::instance().empty({total}, at::kFloat);
+    flight = std::make_unique<InFlight>(InFlight{inputs.front(), output, at::kFloat});
+    flight->keep.assign(inputs.begin() + 1, inputs.end());
+    r.dtype = RELAX_FLOAT32;
+    r.output = output.data_ptr();
+    set_compressed_args(r, *flight, total, worker_error, owner_error, codec, op, prescale);
+  });
+  r.ndim = 1;
+  r.shape = &total;
+  r.args.compressed_allreduce.inputs = {static_cast<int32_t>(inputs.size()), pointers.data(), counts.data()};
   return submit(r, std::move(flight), false);
 }
 
@@ -529,8 +573,11 @@ TORCH_LIBRARY(relaxlib, m) {
         reducescatter_concatenated_async);
   m.def("alltoall_async(Tensor input, int[] splits, str name, int process_set) -> int", alltoall_async);
   m.def("compressed_allreduce_async(Tensor input, Tensor(a!)? output, Tensor(b!)? worker_error, "
-        "Tensor(c!)? owner_error, str name, int codec, int op, int process_set) -> int",
+        "Tensor(c!)? owner_error, str name, int codec, int op, int process_set, float prescale) -> int",
         compressed_allreduce_async);
+  m.def("compressed_allreduce_concatenated_async(Tensor[] inputs, Tensor(a!)? worker_error, Tensor(b!)? owner_error, "
+        "str name, int codec, int op, int process_set, float prescale) -> int",
+        compressed_allreduce_concatenated_async);
   m.def("barrier_async(str name, int process_set) -> int", barrier_async);
   m.def("join_async() -> int", join_async);
   m.def("poll(int handle) -> bool", poll);

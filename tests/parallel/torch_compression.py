@@ -65,6 +65,112 @@ def test_a_non_finite_value_in_a_later_part_fails_everywhere():
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(SIZE)))
 
 
+def laid_end_to_end(count: int, step: int) -> list[torch.Tensor]:
+    """This rank's inputs of ``count`` elements in tensors of uneven sizes (one empty, one of a
+    single element, boundaries inside chunks and parts), shaped like layers."""
+    flat = torch.from_numpy(inputs(step, count, RANK))
+    cuts = sorted(min(cut, count) for cut in (0, 1, 2, count // 3, count // 3, count // 2 + 5, count))
+    pieces = [flat[a:b].clone() for a, b in zip(cuts, cuts[1:])]
+    return [p.reshape(2, -1) if p.numel() % 2 == 0 and p.numel() > 2 else p for p in pieces]
+
+
+@pytest.mark.parametrize("codec", ["uint8", "sign", "fp16"])
+@pytest.mark.parametrize("feedback", [True, False])
+@pytest.mark.parametrize("count", [SIZE + 3, 1031, SIZE * (1 << 19) + 7], ids=["small", "1031", "two-parts"])
+@pytest.mark.parametrize("prescale", [1.0, 0.05])
+def test_tensors_laid_end_to_end_with_a_prescale_match_their_scaled_concatenation_bitwise(codec, feedback, count,
+                                                                                          prescale):
+    """The pieces are read where they lie and multiplied by the prescale inside the operation: the
+    same result and residuals, bit for bit, as the flat tensor ``prescale * cat(pieces)``; the
+    pieces themselves are left as they were."""
+    pieces_state = hvd.ErrorFeedback(count) if feedback else None
+    flat_state = hvd.ErrorFeedback(count) if feedback else None
+    for step in range(3):
+        pieces = laid_end_to_end(count, step)
+        assert sum(p.numel() for p in pieces) == count and any(p.numel() == 0 for p in pieces)
+        kept = [p.clone() for p in pieces]
+        out = hvd.synchronize(hvd.compressed_allreduce_concatenated_async(
+            pieces, codec=codec, state=pieces_state, name=f"laid.{codec}", prescale_factor=prescale))
+        flat = torch.cat([p.reshape(-1) for p in kept]) * prescale
+        expected = hvd.compressed_allreduce(flat, codec=codec, state=flat_state, name=f"flat.{codec}")
+        assert torch.equal(out, expected), (step, (out - expected).abs().max())
+        assert all(torch.equal(p, k) for p, k in zip(pieces, kept))
+        if feedback:
+            assert torch.equal(pieces_state.worker, flat_state.worker)
+            assert torch.equal(pieces_state.owner, flat_state.owner)
+
+
+def test_a_non_finite_piece_fails_everywhere_naming_its_rank_and_leaves_the_state_alone():
+    count = 1031
+    state = hvd.ErrorFeedback(count)
+    hvd.synchronize(hvd.compressed_allreduce_concatenated_async(laid_end_to_end(count, 0), state=state,
+                                                                name="laid.finite.warmup"))
+    before = state.state_dict()
+    pieces = laid_end_to_end(count, 1)
+    if RANK == SIZE - 1:
+        pieces[-1].view(-1)[-1] = float("inf")
+    with pytest.raises(relaxlib.InvalidArgumentError, match=f"non-finite values .* rank {SIZE - 1}"):
+        hvd.synchronize(hvd.compressed_allreduce_concatenated_async(pieces, state=state, name="laid.finite.check"))
+    assert torch.equal(state.worker, before["worker"]) and torch.equal(state.owner, before["owner"])
+    # a prescale that overflows float32 makes the scaled input non-finite: refused alike
+    with pytest.raises(relaxlib.InvalidArgumentError, match="non-finite values"):
+        hvd.synchronize(hvd.compressed_allreduce_concatenated_async(
+            laid_end_to_end(count, 2), state=state, name="laid.finite.overflow",
+            prescale_factor=1e38 if RANK == 0 else 1.0))
+    assert torch.equal(state.worker, before["worker"])
+
+
+def test_laid_end_to_end_bad_arguments():
+    with pytest.raises(ValueError, match="float32"):
+        hvd.compressed_allreduce_concatenated_async([torch.ones(2), torch.ones(2, dtype=torch.float64)])
+    with pytest.raises(ValueError, match="holds 3 elements"):
+        hvd.compressed_allreduce_concatenated_async([torch.ones(2), torch.ones(2)], state=hvd.ErrorFeedback(3))
+    with pytest.raises(ValueError, match="prescale_factor must be finite"):
+        hvd.compressed_allreduce_concatenated_async([torch.ones(2)], prescale_factor=float("inf"))
+    with pytest.raises(ValueError, match="prescale_factor must be finite"):
+        hvd.compressed_allreduce(torch.ones(2), prescale_factor=1e39)  # not finite in float32
+    # ranks that lay out different totals fail alike, naming the shapes
+    total = 6 if RANK == 0 else 5
+    with pytest.raises(relaxlib.MismatchError, match="shapes"):
+        hvd.synchronize(hvd.compressed_allreduce_concatenated_async([torch.ones(2), torch.ones(total - 2)],
+                                                                    name="laid.mismatch"))
+
+
+@pytest.mark.parametrize("codec, momentum, dampening, compress",
+                         [("uint8", 0.0, 0.0, "auto"), ("uint8", 0.9, 0.0, "auto"), ("uint8", 0.9, 0.5, "auto"),
+                          ("fp16", 0.9, 0.0, "auto"), ("sign", 0.9, 0.0, "auto"), ("uint8", 0.9, 0.0, "gradient")],
+                         ids=["uint8-sgd", "uint8-momentum", "uint8-dampening", "fp16-gradient", "sign-scaled",
+                              "uint8-gradient"])
+def test_training_from_gradients_where_they_lie_gives_the_flattened_steps_bit_for_bit(monkeypatch, codec, momentum,
+                                                                                      dampening, compress):
+    """Buckets compressed from the gradients in place (the learning rate applied inside the
+    operation, SGD's momentum added into its buffer per parameter) against the flattened
+    gradients and SGD's step as tensor ops: the same parameters and residuals, bit for bit."""
+    def run():
+        model = make_model()
+        algorithm = CompressedScatterReduce(codec, fusion_mb=0.0002, compress=compress)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum,
+                                                       dampening=dampening),
+                                       named_parameters=model.named_parameters(), algorithm=algorithm)
+        train(opt, model, range(5))
+        return [p.detach().clone() for p in model.parameters()], algorithm.state_dict()
+
+    started = []
+    in_place = CompressedScatterReduce._start_in_place
+    monkeypatch.setattr(CompressedScatterReduce, "_start_in_place",
+                        lambda self, ctx, bucket: started.append(handle := in_place(self, ctx, bucket)) or handle)
+    read_in_place, state = run()
+    # sign's step scale needs the flat step first; the others start in place (after dampening's first step: not)
+    assert any(h is not None for h in started) == (codec != "sign"), started
+    monkeypatch.setattr(CompressedScatterReduce, "_start_in_place", lambda *args: None)
+    flattened, flat_state = run()
+    assert all(torch.equal(a, b) for a, b in zip(read_in_place, flattened))
+    for mine, theirs in zip(state["error_feedback"], flat_state["error_feedback"]):
+        assert torch.equal(mine["worker"], theirs["worker"]) and torch.equal(mine["owner"], theirs["owner"])
+    for mine, theirs in zip(state["momentum"], flat_state["momentum"]):
+        assert (mine is None and theirs is None) or torch.equal(mine, theirs)
+
+
 def subnormal_count(t: torch.Tensor) -> int:
     return int(((t != 0) & (t.abs() < torch.finfo(torch.float32).tiny)).sum())
 

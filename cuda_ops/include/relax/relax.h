@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 12
+#define RELAX_ABI_VERSION 13
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -113,13 +113,18 @@ typedef struct {      /* broadcast */
   int32_t root_rank;  /* a world rank, which must belong to the process set */
 } relax_broadcast_args_t;
 
+/* Tensors laid end to end as a request's input (reducescatter, compressed_allreduce; see below). */
+typedef struct {
+  int32_t count;            /* 0: the input is the request's `input` */
+  const void* const* data;  /* each read where it lies, never copied into one buffer */
+  const int64_t* counts;    /* elements of each */
+} relax_input_pieces_t;
+
 typedef struct {            /* reducescatter */
   relax_reduce_args_t reduce;
   int32_t ncounts;          /* entries in `recv_counts` (0: split dim 0 evenly; see below) */
   const int64_t* recv_counts;
-  int32_t ninputs;          /* 0: the input is `input`; else these tensors laid end to end (see below) */
-  const void* const* inputs;   /* each read where it lies, never copied into one buffer */
-  const int64_t* input_counts; /* elements of each */
+  relax_input_pieces_t inputs;
 } relax_reducescatter_args_t;
 
 typedef struct {            /* alltoall */
@@ -159,6 +164,9 @@ typedef struct {            /* compressed_allreduce */
   float* owner_error;       /* error feedback: residual of the chunk this rank owns and reduces */
   const relax_step_scale_args_t* step_scale; /* NULL: none; read during relax_enqueue only (its state
                                                 buffers must stay valid until the handle completes) */
+  double prescale;          /* multiply the input by this before compressing (1.0 = none), e.g. an SGD
+                               step's learning rate: error feedback is then in the scaled units */
+  relax_input_pieces_t inputs;
 } relax_compressed_allreduce_args_t;
 
 typedef struct {            /* neighbor_average */
@@ -192,10 +200,12 @@ typedef struct {            /* group_average */
  * Reducescatter blocks: with `recv_counts` NULL, the tensor's dim 0 is split into `size` blocks
  * whose row counts differ by at most one, the first blocks taking the extra rows. With
  * `recv_counts` (ndim==1 only) the flat tensor is split element-wise into those counts.
- * With `ninputs` > 0 the request's tensor (ndim 1, `shape` its total element count, `input` NULL)
- * is the concatenation of `inputs[i]` (`input_counts[i]` elements each, all of `dtype`): a
- * bucket of gradients reduce-scattered without first copying them into one buffer. The arrays
- * are read during relax_enqueue; the tensors must stay valid and unchanged until completion.
+ *
+ * Tensors laid end to end: with `inputs.count` > 0 the request's tensor (ndim 1, `shape` its total
+ * element count, `input` NULL) is the concatenation of `inputs.data[i]` (`inputs.counts[i]`
+ * elements each, all of `dtype`): a bucket of gradients reduce-scattered or compressed without
+ * first copying them into one buffer. The arrays are read during relax_enqueue; the tensors must
+ * stay valid and unchanged until completion.
  *
  * relax_request_layout() gives the offset and size of every field, for bindings that mirror this
  * struct (Python's ctypes) to check themselves against.

@@ -35,9 +35,11 @@ std::string describe_layout() {
   RELAX_FIELD(relax_reducescatter_args_t, reduce);
   RELAX_FIELD(relax_reducescatter_args_t, ncounts);
   RELAX_FIELD(relax_reducescatter_args_t, recv_counts);
-  RELAX_FIELD(relax_reducescatter_args_t, ninputs);
   RELAX_FIELD(relax_reducescatter_args_t, inputs);
-  RELAX_FIELD(relax_reducescatter_args_t, input_counts);
+  RELAX_STRUCT(relax_input_pieces_t);
+  RELAX_FIELD(relax_input_pieces_t, count);
+  RELAX_FIELD(relax_input_pieces_t, data);
+  RELAX_FIELD(relax_input_pieces_t, counts);
   RELAX_STRUCT(relax_alltoall_args_t);
   RELAX_FIELD(relax_alltoall_args_t, nsplits);
   RELAX_FIELD(relax_alltoall_args_t, splits);
@@ -52,6 +54,8 @@ std::string describe_layout() {
   RELAX_FIELD(relax_compressed_allreduce_args_t, worker_error);
   RELAX_FIELD(relax_compressed_allreduce_args_t, owner_error);
   RELAX_FIELD(relax_compressed_allreduce_args_t, step_scale);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, prescale);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, inputs);
   RELAX_STRUCT(relax_step_scale_args_t);
   RELAX_FIELD(relax_step_scale_args_t, nfactors);
   RELAX_FIELD(relax_step_scale_args_t, shapes);

@@ -7,6 +7,33 @@ namespace {
 
 Status invalid(const std::string& message) { return Status::error(RELAX_ERR_INVALID_ARGUMENT, message); }
 
+// Tensors laid end to end (`input` is then NULL): their pointers and sizes, against the shape.
+Status parse_input_pieces(const relax_request_t& r, const relax_input_pieces_t& inputs, LocalRequest& local) {
+  const Descriptor& d = local.desc;
+  if (inputs.count < 0 || !inputs.data || !inputs.counts) {
+    return kinds::fail(local, "inputs.count is " + std::to_string(inputs.count) +
+                                  " but inputs.data or inputs.counts is NULL");
+  }
+  if (r.input) return kinds::fail(local, "takes either input or inputs, not both");
+  if (d.shape.size() != 1) {
+    return kinds::fail(local, "tensors laid end to end need a flat shape (ndim 1), got " + shape_string(d.shape));
+  }
+  const int64_t esize = static_cast<int64_t>(dtype_size(d.dtype));
+  int64_t sum = 0;
+  for (int32_t i = 0; i < inputs.count; ++i) {
+    const int64_t count = inputs.counts[i];
+    if (count < 0) return kinds::fail(local, "input " + std::to_string(i) + " has a negative element count");
+    if (count > 0 && !inputs.data[i]) return kinds::fail(local, "input " + std::to_string(i) + " is NULL");
+    local.input_pieces.push_back(Piece{inputs.data[i], nullptr, count * esize});
+    sum += count;
+  }
+  if (sum != d.num_elements()) {
+    return kinds::fail(local, "inputs hold " + std::to_string(sum) + " elements but the shape says " +
+                                  std::to_string(d.num_elements()));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status make_request(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
@@ -30,8 +57,13 @@ Status make_request(const relax_request_t& r, const SubmitContext& ctx, LocalReq
     for (int64_t dim : d.shape) {
       if (dim < 0) return kinds::fail(local, "negative dimension in shape " + shape_string(d.shape));
     }
-    const bool in_pieces = r.type == RELAX_REQ_REDUCESCATTER && r.args.reducescatter.ninputs != 0;
-    if (d.num_elements() > 0 && !r.input && !in_pieces) return kinds::fail(local, "input buffer is NULL");
+    const relax_input_pieces_t* pieces = kind->input_pieces ? kind->input_pieces(r) : nullptr;
+    if (pieces && pieces->count != 0) {
+      Status s = parse_input_pieces(r, *pieces, local);
+      if (!s.is_ok()) return s;
+    } else if (d.num_elements() > 0 && !r.input) {
+      return kinds::fail(local, "input buffer is NULL");
+    }
     local.input = r.input;
     local.output = r.output;
   }

@@ -39,12 +39,24 @@ bool all_finite(const float* x, int64_t n) {
   return ok;
 }
 
-// v = x + e, a copy of e in `saved`, and whether every v is finite, in one pass.
-bool add_save_and_check_portable(const float* x, const float* e, int64_t n, float* v, float* saved) {
+// v = x * scale + e, a copy of e in `saved`, and whether every v is finite, in one pass. (A
+// scale of 1 changes no bits: x * 1 is x.)
+bool add_save_and_check_portable(const float* x, float scale, const float* e, int64_t n, float* v, float* saved) {
   bool ok = true;
   for (int64_t i = 0; i < n; ++i) {
-    v[i] = x[i] + e[i];
+    const float scaled = x[i] * scale;
+    v[i] = scaled + e[i];
     saved[i] = e[i];
+    ok &= std::isfinite(v[i]);
+  }
+  return ok;
+}
+
+// v = x * scale and whether every v is finite (no error feedback).
+bool scale_and_check(const float* x, float scale, int64_t n, float* v) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = x[i] * scale;
     ok &= std::isfinite(v[i]);
   }
   return ok;
@@ -54,33 +66,52 @@ bool add_save_and_check_portable(const float* x, const float* e, int64_t n, floa
 // The same, 8 elements per instruction: |v| <= FLT_MAX is false exactly for NaN and +-Inf. The
 // copy of e is only read if the operation fails, so it bypasses the cache (streaming stores,
 // from the first element whose copy is 32-byte aligned).
-__attribute__((target("avx"))) bool add_save_and_check_avx(const float* x, const float* e, int64_t n, float* v,
-                                                           float* saved) {
+__attribute__((target("avx"))) bool add_save_and_check_avx(const float* x, float scale, const float* e, int64_t n,
+                                                           float* v, float* saved) {
   const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(saved) % 32 / 4);
   const int64_t head = std::min(n, misaligned == 0 ? 0 : 8 - misaligned);
-  bool ok = add_save_and_check_portable(x, e, head, v, saved);
+  bool ok = add_save_and_check_portable(x, scale, e, head, v, saved);
+  const __m256 scale8 = _mm256_set1_ps(scale);
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 largest = _mm256_set1_ps(std::numeric_limits<float>::max());
   __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   const int64_t end = head + (n - head) / 8 * 8;
   for (int64_t i = head; i < end; i += 8) {
     const __m256 error = _mm256_loadu_ps(e + i);
-    const __m256 sum = _mm256_add_ps(_mm256_loadu_ps(x + i), error);
+    const __m256 sum = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), scale8), error);
     _mm256_storeu_ps(v + i, sum);
     _mm256_stream_ps(saved + i, error);
     finite = _mm256_and_ps(finite, _mm256_cmp_ps(_mm256_and_ps(sum, magnitude), largest, _CMP_LE_OQ));
   }
   _mm_sfence();
   ok &= _mm256_movemask_ps(finite) == 0xff;
-  return add_save_and_check_portable(x + end, e + end, n - end, v + end, saved + end) && ok;
+  return add_save_and_check_portable(x + end, scale, e + end, n - end, v + end, saved + end) && ok;
 }
 #endif
 
-bool add_save_and_check(const float* x, const float* e, int64_t n, float* v, float* saved) {
+bool add_save_and_check(const float* x, float scale, const float* e, int64_t n, float* v, float* saved) {
 #if defined(__x86_64__)
-  if (cpu_has_avx()) return add_save_and_check_avx(x, e, n, v, saved);
+  if (cpu_has_avx()) return add_save_and_check_avx(x, scale, e, n, v, saved);
 #endif
-  return add_save_and_check_portable(x, e, n, v, saved);
+  return add_save_and_check_portable(x, scale, e, n, v, saved);
+}
+
+// Whether the input is one buffer read as it is (no pieces, no prescale).
+bool reads_input_as_is(const CompressedAllreduce& op) { return op.pieces.empty() && op.prescale == 1.0f; }
+
+// The operation's input as laid out in memory: its pieces, or the one buffer.
+Pieces input_pieces(const CompressedAllreduce& op) {
+  if (!op.pieces.empty()) return Pieces(op.pieces);
+  return Pieces({Piece{op.input, nullptr, op.count * 4}});
+}
+
+// Calls part(x, n, done) for each share of elements [at, at + count) of the input, where `x` is
+// `n` elements read where they lie and `done` the elements of the range before them.
+template <typename Part>
+void each_input_share(const Pieces& input, int64_t at, int64_t count, Part&& part) {
+  input.each_part(at * 4, count * 4, [&](const uint8_t* in, uint8_t*, int64_t bytes, int64_t done) {
+    part(reinterpret_cast<const float*>(in), bytes / 4, done / 4);
+  });
 }
 
 // The worker's error feedback is updated part by part, right after each part is encoded (its
@@ -161,6 +192,7 @@ class CompressedRun {
         chunk_offsets_(block_offsets(layout_.chunk_bytes)),
         encoded_total_(chunk_offsets_.back() + layout_.chunk_bytes.back()),
         forwards_encodings_(n_ == 2),
+        input_(input_pieces(op)),
         poisoned_by_(static_cast<size_t>(layout_.parts), -1) {
     // Scratch: saved worker error | v (one part) | encoded chunks to send | received chunks |
     // s | this rank's encoded chunk | gathered.
@@ -169,7 +201,8 @@ class CompressedRun {
     const bool feedback = op.worker_error != nullptr;
     size_t used = 0;
     const size_t saved_at = reserve(scratch, used, feedback ? static_cast<size_t>(op.count) * 4 : 0);
-    const size_t v_at = reserve(scratch, used, feedback ? static_cast<size_t>(largest_part) * 4 : 0);
+    const bool staged = feedback || !reads_input_as_is(op);  // each part built in v before encoding
+    const size_t v_at = reserve(scratch, used, staged ? static_cast<size_t>(largest_part) * 4 : 0);
     const size_t send_at = reserve(scratch, used, static_cast<size_t>(encoded_total_));
     const size_t recv_at = reserve(scratch, used, static_cast<size_t>(my_bytes_ * n_));
     const size_t s_at = reserve(scratch, used, static_cast<size_t>(mine_) * 4);
@@ -216,22 +249,34 @@ class CompressedRun {
     return Message{base + layout_.byte_offset[k], layout_.bytes[k]};
   }
 
-  // 1-3. Each destination's part: v = x + e (x itself without error feedback), encoded (or
-  // marked when not finite) just before it is sent to its owner, and e' = v - Q(v); the owner
-  // sums what it receives in rank order (the bits do not depend on arrival order) while later
-  // parts are in flight.
+  // 1-3. Each destination's part: v = prescale * x + e (without error feedback x itself, or
+  // prescale * x), encoded (or marked when not finite) just before it is sent to its owner, and
+  // e' = v - Q(v); the owner sums what it receives in rank order (the bits do not depend on
+  // arrival order) while later parts are in flight.
   void encode_part(int r, int p) {
     const size_t k = layout_.at(r, p);
     const int64_t c = layout_.elements[k], at = layout_.element_offset[k];
     uint8_t* out = part_of(sent_chunk(r), r, p).data;
     if (!op_.worker_error) {
-      const bool finite = all_finite(op_.input + at, c);
+      bool finite = true;
+      const float* x = op_.input + at;
+      if (!reads_input_as_is(op_)) {
+        each_input_share(input_, at, c, [&](const float* in, int64_t n, int64_t done) {
+          finite &= scale_and_check(in, op_.prescale, n, v_ + done);
+        });
+        x = v_;
+      } else {
+        finite = all_finite(x, c);
+      }
       write_marker(out, finite ? -1 : me_world_);
-      if (finite) codec_.encode(op_.input + at, c, out + kMarker);
+      if (finite) codec_.encode(x, c, out + kMarker);
       return;
     }
     write_pending_residual();
-    const bool finite = add_save_and_check(op_.input + at, op_.worker_error + at, c, v_, saved_ + at);
+    bool finite = true;
+    each_input_share(input_, at, c, [&](const float* in, int64_t n, int64_t done) {
+      finite &= add_save_and_check(in, op_.prescale, op_.worker_error + at + done, n, v_ + done, saved_ + at + done);
+    });
     write_marker(out, finite ? -1 : me_world_);
     if (!finite) return;
     codec_.encode(v_, c, out + kMarker);
@@ -405,6 +450,7 @@ class CompressedRun {
   // re-encoding the sum (the same bytes), so the result is the exact average of what was encoded
   // and the owner's error memory is not used.
   const bool forwards_encodings_;
+  const Pieces input_;
   float* saved_ = nullptr;
   float* v_ = nullptr;
   uint8_t* send_ = nullptr;

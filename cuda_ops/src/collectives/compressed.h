@@ -17,6 +17,7 @@
 
 #include "codecs/codec.h"
 #include "collectives/collectives.h"
+#include "collectives/pieces.h"
 
 namespace relax {
 
@@ -26,7 +27,11 @@ constexpr int64_t kCompressedPartElements = 1 << 19;
 int compressed_parts(int64_t count, int size);
 
 struct CompressedAllreduce {
+  // The input: one buffer, or tensors laid end to end (`pieces`, each read where it lies; `input`
+  // then null), multiplied by `prescale` before anything else (error feedback in those units).
   const float* input = nullptr;
+  std::vector<Piece> pieces;
+  float prescale = 1.0f;
   float* output = nullptr;          // may equal input
   int64_t count = 0;
   bool average = true;

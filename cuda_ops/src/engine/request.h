@@ -31,7 +31,7 @@ struct DirectArgs {
 struct LocalRequest {
   Descriptor desc;  // what is negotiated with the other ranks
   const void* input = nullptr;
-  // A reducescatter of tensors laid end to end (`input` is then null): each read where it lies.
+  // Tensors laid end to end (relax_input_pieces_t; `input` is then null): each read where it lies.
   std::vector<Piece> input_pieces;
   void* output = nullptr;
   relax_alloc_fn alloc = nullptr;
@@ -41,6 +41,7 @@ struct LocalRequest {
   double enqueued_at = 0;
   float* worker_error = nullptr;  // compressed all-reduce with error feedback
   float* owner_error = nullptr;
+  float prescale = 1.0f;          // compressed all-reduce: the input is multiplied by it first
   const float* scale_statistics = nullptr;  // compressed all-reduce with a step scale: this rank's
   float* scale_smoothed = nullptr;          // statistics (null: computed in the operation), its state
   DirectArgs direct;              // neighbour and group averages

@@ -88,6 +88,9 @@ struct RequestKind {
   // Runs a negotiated request; `received_splits` is handed to the caller (alltoall). nullptr for
   // kinds with nothing to run once negotiated (barrier) or run elsewhere (see the top).
   Status (*run)(RunContext& ctx, ExecItem& item, std::vector<int64_t>& received_splits) = nullptr;
+  // The kind's tensors laid end to end (relax_input_pieces_t), which the base checks and records
+  // in LocalRequest::input_pieces; nullptr for kinds that take one input.
+  const relax_input_pieces_t* (*input_pieces)(const relax_request_t& r) = nullptr;
 };
 
 // Registers a kind when the library loads: each file in engine/requests/ defines one. Two kinds

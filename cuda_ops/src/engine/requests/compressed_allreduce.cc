@@ -1,7 +1,7 @@
 // compressed_allreduce: float32 sum or average through a codec (collectives/compressed.h), with
 // error feedback when the caller lends the residual memory: the worker's (the whole tensor) and
 // the owner's (the chunk this rank reduces), and optionally the factored per-element step scale
-// (collectives/scaled_compressed.h).
+// (collectives/scaled_compressed.h). Its input may be tensors laid end to end, and scaled first.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -65,6 +65,17 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
     s = parse_step_scale(*args.step_scale, local);
     if (!s.is_ok()) return s;
   }
+  const float prescale = static_cast<float>(args.prescale);
+  if (!std::isfinite(prescale)) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%.9g", args.prescale);
+    return kinds::fail(local, std::string("prescale must be finite in float32 (1.0 = none), not ") + value);
+  }
+  local.prescale = prescale;
+  if (args.step_scale && (prescale != 1.0f || !local.input_pieces.empty())) {
+    return kinds::fail(local, "the step scale reads its input as one buffer as it is: no prescale, no inputs laid "
+                              "end to end");
+  }
   d.reduce_op = args.reduce_op;
   d.codec = args.codec;
   // Error feedback is on when the worker memory is given; the owner memory may then be NULL only
@@ -106,6 +117,8 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
   const FlushDenormals flush;
   CompressedAllreduce op;
   op.input = static_cast<const float*>(item.local->input);
+  op.pieces = item.local->input_pieces;
+  op.prescale = item.local->prescale;
   op.output = static_cast<float*>(item.local->output);
   op.count = d.num_elements();
   op.average = d.reduce_op == RELAX_OP_AVERAGE;
@@ -137,7 +150,7 @@ const RequestKindRegistration kCompressedAllreduce({
      {"codecs", codec_of},
      {"error-feedback settings", feedback_of},
      {"step scales", step_scale_of}},
-    kinds::refuse_when_joined, run});
+    kinds::refuse_when_joined, run, [](const relax_request_t& r) { return &r.args.compressed_allreduce.inputs; }});
 
 }  // namespace
 }  // namespace relax

@@ -11,39 +11,12 @@ namespace {
 
 // The tensors a request laid end to end (relax_reducescatter_args_t::inputs), checked against its
 // flat shape.
-Status parse_input_pieces(const relax_request_t& r, LocalRequest& local) {
-  const relax_reducescatter_args_t& args = r.args.reducescatter;
-  const Descriptor& d = local.desc;
-  if (args.ninputs < 0 || !args.inputs || !args.input_counts) {
-    return kinds::fail(local, "ninputs is " + std::to_string(args.ninputs) + " but inputs or input_counts is NULL");
-  }
-  if (r.input) return kinds::fail(local, "takes either input or inputs, not both");
-  if (d.shape.size() != 1) {
-    return kinds::fail(local, "tensors laid end to end need a flat shape (ndim 1), got " + shape_string(d.shape));
-  }
-  const int64_t esize = static_cast<int64_t>(dtype_size(d.dtype));
-  int64_t sum = 0;
-  for (int32_t i = 0; i < args.ninputs; ++i) {
-    const int64_t count = args.input_counts[i];
-    if (count < 0) return kinds::fail(local, "input " + std::to_string(i) + " has a negative element count");
-    if (count > 0 && !args.inputs[i]) return kinds::fail(local, "input " + std::to_string(i) + " is NULL");
-    local.input_pieces.push_back(Piece{args.inputs[i], nullptr, count * esize});
-    sum += count;
-  }
-  if (sum != d.num_elements()) {
-    return kinds::fail(local, "inputs hold " + std::to_string(sum) + " elements but the shape says " +
-                                  std::to_string(d.num_elements()));
-  }
-  return Status::ok();
-}
-
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
   const relax_reducescatter_args_t& args = r.args.reducescatter;
   Descriptor& d = local.desc;
   Status s = kinds::parse_reduction(local, args.reduce);
   if (!s.is_ok()) return s;
   s = kinds::require_rows(ctx, local);
-  if (s.is_ok() && args.ninputs != 0) s = parse_input_pieces(r, local);
   if (!s.is_ok() || args.ncounts <= 0) return s;
   if (args.ncounts != ctx.set_size() || !args.recv_counts) {
     return kinds::fail(local, "recv_counts must have one entry per rank");
@@ -117,7 +90,8 @@ std::vector<AgreementField> agreement() {
 
 const RequestKindRegistration kReducescatter({
     RELAX_REQ_REDUCESCATTER, "reducescatter", Lane::kNegotiated, /*takes_tensor=*/true, /*global=*/false,
-    /*fuses=*/false, parse, agreement(), /*check_joined=*/nullptr, run});
+    /*fuses=*/false, parse, agreement(), /*check_joined=*/nullptr, run,
+    [](const relax_request_t& r) { return &r.args.reducescatter.inputs; }});
 
 }  // namespace
 }  // namespace relax
