@@ -1,6 +1,7 @@
 // Codec round trips: exact where values are representable, within the documented bounds
 // otherwise, and sane for empty and one-element chunks.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "check.h"
 #include "codecs/codec.h"
+#include "codecs/codec_math.h"
 #include "collectives/compressed.h"
 #include "util/flush_denormals.h"
 #include "util/half.h"
@@ -201,4 +203,55 @@ TEST(flush_denormals_reads_and_writes_subnormals_as_zero_only_within_its_scope) 
     CHECK(subnormal + 0.0f == 0.0f);  // and a subnormal input read as zero
   }
   CHECK(smallest_normal * half == before);
+}
+
+TEST(uint8_gives_the_scalar_formulas_bits_on_every_length) {
+  auto codec = codec_named("uint8");
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{1003}, int64_t{65541}}) {
+    auto values = random_values(static_cast<size_t>(n), 7, -3, 2);
+    values[static_cast<size_t>(n / 2)] = -0.0f;  // signed zeros and repeated extremes: comparisons must agree
+    if (n > 2) values[1] = 0.0f;
+    float lows[8], highs[8];
+    for (int j = 0; j < 8; ++j) lows[j] = highs[j] = values[0];
+    for (int64_t i = 0; i < n; ++i) {
+      const int lane = i < n / 8 * 8 ? static_cast<int>(i % 8) : 0;
+      lows[lane] = values[i] < lows[lane] ? values[i] : lows[lane];
+      highs[lane] = values[i] > highs[lane] ? values[i] : highs[lane];
+    }
+    float lo = lows[0], hi = highs[0];
+    for (int j = 1; j < 8; ++j) {
+      lo = lows[j] < lo ? lows[j] : lo;
+      hi = highs[j] > hi ? highs[j] : hi;
+    }
+    const float step = relax::codec_math::minmax_step(lo, hi);
+    const float inverse = step > 0.0f ? 1.0f / step : 0.0f;
+    std::vector<uint8_t> bytes(static_cast<size_t>(codec->encoded_bytes(n))), fused(bytes.size());
+    codec->encode(values.data(), n, bytes.data());
+    std::vector<float> residual(static_cast<size_t>(n));
+    codec->encode_with_residual(values.data(), n, fused.data(), residual.data());
+    CHECK(fused == bytes);
+    int wrong = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint8_t q = relax::codec_math::minmax_quantize(values[i], lo, inverse);
+      const float expected_residual = values[i] - relax::codec_math::minmax_dequantize(q, lo, step);
+      wrong += bytes[8 + i] != q || std::memcmp(&residual[i], &expected_residual, 4) != 0;
+    }
+    CHECK_EQ(wrong, 0);
+    CHECK(std::memcmp(bytes.data(), &lo, 4) == 0 && std::memcmp(bytes.data() + 4, &hi, 4) == 0);
+  }
+}
+
+TEST(encode_with_residual_is_encode_then_residual_for_every_codec_also_in_place) {
+  for (const char* name : {"fp16", "uint8", "sign"}) {
+    auto codec = codec_named(name);
+    const int64_t n = 1031;
+    const auto values = random_values(static_cast<size_t>(n), 8, -2, 5);
+    std::vector<uint8_t> separate(static_cast<size_t>(codec->encoded_bytes(n))), fused(separate.size());
+    std::vector<float> expected(static_cast<size_t>(n)), in_place = values;
+    codec->encode(values.data(), n, separate.data());
+    codec->residual(separate.data(), n, values.data(), expected.data());
+    codec->encode_with_residual(in_place.data(), n, fused.data(), in_place.data());
+    CHECK(fused == separate);
+    CHECK(std::memcmp(in_place.data(), expected.data(), static_cast<size_t>(n) * 4) == 0);
+  }
 }

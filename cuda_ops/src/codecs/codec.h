@@ -27,6 +27,12 @@ class Codec {
   // out[i] = v[i] - decoded value i (error feedback's residual, in one pass over memory); out may
   // be v.
   virtual void residual(const uint8_t* in, int64_t n, const float* v, float* out) const = 0;
+  // encode(v, n, out), then residual[i] = v[i] - decoded value i (`residual` may be v): the same
+  // bits; a codec may do both in fewer passes over memory.
+  virtual void encode_with_residual(const float* v, int64_t n, uint8_t* out, float* residual) const {
+    encode(v, n, out);
+    this->residual(out, n, v, residual);
+  }
 };
 
 // What a codec file tells the registry about itself.

@@ -25,6 +25,19 @@ __attribute__((target("avx,f16c"))) int64_t encode_f16c(const float* in, int64_t
   return full;
 }
 
+// encode_f16c and, in the same pass, residual = in - the half's value (`residual` may be `in`).
+__attribute__((target("avx,f16c"))) int64_t encode_with_residual_f16c(const float* in, int64_t n, uint16_t* out,
+                                                                      float* residual) {
+  const int64_t full = n / 8 * 8;
+  for (int64_t i = 0; i < full; i += 8) {
+    const __m256 x = _mm256_loadu_ps(in + i);
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+    _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_cvtph_ps(h)));
+  }
+  return full;
+}
+
 template <bool Accumulate>
 __attribute__((target("avx,f16c"))) int64_t decode_f16c(const uint16_t* in, int64_t n, float* out) {
   const int64_t full = n / 8 * 8;
@@ -54,6 +67,18 @@ class Fp16Codec final : public Codec {
     if (has_f16c()) done = encode_f16c(in, n, h);
 #endif
     for (int64_t i = done; i < n; ++i) h[i] = codec_math::fp16_encode(in[i]);
+  }
+
+  void encode_with_residual(const float* v, int64_t n, uint8_t* out, float* residual) const override {
+    uint16_t* h = reinterpret_cast<uint16_t*>(out);
+    int64_t done = 0;
+#if defined(__x86_64__)
+    if (has_f16c()) done = encode_with_residual_f16c(v, n, h, residual);
+#endif
+    for (int64_t i = done; i < n; ++i) {
+      h[i] = codec_math::fp16_encode(v[i]);
+      residual[i] = v[i] - codec_math::fp16_decode(h[i]);
+    }
   }
 
   void decode(const uint8_t* in, int64_t n, float* out) const override {

@@ -231,7 +231,6 @@ class CompressedRun {
     }
     // 5. Error feedback, now that the operation succeeded everywhere: the worker's stays as
     // written, the owner's is f' = s - Q(s), computed part by part into s.
-    write_pending_residual();
     worker_commit.keep();
     if (op_.owner_error && !forwards_encodings_) {
       std::memcpy(op_.owner_error, s_, static_cast<size_t>(mine_) * 4);  // (s now holds f')
@@ -250,9 +249,9 @@ class CompressedRun {
   }
 
   // 1-3. Each destination's part: v = prescale * x + e (without error feedback x itself, or
-  // prescale * x), encoded (or marked when not finite) just before it is sent to its owner, and
-  // e' = v - Q(v); the owner sums what it receives in rank order (the bits do not depend on
-  // arrival order) while later parts are in flight.
+  // prescale * x), encoded (or marked when not finite) just before it is sent to its owner, with
+  // e' = v - Q(v) written in the encoding's pass; the owner sums what it receives in rank order
+  // (the bits do not depend on arrival order) while later parts are in flight.
   void encode_part(int r, int p) {
     const size_t k = layout_.at(r, p);
     const int64_t c = layout_.elements[k], at = layout_.element_offset[k];
@@ -272,29 +271,18 @@ class CompressedRun {
       if (finite) codec_.encode(x, c, out + kMarker);
       return;
     }
-    write_pending_residual();
     bool finite = true;
     each_input_share(input_, at, c, [&](const float* in, int64_t n, int64_t done) {
       finite &= add_save_and_check(in, op_.prescale, op_.worker_error + at + done, n, v_ + done, saved_ + at + done);
     });
     write_marker(out, finite ? -1 : me_world_);
     if (!finite) return;
-    codec_.encode(v_, c, out + kMarker);
-    pending_ = {out + kMarker, at, c};
-  }
-
-  // The residual of the part encoded last, computed once that part is on its way (at the next
-  // encoding, which reuses v, or at the owner's stage): not between encoding and sending.
-  void write_pending_residual() {
-    if (!pending_.encoded) return;
-    codec_.residual(pending_.encoded, pending_.count, v_, op_.worker_error + pending_.at);
-    commit_->wrote(pending_.at, pending_.count);
-    pending_ = {};
+    codec_.encode_with_residual(v_, c, out + kMarker, op_.worker_error + at);  // e' = v - Q(v)
+    commit_->wrote(at, c);
   }
 
   // Rank r's encoding of this rank's chunk, part p, added to s (called in rank order).
   void reduce_part(const uint8_t* chunk_encoding, int r, int p) {
-    write_pending_residual();  // (the last part is sent by now)
     const size_t k = layout_.at(me_, p);
     const uint8_t* part = chunk_encoding + layout_.byte_offset[k];
     int32_t& poisoned = poisoned_by_[static_cast<size_t>(p)];
@@ -327,8 +315,11 @@ class CompressedRun {
     const int32_t poisoned = poisoned_by_[static_cast<size_t>(p)];
     write_marker(out, poisoned);
     if (poisoned >= 0) return;
-    codec_.encode(sum, c, out + kMarker);
-    if (op_.owner_error) codec_.residual(out + kMarker, c, sum, sum);  // while the part is in cache
+    if (op_.owner_error) {
+      codec_.encode_with_residual(sum, c, out + kMarker, sum);
+    } else {
+      codec_.encode(sum, c, out + kMarker);
+    }
   }
 
   // 4. Every owner's encoded part, decoded by everyone. A part marked by its owner fails the
@@ -431,11 +422,6 @@ class CompressedRun {
                                           decode_chunk, /*in_rank_order=*/false);
   }
 
-  struct PendingResidual {
-    const uint8_t* encoded = nullptr;
-    int64_t at = 0;
-    int64_t count = 0;
-  };
 
   Collectives& collectives_;
   const Codec& codec_;
@@ -460,7 +446,6 @@ class CompressedRun {
   uint8_t* gathered_ = nullptr;
   std::vector<int32_t> poisoned_by_;  // per part of this rank's chunk
   int32_t failed_by_ = -1;
-  PendingResidual pending_;
   WorkerResidualCommit* commit_ = nullptr;
 };
 

@@ -13,4 +13,14 @@ inline bool cpu_has_avx() {
 #endif
 }
 
+// True when the CPU and the OS support AVX2 (256-bit integer vectors); checked once.
+inline bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
 }  // namespace relax
