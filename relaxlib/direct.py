@@ -89,6 +89,19 @@ def _request(kind: int, src: Buffer, dst: Buffer, name: str) -> tuple[_core.Requ
     return request, (shape, encoded)
 
 
+def _laid_end_to_end(pieces: Sequence[Buffer], name: str) -> tuple[Buffer, _core.InputPieces, tuple[Any, ...]]:
+    """``pieces`` as one request input: a buffer of their total size at address 0 (the request's
+    ``input`` is then NULL), the relax_input_pieces_t naming each, and the arrays it points to."""
+    dtypes = sorted({piece.dtype for piece in pieces})
+    if len(dtypes) != 1:
+        raise ValueError(f"{name}: tensors laid end to end need one dtype, got {dtypes or 'no tensors'}")
+    data = (ctypes.c_void_p * len(pieces))(*[piece.address for piece in pieces])
+    counts = (ctypes.c_int64 * len(pieces))(*[piece.count for piece in pieces])
+    inputs = _core.InputPieces(len(pieces), ctypes.cast(data, ctypes.POINTER(ctypes.c_void_p)),
+                               ctypes.cast(counts, ctypes.POINTER(ctypes.c_int64)))
+    return Buffer(0, sum(piece.count for piece in pieces), dtypes[0]), inputs, (data, counts)
+
+
 def _ranks_and_weights(name: str, ranks: Sequence[int], weights: Sequence[float]) -> tuple[Any, Any]:
     """C arrays of world ranks (int32) and their weights (double)."""
     if len(ranks) != len(weights):
@@ -192,11 +205,13 @@ def flat_broadcast_async(src: Buffer, dst: Buffer, root: int, name: str, keepali
     return _submit(request, name, hold + keepalive, result)
 
 
-def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tuple[Any, ...] = (),
+def flat_reducescatter_async(src: Buffer | Sequence[Buffer], dst: Buffer, name: str, keepalive: tuple[Any, ...] = (),
                              result: Any = None, average: bool = False) -> DirectHandle:
     """Starts the sum (or, with ``average``, mean) reduce-scatter of a flat buffer over all ranks
     through the negotiated path: ``dst`` receives this rank's contiguous chunk (see
-    ``relaxlib.compression.chunk_count``); it must hold at least that many elements."""
+    ``relaxlib.compression.chunk_count``); it must hold at least that many elements. ``src`` may be
+    several buffers laid end to end, each read where it lies."""
+    src, pieces, held = _laid_end_to_end(src, name) if not isinstance(src, Buffer) else (src, None, ())
     if src.dtype != dst.dtype or src.dtype not in DTYPES:
         raise ValueError(f"{name}: reduce-scatter needs matching float32/float64 buffers, got {src.dtype} and "
                          f"{dst.dtype}")
@@ -204,7 +219,9 @@ def flat_reducescatter_async(src: Buffer, dst: Buffer, name: str, keepalive: tup
     request.output = dst.address
     args = request.args.reducescatter
     _set_reduce(args.reduce, 0 if average else 1)  # relax_reduce_op_t: Average, Sum; no recv_counts: even split
-    return _submit(request, name, hold + keepalive, result)
+    if pieces is not None:
+        args.inputs = pieces
+    return _submit(request, name, hold + held + keepalive, result)
 
 
 class _Gathered:
@@ -261,15 +278,19 @@ class StepScaleBuffers:
     owners: tuple[Any, ...] = ()
 
 
-def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: str,
+def flat_compressed_allreduce_async(src: Buffer | Sequence[Buffer], dst: Buffer, name: str, codec: str,
                                     worker_error: Buffer | None = None, owner_error: Buffer | None = None,
                                     keepalive: tuple[Any, ...] = (), result: Any = None, average: bool = True,
-                                    process_set: int = 0, step_scale: StepScaleBuffers | None = None) -> DirectHandle:
+                                    process_set: int = 0, step_scale: StepScaleBuffers | None = None,
+                                    prescale: float = 1.0) -> DirectHandle:
     """Starts the compressed all-reduce (mean, or sum) of a float32 buffer through the negotiated
     path over ``process_set`` (an id), with error feedback when both residual buffers are given:
     ``worker_error`` as long as ``src``, ``owner_error`` as long as this rank's chunk. With
     ``step_scale`` the input is divided by that scale before the codec and the result multiplied
-    back, the scale's statistics averaged inside the operation (``src`` is then only read)."""
+    back, the scale's statistics averaged inside the operation (``src`` is then only read).
+    ``src`` may be several buffers laid end to end, each read where it lies, and ``prescale``
+    multiplies it first (neither with ``step_scale``)."""
+    src, pieces, held = _laid_end_to_end(src, name) if not isinstance(src, Buffer) else (src, None, ())
     if src.dtype != "float32":
         raise ValueError(f"{name}: compressed all-reduce needs float32 buffers, got {src.dtype}")
     request, hold = _request(_core.REQ_COMPRESSED_ALLREDUCE, src, dst, name)
@@ -277,7 +298,10 @@ def flat_compressed_allreduce_async(src: Buffer, dst: Buffer, name: str, codec: 
     args = request.args.compressed_allreduce
     args.reduce_op = 0 if average else 1  # relax_reduce_op_t: Average, Sum
     args.codec = codec_id(codec)
-    args.prescale = 1.0
+    args.prescale = prescale
+    if pieces is not None:
+        args.inputs = pieces
+        hold = hold + held
     if worker_error is not None and owner_error is not None:
         args.worker_error, args.owner_error = _floats(worker_error), _floats(owner_error)
     if step_scale is not None:

@@ -141,19 +141,24 @@ class HostErrorFeedback:
         self.owner[:] = owner
 
 
-def compressed_allreduce_flat_async(flat: np.ndarray, codec: str, state: HostErrorFeedback | None, name: str,
-                                    average: bool = True, process_set=global_process_set,
-                                    step_scale: direct.StepScaleBuffers | None = None) -> direct.DirectHandle:
-    """Starts the compressed all-reduce of a flat float32 host array; ``wait()`` returns the result
-    (a new array). With ``state`` its residuals are applied and updated (error feedback); with
+def compressed_allreduce_flat_async(flat: np.ndarray | list[np.ndarray], codec: str, state: HostErrorFeedback | None,
+                                    name: str, average: bool = True, process_set=global_process_set,
+                                    step_scale: direct.StepScaleBuffers | None = None,
+                                    prescale: float = 1.0) -> direct.DirectHandle:
+    """Starts the compressed all-reduce of a flat float32 host array, or of a list of them laid
+    end to end (each read where it lies), times ``prescale``; ``wait()`` returns the result (a new
+    flat array). With ``state`` its residuals are applied and updated (error feedback); with
     ``step_scale`` the operation divides by that scale first and multiplies the result back."""
-    src = np.ascontiguousarray(flat, np.float32).reshape(-1)
-    out = np.empty_like(src)
+    laid = isinstance(flat, (list, tuple))
+    src = [np.ascontiguousarray(a, np.float32).reshape(-1) for a in flat] if laid else \
+        np.ascontiguousarray(flat, np.float32).reshape(-1)
+    out = np.empty(sum(a.size for a in src) if laid else src.size, np.float32)
     if state is not None:
-        _check_state(state, src.size, process_set_id(process_set), name)
+        _check_state(state, out.size, process_set_id(process_set), name)
     worker = Buffer.of(state.worker) if state is not None else None
     owner = Buffer.of(state.owner) if state is not None else None
-    return direct.flat_compressed_allreduce_async(Buffer.of(src), Buffer.of(out), name, codec, worker, owner,
+    source = [Buffer.of(a) for a in src] if laid else Buffer.of(src)
+    return direct.flat_compressed_allreduce_async(source, Buffer.of(out), name, codec, worker, owner,
                                                   average=average, process_set=process_set.process_set_id,
                                                   keepalive=(src, out, state), result=out,
-                                                  step_scale=step_scale)
+                                                  step_scale=step_scale, prescale=prescale)

@@ -157,6 +157,21 @@ class KerasContext(KerasBinding):
     def flatten_grads(self, indices: list[int], out=None):
         return self._flatten(lambda i: self._grads[i], indices, out)
 
+    def _host_grads(self, indices: list[int]) -> list[np.ndarray] | None:
+        """The gradients of ``indices`` as flat host arrays of their variables' dtype, read where
+        they lie (numpy views of eager tensors), or None where one is missing, sparse or would
+        have to be converted."""
+        arrays = []
+        for i in indices:
+            grad = self._grads[i]
+            if grad is None or isinstance(grad, tf.IndexedSlices):
+                return None
+            array = np.asarray(grad)
+            if array.dtype != np.dtype(self._refs[i].dtype) or not array.flags.c_contiguous:
+                return None
+            arrays.append(array.reshape(-1))
+        return arrays
+
     def flatten_params(self, indices: list[int], out=None):
         return self._flatten(lambda i: self._variables[i].numpy(), indices, out)
 
@@ -223,6 +238,16 @@ class KerasContext(KerasBinding):
     def broadcast_object(self, obj, root: int = 0):
         return functions.broadcast_object(obj, root_rank=root)
 
+    def reduce_scatter_grads_async(self, indices: list[int], name: str):
+        """Reduce-scatters the gradients where they lie (no flattened copy) when every one is a
+        dense host array; otherwise through the flattened buffer."""
+        grads = self._host_grads(indices)
+        if grads is None:
+            return super().reduce_scatter_grads_async(indices, name)
+        out = np.empty(chunk_count(sum(g.size for g in grads), self.size, self.rank), grads[0].dtype)
+        return direct.flat_reducescatter_async([Buffer.of(g) for g in grads], Buffer.of(out), name,
+                                               keepalive=(grads, out), result=out, average=True)
+
     def reduce_scatter_async(self, flat, name: str):
         out = np.empty(chunk_count(flat.size, self.size, self.rank), flat.dtype)
         return direct.flat_reducescatter_async(Buffer.of(flat), Buffer.of(out), name, keepalive=(flat, out),
@@ -245,10 +270,17 @@ class KerasContext(KerasBinding):
 
     def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None,
                                    prescale: float = 1.0):
-        if prescale != 1.0:
-            flat = flat * np.float32(prescale)
         return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average,
-                                                          process_set=group or global_process_set)
+                                                          process_set=group or global_process_set, prescale=prescale)
+
+    def compressed_allreduce_grads_async(self, indices: list[int], name: str, codec: str, state=None,
+                                         prescale: float = 1.0):
+        """Compresses the gradients where they lie (no flattened copy) when every one is a dense
+        float32 host array; otherwise through the flattened buffer."""
+        grads = self._host_grads(indices)
+        if grads is None or grads[0].dtype != np.float32:
+            return super().compressed_allreduce_grads_async(indices, name, codec, state, prescale)
+        return compressed.compressed_allreduce_flat_async(grads, codec, state, name, prescale=prescale)
 
     def scaled_compressed_allreduce_async(self, flat, name: str, codec: str, state, step_scale):
         return compressed.compressed_allreduce_flat_async(flat, codec, state, name, step_scale=step_scale)

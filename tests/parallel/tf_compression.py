@@ -13,6 +13,7 @@ from compression_model import Model, inputs
 
 import relaxlib
 import relaxlib_tf as hvd
+from relaxlib import direct
 from relaxlib.algorithms import Algorithm, CompressedScatterReduce, DeAR, OneBitAdam
 
 hvd.init()
@@ -103,6 +104,32 @@ def train(algorithm, optimizer, epochs: int, use_fit: bool = False, seed: int = 
     keras_digits.run(net, opt, mine_x, mine_y, epochs, use_fit)
     accuracy = float(np.mean(np.argmax(net(test_x).numpy(), axis=1) == test_y))
     return net, accuracy, opt
+
+
+@pytest.mark.parametrize("codec, momentum", [("uint8", 0.0), ("uint8", 0.9), ("fp16", 0.9)])
+def test_a_custom_loop_compresses_the_gradients_where_they_lie_with_the_flattened_bits(monkeypatch, codec, momentum):
+    """Eager Keras steps hand the core each gradient's host memory (and the learning rate as the
+    operation's prescale) instead of a flattened copy: the same weights, bit for bit."""
+    laid = []
+    original = direct.flat_compressed_allreduce_async
+
+    def recording(src, *args, **kwargs):
+        laid.append(isinstance(src, list))
+        return original(src, *args, **kwargs)
+
+    def run():
+        algorithm = CompressedScatterReduce(codec, fusion_mb=0.002)
+        return train(algorithm, keras.optimizers.SGD(0.05, momentum=momentum), epochs=1)
+
+    monkeypatch.setattr(direct, "flat_compressed_allreduce_async", recording)
+    in_place, _, opt = run()
+    # uint8 compresses SGD's step: without momentum the gradients themselves are read where they
+    # lie, with momentum its flat buffer (the gradients added in); fp16 compresses the gradients
+    assert opt._relax_bound == "host" and laid and all(laid) == (codec == "fp16" or not momentum), laid
+    monkeypatch.setattr(CompressedScatterReduce, "_start_in_place", lambda *args: None)
+    flattened, _, _ = run()
+    for mine, theirs in zip(in_place.get_weights(), flattened.get_weights()):
+        np.testing.assert_array_equal(mine, theirs)
 
 
 @pytest.mark.parametrize("use_fit", [False, True])

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import relaxlib
 import relaxlib_tf as hvd
+from relaxlib import direct
 from relaxlib.algorithms import DeAR
 
 hvd.init()
@@ -54,6 +55,23 @@ def test_dear_trains_exactly_as_all_reduce(optimizer, use_fit):
     assert int(opt.iterations.numpy()) == int(reference_opt.iterations.numpy())  # one Keras step per step
     # model.fit traces DeAR's step into the train function as TF ops; a custom loop runs it eagerly
     assert opt._relax_bound == ("graph" if use_fit else "host")
+
+
+def test_a_custom_loop_reduce_scatters_the_gradients_where_they_lie(monkeypatch):
+    """Eager Keras steps hand the core each gradient's host memory, not a flattened copy, and
+    still train exactly as all-reduce."""
+    laid = []
+    original = direct.flat_reducescatter_async
+
+    def recording(src, *args, **kwargs):
+        laid.append(isinstance(src, list))
+        return original(src, *args, **kwargs)
+
+    monkeypatch.setattr(direct, "flat_reducescatter_async", recording)
+    reference, _ = train(None, OPTIMIZERS["sgd-momentum"](), use_fit=False)
+    net, opt = train(DeAR(fusion_mb=SMALL_BUCKETS_MB), OPTIMIZERS["sgd-momentum"](), use_fit=False)
+    assert opt._relax_bound == "host" and laid and all(laid), laid
+    assert_same_weights(net, reference)
 
 
 def test_dear_traced_into_several_steps_per_execution_stays_exact():
