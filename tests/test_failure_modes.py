@@ -114,6 +114,7 @@ def test_ctrl_c_during_a_blocked_wait_raises_keyboard_interrupt(mode, tmp_path):
                                       ("ring-allreduce", {"RELAX_LOCAL_SIZE": "1"}),
                                       ("ring-grouped", {"RELAX_LOCAL_SIZE": "1"}),
                                       ("scaled-sign", {"RELAX_LOCAL_SIZE": "1"}),
+                                      ("uint8-in-place", {"RELAX_LOCAL_SIZE": "1"}),
                                       ("dear", {"RELAX_LOCAL_SIZE": "1"})])
 def test_killed_rank_ends_the_job_instead_of_hanging(mode, env):
     start = time.monotonic()

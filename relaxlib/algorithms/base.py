@@ -234,10 +234,13 @@ class TrainingContext(ABC):
         zeros). This default flattens them into a buffer kept per ``name``; a binding whose core
         reads tensors where they lie overrides it to skip that copy (the gradients must then stay
         unchanged until the handle is waited for)."""
+        return self.reduce_scatter_async(self._flat_grads(indices, name), name=name)
+
+    def _flat_grads(self, indices: list[int], name: str) -> Any:
+        """``flatten_grads`` into a buffer kept per ``name`` (one request of a name is in flight)."""
         buffers = self.__dict__.setdefault("_flat_grad_buffers", {})
-        flat = self.flatten_grads(indices, out=buffers.get(name))
-        buffers[name] = flat
-        return self.reduce_scatter_async(flat, name=name)
+        buffers[name] = self.flatten_grads(indices, out=buffers.get(name))
+        return buffers[name]
 
     @abstractmethod
     def allreduce_async(self, tensor: Any, name: str, average: bool = True, group: Any = None) -> Any:
@@ -268,10 +271,7 @@ class TrainingContext(ABC):
         end to end (missing ones as zeros), times ``prescale``. This default flattens them into a
         buffer kept per ``name``; a binding whose core reads tensors where they lie overrides it
         to skip that copy (the gradients must then stay unchanged until the handle is waited for)."""
-        buffers = self.__dict__.setdefault("_flat_grad_buffers", {})
-        flat = self.flatten_grads(indices, out=buffers.get(name))
-        buffers[name] = flat
-        return self.compressed_allreduce_async(flat, name, codec, state, prescale=prescale)
+        return self.compressed_allreduce_async(self._flat_grads(indices, name), name, codec, state, prescale=prescale)
 
     def scaled_compressed_allreduce_async(self, flat: Any, name: str, codec: str, state: Any,
                                           step_scale: Any) -> Any | None:

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -294,30 +295,46 @@ int64_t reducescatter_async(const at::Tensor& input, const std::string& name, in
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
-// One reducescatter of `inputs` laid end to end (all contiguous, CPU, of one dtype), each read
-// where it lies: this rank receives its 1-D block of the concatenation.
-int64_t reducescatter_concatenated_async(const std::vector<at::Tensor>& inputs, const std::string& name, int64_t op,
-                                         double prescale, double postscale, int64_t process_set) {
+// Tensors laid end to end as one request's input (relax_input_pieces_t): their pointers and
+// element counts, which must outlive relax_enqueue, and their total.
+struct LaidEndToEnd {
   std::vector<const void*> pointers;
   std::vector<int64_t> counts;
   int64_t total = 0;
-  relax_request_t r = checked(RELAX_REQ_REDUCESCATTER, &name, 1, process_set, [&] {
-    TORCH_CHECK(!inputs.empty(), "relaxlib: a reducescatter of tensors laid end to end needs at least one tensor");
+
+  // Checks `inputs` (at least one; contiguous CPU tensors of one dtype) and records them.
+  LaidEndToEnd(const std::vector<at::Tensor>& inputs, const char* what) {
+    TORCH_CHECK(!inputs.empty(), "relaxlib: a ", what, " of tensors laid end to end needs at least one tensor");
     for (const at::Tensor& input : inputs) {
-      check_tensor(input, "reducescatter input");
-      TORCH_CHECK(input.scalar_type() == inputs.front().scalar_type(), "relaxlib: tensors reduce-scattered as one "
-                  "must share a dtype, got ", inputs.front().scalar_type(), " and ", input.scalar_type());
+      check_tensor(input, what);
+      TORCH_CHECK(input.scalar_type() == inputs.front().scalar_type(), "relaxlib: tensors laid end to end in a ",
+                  what, " must share a dtype, got ", inputs.front().scalar_type(), " and ", input.scalar_type());
       pointers.push_back(input.data_ptr());
       counts.push_back(input.numel());
       total += input.numel();
     }
+  }
+
+  // The request's flat shape and pieces.
+  void describe(relax_request_t& r, relax_input_pieces_t& pieces) {
+    r.ndim = 1;
+    r.shape = &total;
+    pieces = {static_cast<int32_t>(pointers.size()), pointers.data(), counts.data()};
+  }
+};
+
+// One reducescatter of `inputs` laid end to end (all contiguous, CPU, of one dtype), each read
+// where it lies: this rank receives its 1-D block of the concatenation.
+int64_t reducescatter_concatenated_async(const std::vector<at::Tensor>& inputs, const std::string& name, int64_t op,
+                                         double prescale, double postscale, int64_t process_set) {
+  std::optional<LaidEndToEnd> laid;
+  relax_request_t r = checked(RELAX_REQ_REDUCESCATTER, &name, 1, process_set, [&] {
+    laid.emplace(inputs, "reducescatter");
     relax_request_t request = empty_request(RELAX_REQ_REDUCESCATTER, name, process_set);
     request.dtype = to_relax_dtype(inputs.front().scalar_type());
     return request;
   });
-  r.ndim = 1;
-  r.shape = &total;
-  r.args.reducescatter.inputs = {static_cast<int32_t>(inputs.size()), pointers.data(), counts.data()};
+  laid->describe(r, r.args.reducescatter.inputs);
   set_reduce_args(r, op, prescale, postscale);
   auto flight = std::make_unique<InFlight>(InFlight{inputs.front(), at::Tensor(), inputs.front().scalar_type()});
   flight->keep.assign(inputs.begin() + 1, inputs.end());
@@ -384,30 +401,20 @@ int64_t compressed_allreduce_concatenated_async(const std::vector<at::Tensor>& i
                                                 const std::optional<at::Tensor>& owner_error, const std::string& name,
                                                 int64_t codec, int64_t op, int64_t process_set, double prescale) {
   relax_request_t r = empty_request(RELAX_REQ_COMPRESSED_ALLREDUCE, name, process_set);
-  std::vector<const void*> pointers;
-  std::vector<int64_t> counts;
-  int64_t total = 0;
+  std::optional<LaidEndToEnd> laid;
   std::unique_ptr<InFlight> flight;
   checked(RELAX_REQ_COMPRESSED_ALLREDUCE, &name, 1, process_set, [&] {
-    TORCH_CHECK(!inputs.empty(), "relaxlib: a compressed all-reduce of tensors laid end to end needs a tensor");
-    for (const at::Tensor& input : inputs) {
-      check_tensor(input, "compressed_allreduce input");
-      TORCH_CHECK(input.scalar_type() == at::kFloat, "relaxlib: compressed_allreduce supports float32 tensors, got ",
-                  input.scalar_type());
-      pointers.push_back(input.data_ptr());
-      counts.push_back(input.numel());
-      total += input.numel();
-    }
-    const at::Tensor output = relaxlib_torch::OutputCache::instance().empty({total}, at::kFloat);
+    laid.emplace(inputs, "compressed_allreduce");
+    TORCH_CHECK(inputs.front().scalar_type() == at::kFloat, "relaxlib: compressed_allreduce supports float32 "
+                "tensors, got ", inputs.front().scalar_type());
+    const at::Tensor output = relaxlib_torch::OutputCache::instance().empty({laid->total}, at::kFloat);
     flight = std::make_unique<InFlight>(InFlight{inputs.front(), output, at::kFloat});
     flight->keep.assign(inputs.begin() + 1, inputs.end());
     r.dtype = RELAX_FLOAT32;
     r.output = output.data_ptr();
-    set_compressed_args(r, *flight, total, worker_error, owner_error, codec, op, prescale);
+    set_compressed_args(r, *flight, laid->total, worker_error, owner_error, codec, op, prescale);
   });
-  r.ndim = 1;
-  r.shape = &total;
-  r.args.compressed_allreduce.inputs = {static_cast<int32_t>(inputs.size()), pointers.data(), counts.data()};
+  laid->describe(r, r.args.compressed_allreduce.inputs);
   return submit(r, std::move(flight), false);
 }
 

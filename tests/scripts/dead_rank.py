@@ -9,7 +9,9 @@ with groups of 4 tensors, which the ring reads and writes where they lie. ``scal
 1-bit compression and its step scale, whose statistics are averaged inside each bucket's
 operation, so the peer dies inside one. ``dear``: DeAR training, whose reduce-scatters read the
 gradients where they lie (over the TCP ring with RELAX_LOCAL_SIZE=1), so the peer dies inside a
-reduce-scatter or all-gather.
+reduce-scatter or all-gather. ``uint8-in-place``: uint8 training with SGD's momentum, whose
+compressed all-reduces read the gradients where they lie (between nodes with RELAX_LOCAL_SIZE=1),
+so the peer dies inside one.
 """
 
 import os
@@ -64,6 +66,13 @@ elif mode == "scaled-sign":
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), algorithm=CompressedScatterReduce(
         "sign", fusion_mb=0.5), named_parameters=model.named_parameters())
+    train_until_killed(model, opt)
+elif mode == "uint8-in-place":
+    from relaxlib.algorithms import CompressedScatterReduce
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                   algorithm=CompressedScatterReduce("uint8", fusion_mb=1),
+                                   named_parameters=model.named_parameters())
     train_until_killed(model, opt)
 elif mode == "dear":
     from relaxlib.algorithms import DeAR
