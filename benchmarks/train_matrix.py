@@ -199,10 +199,67 @@ def save(args, cells: list[dict], started: float) -> dict:
     report = {"benchmark": "train_matrix", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "seconds": round(time.time() - started), "config": config,
               "models": {"sleep": SLEEP, "mlp": MLP}, "cells": cells}
+    report["targets"] = targets(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     plot(report, args.out.with_suffix(".png"))
     return report
+
+
+def allreduce_wire_s(cell: dict) -> float:
+    """A ring all-reduce's wire time for the cell's gradients at its link's rate (0 on shared memory)."""
+    if cell["link"] == "shm":
+        return 0.0
+    n = cell["np"]
+    return 2 * (n - 1) / n * sum(layer_bytes(cell["model"])) / (float(cell["link"]) * 1e6 / 8)
+
+
+def targets(report: dict) -> list[dict]:
+    """The training-speed targets, each with the cells it covers, their figures and whether all
+    hold: all-reduce at least DDP's speed everywhere and within 1.05x of the compute where that
+    is all there is (shared memory); every compressed mode within 1.15x of its limit where the
+    link is the bottleneck (1 Gbit/s and slower); DeAR within 1.05x of its limit everywhere, at
+    most 2 % slower than all-reduce where communication hides behind backward (its wire time
+    shorter than backward, taken as 2/3 of the compute), and 1.15x faster where the all-reduce's
+    wire time is about forward + backward (2/3 to 1.5x the compute)."""
+    def figure(cell: dict, mode: str, key: str) -> float | None:
+        return cell["modes"].get(mode, {}).get(key)
+
+    def label(cell: dict) -> str:
+        return f"{cell['model']} {cell['link']} np{cell['np']}"
+
+    def check(name: str, rows: list[tuple[str, float | None]], holds) -> dict:
+        figures = {where: round(value, 3) if value is not None else None for where, value in rows}
+        met = all(value is not None and holds(value) for _, value in rows) if rows else None  # None: no such cell
+        return {"target": name, "figures": figures, "met": met}
+
+    cells = report["cells"]
+    steps = lambda cell, mode: figure(cell, mode, "step_s")  # noqa: E731
+    out = [
+        check("all-reduce at least as fast as DDP in every cell (DDP step / all-reduce step >= 1.0)",
+              [(label(c), figure(c, "allreduce", "vs_ddp")) for c in cells], lambda v: v >= 1.0),
+        check("all-reduce within 1.05x of the compute alone on shared memory (step / limit)",
+              [(label(c), figure(c, "allreduce", "limit_ratio")) for c in cells if c["link"] == "shm"],
+              lambda v: v <= 1.05),
+    ]
+    link_bound = [c for c in cells if c["link"] != "shm" and float(c["link"]) <= 1000]
+    compressed = [m for m in report["config"]["modes"] if m.startswith("compressed-")]
+    out.append(check("compressed modes within 1.15x of their limit at 1 Gbit/s and below (step / limit)",
+                     [(f"{m} {label(c)}", figure(c, m, "limit_ratio")) for c in link_bound for m in compressed],
+                     lambda v: v <= 1.15))
+    out.append(check("DeAR within 1.05x of its limit in every cell (step / limit)",
+                     [(label(c), figure(c, "dear", "limit_ratio")) for c in cells], lambda v: v <= 1.05))
+    hidden = [c for c in cells if c.get("compute_alone_s") and allreduce_wire_s(c) < 2 * c["compute_alone_s"] / 3]
+    out.append(check("DeAR at most 2 % slower than all-reduce where communication hides (all-reduce step / DeAR step)",
+                     [(label(c), steps(c, "allreduce") / steps(c, "dear") if steps(c, "allreduce") and steps(c, "dear")
+                       else None) for c in hidden], lambda v: v >= 0.98))
+    balanced = [c for c in cells if c["link"] != "shm" and c.get("compute_alone_s")
+                and 2 / 3 <= allreduce_wire_s(c) / c["compute_alone_s"] <= 1.5]
+    out.append(check("DeAR at least 1.15x faster than all-reduce where communication ~ forward + backward "
+                     "(all-reduce step / DeAR step where the all-reduce's wire time is 2/3 to 1.5x the compute)",
+                     [(label(c), steps(c, "allreduce") / steps(c, "dear") if steps(c, "allreduce") and steps(c, "dear")
+                       else None) for c in balanced], lambda v: v >= 1.15))
+    return out
 
 
 def markdown(report: dict) -> str:
@@ -228,6 +285,13 @@ def markdown(report: dict) -> str:
                 row.append(f"{e['samples_per_sec']:.0f} · {vs_ddp} · {limit}")
             out.append(f"| {mode} | " + " | ".join(row) + " |")
         out.append("")
+    out.append("| target | met | figures |")
+    out.append("| --- | --- | --- |")
+    for t in targets(report):
+        figures = ", ".join(f"{where} {value:.2f}" if value is not None else f"{where} failed"
+                            for where, value in t["figures"].items())
+        verdict = {True: "met", False: "missed", None: "no such cell"}[t["met"]]
+        out.append(f"| {t['target']} | {verdict} | {figures} |")
     return "\n".join(out)
 
 
