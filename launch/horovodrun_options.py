@@ -13,6 +13,8 @@ import argparse
 import shlex
 import sys
 
+from relaxlib_launch.hosts import hostfile_hosts, hosts_option
+
 # Accepted for compatibility but without effect, and why (printed once per launch).
 NO_EFFECT = {
     "hierarchical_allreduce": "relaxlib's all-reduce already reduces through shared memory within a node; "
@@ -157,25 +159,28 @@ def mpirun_arguments(args: argparse.Namespace) -> list[str]:
 
 
 def remote_hosts(args: argparse.Namespace) -> list[str]:
-    """Host names of -H / --hostfile that are not this machine."""
+    """Host names of -H / --hostfile that are not this machine, each checked (hosts.py: raises
+    HostError naming a bad entry)."""
     names = []
     if args.hosts:
-        names = [h.split(":")[0] for h in args.hosts.split(",") if h]
+        names = hosts_option(args.hosts)
     elif args.hostfile:
-        with open(args.hostfile) as f:
-            names = [line.split()[0] for line in f if line.strip() and not line.lstrip().startswith("#")]
+        names = hostfile_hosts(args.hostfile)
     return [n for n in dict.fromkeys(names) if n not in ("localhost", "127.0.0.1")]
 
 
 def ssh_check_command(host: str, args: argparse.Namespace) -> list[str]:
-    """The SSH command that checks ``host`` answers within --start-timeout (as horovodrun does)."""
-    cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(args.start_timeout))}",
-           "-o", "StrictHostKeyChecking=no"]
+    """The SSH command that checks ``host`` answers within --start-timeout (as horovodrun does).
+
+    ``host`` must have passed hosts.check_host; ``--`` ends ssh's options before it all the same.
+    Host keys are checked as the user's ssh configuration says (an unknown host fails the check,
+    BatchMode never prompts): accepting any key would hand the job to whoever answers."""
+    cmd = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(args.start_timeout))}"]
     if args.ssh_port is not None:
         cmd += ["-p", str(args.ssh_port)]
     if args.ssh_identity_file:
         cmd += ["-i", args.ssh_identity_file]
-    return cmd + [host, "true"]
+    return cmd + ["--", host, "true"]
 
 
 def print_notes(args: argparse.Namespace) -> None:

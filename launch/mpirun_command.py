@@ -15,6 +15,8 @@ import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 
+from relaxlib_launch.hosts import hostfile_hosts, hosts_option
+
 BIND_NONE = ("--bind-to", "none")
 """The default binding: ranks float over all cores (relaxlib's engine threads need that)."""
 
@@ -41,7 +43,14 @@ def mpirun_argv(ranks: int, program: Sequence[str] = (), *, oversubscribe: bool 
     parameters, each as ``--mca name value`` in the mapping's order (e.g. ``{"btl": "tcp,self"}``).
     ``export``: names of environment variables forwarded to every rank (``-x NAME``), in the given
     order. ``extra_args``: further mpirun arguments, verbatim, just before ``program``.
+
+    Every host of ``hosts`` / ``hostfile`` is checked first (hosts.py): Open MPI passes each to
+    ssh, so a bad one raises HostError (a ValueError naming it) before anything runs.
     """
+    if hosts:
+        hosts_option(hosts)
+    if hostfile and os.path.exists(hostfile):  # a missing one is mpirun's to report
+        hostfile_hosts(hostfile)
     if oversubscribe is None:
         oversubscribe = not hosts and not hostfile and ranks > (os.cpu_count() or 1)
     cmd = ["mpirun", "-np", str(ranks), *binding]

@@ -20,6 +20,7 @@ import sys
 import tempfile
 
 from relaxlib_launch import horovodrun_options
+from relaxlib_launch.hosts import HostError
 from relaxlib_launch.mpirun_command import mpirun_argv
 
 EXPORTED_PREFIXES = ("RELAX_", "HOROVOD_", "PYTHON", "OMP_", "MKL_")
@@ -76,6 +77,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error("-np must be at least 1")
         if args.hosts and args.hostfile:
             parser.error("use either -H or --hostfile, not both")
+        try:  # every host reaches ssh (ours for --start-timeout, Open MPI's launcher): checked first
+            horovodrun_options.remote_hosts(args)
+        except (HostError, OSError) as error:
+            parser.error(str(error))
         args.advise = args.advise or args.auto
         if args.advise and args.advise_steps < 3:
             parser.error("--advise-steps must be at least 3")
@@ -167,7 +172,8 @@ def hosts_answer(args: argparse.Namespace) -> bool:
             silent.append(host)
     if silent:
         print(f"relaxrun: hosts {', '.join(silent)} did not answer over SSH within --start-timeout="
-              f"{args.start_timeout:g} s; check the host names, -p/--ssh-port and -i/--ssh-identity-file",
+              f"{args.start_timeout:g} s; check the host names, that ssh knows their host keys (known_hosts), "
+              "-p/--ssh-port and -i/--ssh-identity-file",
               file=sys.stderr)
     return not silent
 
