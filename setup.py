@@ -14,7 +14,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from setuptools import Distribution, Extension, setup
+from setuptools import Distribution, Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent.resolve()
@@ -219,6 +219,21 @@ class BuildRelax(build_command_base()):
             (root / "relaxlib" / "_build_info.py").write_text(info)
 
 
+# What the installed package imports at run time (tests/test_wheel_install.py checks a fresh venv with only
+# these); torch and TensorFlow are the user's own, so they are not requirements. mpi4py (communicator
+# interop) and scikit-learn/scipy (the auto-tuner's model) are imported only when those features are used.
+RUNTIME_REQUIREMENTS = ["numpy", "cloudpickle"]
+
+
+def python_packages() -> list[str]:
+    """Every Python package of the distribution, found rather than listed, so a new subpackage cannot be left
+    out of the wheel. launch/ is installed as relaxlib_launch (package_dir)."""
+    found = find_packages(include=["relaxlib", "relaxlib.*", "relaxlib_torch", "relaxlib_torch.*",
+                                   "relaxlib_tf", "relaxlib_tf.*"])
+    launch = ["relaxlib_launch" + name[len("launch"):] for name in find_packages(include=["launch", "launch.*"])]
+    return sorted(found + launch)
+
+
 class BinaryDistribution(Distribution):
     """Always runs build_ext: the core library is built even when no framework is installed."""
 
@@ -232,13 +247,13 @@ setup(
     version=VERSION,
     description="Horovod-style data-parallel training with communication relaxations",
     python_requires=">=3.9",
-    packages=["relaxlib", "relaxlib_torch", "relaxlib_launch",
-              *[name for name in ("relaxlib_tf", "relaxlib_tf.keras") if (ROOT / name.replace(".", "/")).is_dir()]],
+    packages=python_packages(),
     package_dir={"relaxlib_launch": "launch"},
     package_data={"relaxlib": ["lib/*.so"], "relaxlib_tf": ["_ops.so"]},
     ext_modules=torch_extension(),
     cmdclass={"build_ext": BuildRelax},
     entry_points={"console_scripts": ["relaxrun = relaxlib_launch.relaxrun:main"]},
-    install_requires=["numpy"],
+    install_requires=RUNTIME_REQUIREMENTS,
+    extras_require={"mpi4py": ["mpi4py"], "tuning": ["scikit-learn", "scipy"]},
     zip_safe=False,
 )

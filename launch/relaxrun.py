@@ -10,7 +10,6 @@ horovodrun's options too (horovodrun_options), so ``alias horovodrun=relaxrun`` 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import shlex
@@ -19,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-from relaxlib_launch import horovodrun_options
+from relaxlib_launch import build_report, horovodrun_options
 from relaxlib_launch.hosts import HostError
 from relaxlib_launch.mpirun_command import mpirun_argv
 
@@ -120,36 +119,6 @@ def mpirun_command(args: argparse.Namespace, environ: dict[str, str]) -> list[st
                        extra_args=horovodrun_options.mpirun_arguments(args) + shlex.split(args.mpi_args))
 
 
-def check_build() -> str:
-    """A report of what this installation was built with (like horovodrun --check-build)."""
-    def mark(ok: bool) -> str:
-        return "[X]" if ok else "[ ]"
-
-    try:
-        from relaxlib import _build_info
-        torch_version, mpi = _build_info.TORCH_VERSION, _build_info.MPI_VERSION
-        version = _build_info.VERSION
-    except ImportError:
-        torch_version, mpi, version = None, "unknown", "unknown (not built)"
-    tf_version = getattr(_try_import("relaxlib._build_info"), "TF_VERSION", None)
-    core_ok = _core_loads()
-    lines = [
-        f"relaxlib v{version}:",
-        "",
-        "Available frameworks:",
-        f"    {mark(tf_version is not None)} TensorFlow" + (f" ({tf_version})" if tf_version else ""),
-        f"    {mark(torch_version is not None)} PyTorch" + (f" ({torch_version})" if torch_version else ""),
-        "",
-        "Available transports:",
-        f"    {mark(core_ok)} MPI ({mpi})",
-        f"    {mark(False)} Gloo",
-        f"    {mark(False)} NCCL",
-        "",
-        "Core library: " + ("loads" if core_ok else "MISSING or broken - rebuild with `make build`"),
-    ]
-    return "\n".join(lines)
-
-
 def _version() -> str:
     try:
         from relaxlib import _build_info
@@ -178,22 +147,6 @@ def hosts_answer(args: argparse.Namespace) -> bool:
     return not silent
 
 
-def _try_import(name: str):
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
-def _core_loads() -> bool:
-    try:
-        from relaxlib import _core
-        _core.lib()
-        return True
-    except (ImportError, OSError):
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the relaxrun console script."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -201,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_version())
         return 0
     if args.check_build:
-        print(check_build())
+        print(build_report.report())
         return 0
     horovodrun_options.print_notes(args)
     if shutil.which("mpirun") is None:
