@@ -25,15 +25,17 @@ bool decode_payload(const std::string& bytes, RankMessage& message) {
   if (bytes.empty()) return true;
   size_t pos = 0;
   uint32_t n = 0;
+  // Counts come from the wire: entries are appended as they decode, never reserved up front,
+  // so a corrupt count fails at the end of the bytes instead of allocating for billions.
   if (!decode_u32(bytes, pos, n)) return false;
-  message.descriptors.resize(n);
+  message.descriptors.clear();
   for (uint32_t i = 0; i < n; ++i) {
-    if (!decode_descriptor(bytes, pos, message.descriptors[i])) return false;
+    if (!decode_descriptor(bytes, pos, message.descriptors.emplace_back())) return false;
   }
   if (!decode_u32(bytes, pos, n)) return false;
-  message.stall_aborts.resize(n);
+  message.stall_aborts.clear();
   for (uint32_t i = 0; i < n; ++i) {
-    if (!decode_string(bytes, pos, message.stall_aborts[i])) return false;
+    if (!decode_string(bytes, pos, message.stall_aborts.emplace_back())) return false;
   }
   return pos == bytes.size();
 }
