@@ -16,7 +16,9 @@ RELAX_HD inline float minmax_step(float lo, float hi) { return (hi - lo) / 255.0
 
 RELAX_HD inline uint8_t minmax_quantize(float x, float lo, float inverse_step) {
   float q = (x - lo) * inverse_step + 0.5f;
-  q = q < 0.0f ? 0.0f : (q > 255.0f ? 255.0f : q);
+  // NaN (a NaN input, or a chunk whose range is not finite) becomes 255, as the SIMD paths'
+  // min(q, 255) makes it: converting NaN to an integer is undefined behaviour.
+  q = q < 0.0f ? 0.0f : (q <= 255.0f ? q : 255.0f);
   return static_cast<uint8_t>(q);
 }
 
