@@ -101,11 +101,21 @@ Status scale_factors(const int64_t* shapes, int32_t count, std::vector<ScaleFact
   if (count < 0 || (count > 0 && !shapes))
     return Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: no shapes for " + std::to_string(count) + " parameters");
   factors.resize(static_cast<size_t>(count));
+  // Element and statistics counts of the bucket must fit int64, so that scale_elements and
+  // scale_statistics_count (and the sizes computed from them) cannot overflow.
+  int64_t elements = 0, statistics = 0;
   for (int32_t p = 0; p < count; ++p) {
     const int64_t rows = shapes[2 * p], cols = shapes[2 * p + 1];
+    const std::string shape = std::to_string(rows) + " x " + std::to_string(cols);
     if (rows < 1 || cols < 0 || (rows > 1 && cols < 1)) {
-      return Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: parameter " + std::to_string(p) + " has shape " +
-                                                           std::to_string(rows) + " x " + std::to_string(cols));
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: parameter " + std::to_string(p) + " has shape " + shape);
+    }
+    int64_t size = 0, stats = 1;  // statistics: 1 for a vector, else rows + cols + 1
+    if (__builtin_mul_overflow(rows, cols, &size) || __builtin_add_overflow(elements, size, &elements) ||
+        (rows > 1 && (__builtin_add_overflow(rows, cols, &stats) || __builtin_add_overflow(stats, 1, &stats))) ||
+        __builtin_add_overflow(statistics, stats, &statistics)) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT, "step scale: parameter " + std::to_string(p) + " (" + shape +
+                                                           ") takes the bucket past 2^63 elements");
     }
     factors[static_cast<size_t>(p)] = ScaleFactor{rows, cols};
   }
