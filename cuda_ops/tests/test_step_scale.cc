@@ -41,7 +41,7 @@ float small_scale(const std::vector<float>& smoothed, int k) { return formula_sc
 TEST(scale_apply_divides_by_the_factored_scale_and_rescales_the_owned_residuals_by_old_over_new) {
   std::vector<float> smoothed(7), previous(7);
   relax::scale_statistics(kStep.data(), kFactors.data(), 2, smoothed.data());
-  const std::vector<float> earlier = {3, 1, 7, 2, 5, 9, 4};  // another step's statistics
+  const std::vector<float> earlier = {3, 1, 7, 2, 5, 9, 4, 6};  // another step (8 elements, as kStep)
   relax::scale_statistics(earlier.data(), kFactors.data(), 2, previous.data());
   std::vector<float> worker(8, 1.0f), owner(2, 1.0f), out(kStep);
   relax::scale_apply(previous.data(), smoothed.data(), kFactors.data(), 2, 0.1f, out.data(), out.data(),
