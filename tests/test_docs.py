@@ -26,9 +26,11 @@ sys.path.insert(0, str(REPO / "docs" / "gen"))
 sys.path.insert(0, str(REPO / "tests"))
 
 NAME = re.compile(r"(?:RELAX|HOROVOD)_[A-Z0-9_]+")
-# Pages whose code blocks are tested: the README, the home page, the user guide and the results
-# pages (their commands to reproduce are benchmarks, marked not-run with the reason).
-TESTED_PAGES = ["README.md", "docs/index.md", "docs/performance.md", *sorted(
+# Pages whose code blocks are tested: the README, the home page, the user guide, the results and
+# relaxation reference pages (their commands to reproduce are benchmarks, marked not-run with the
+# reason).
+TESTED_PAGES = ["README.md", "docs/index.md", "docs/performance.md", "docs/compression.md",
+                "docs/decentralized.md", *sorted(
     str(p.relative_to(REPO)) for d in ("docs/guide", "docs/results") for p in (REPO / d).glob("*.md"))]
 PYTHON = {"python", "py"}
 SHELL = {"sh", "bash", "shell", "console"}
@@ -124,6 +126,10 @@ def test_config_table_matches_core():
     assert "`HOROVOD_FUSION_THRESHOLD`" in rows["RELAX_FUSION_THRESHOLD"]
     assert "64 MiB" in rows["RELAX_FUSION_THRESHOLD"]
     assert "(seconds)" in rows["RELAX_DEADLOCK_TIME"]
+    # When the core's way of reading settings changes, the generator must follow: most engine
+    # settings have a parsed range (a generator that reads only names would fall below this).
+    ranged = [s for s in config_table.collect() if s.minimum and s.maximum]
+    assert len(ranged) >= 15, f"only {len(ranged)} settings with a parsed range: update docs/gen/config_table.py"
 
 
 # ---- The site ----

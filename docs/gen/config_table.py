@@ -156,6 +156,24 @@ def _trailing_comment(line: str) -> str:
     return match.group(1).strip() if match and at >= 0 else ""
 
 
+def _comment_mentioning(name: str, paths: list[Path]) -> str:
+    """The first sentence of a ``//`` comment block in ``paths`` that names the setting."""
+    for path in paths:
+        block: list[str] = []
+        for line in path.read_text(errors="replace").splitlines() + [""]:
+            stripped = line.strip()
+            if stripped.startswith("//"):
+                block.append(stripped.lstrip("/").strip())
+                continue
+            text = " ".join(block)
+            block = []
+            if re.search(rf"\b{name}\b", text):
+                for sentence in re.split(r"(?<=[.;])\s+", text):
+                    if name in sentence:
+                        return sentence
+    return ""
+
+
 def _field_defaults(repo: Path, constants: dict[str, float]) -> dict[str, tuple[str, str]]:
     """EngineConfig's fields: setting name -> (default text, comment) from config.h's initializers."""
     header = repo / "cuda_ops/src/engine/config.h"
@@ -196,14 +214,21 @@ def _from_cpp(repo: Path, settings: dict[str, Setting]) -> None:
         rel = str(path.relative_to(repo))
         for match in re.finditer(rf'"({NAME})"', code):
             name = match.group(1)
-            # The call this literal is the first argument of (read_integer("X", ...), getenv("X")).
-            open_paren = code.rfind("(", 0, match.start())
-            if open_paren < 0 or code[open_paren + 1:match.start()].strip():
-                continue
-            args = _call_args(code, open_paren) or [f'"{name}"']
-            callee = re.search(r"([\w:]+)\s*$", code[:open_paren])
-            callee_name = callee.group(1) if callee else ""
             line_no = code.count("\n", 0, match.start())
+            # Every literal is a setting (a name only in a message would still be one users may
+            # set); its details come from the call or initializer it opens, if it opens one:
+            # read_integer("X", "HOROVOD_X", field, min, max, "unit", error), getenv("X"), or a
+            # table entry {"X", "HOROVOD_X", ...}.
+            opening = max(code.rfind("(", 0, match.start()), code.rfind("{", 0, match.start()))
+            if opening < 0 or code[opening + 1:match.start()].strip():
+                if name in settings or name.startswith("RELAX_"):
+                    setting = settings.setdefault(name, Setting(name))
+                    if rel not in setting.read_in:
+                        setting.read_in.append(rel)
+                continue
+            args = _call_args(code, opening) or [f'"{name}"']
+            callee = re.search(r"([\w:]+)\s*$", code[:opening])
+            callee_name = callee.group(1) if callee and code[opening] == "(" else ""
             setting = settings.setdefault(name, Setting(name))
             if rel not in setting.read_in:
                 setting.read_in.append(rel)
@@ -225,6 +250,10 @@ def _from_cpp(repo: Path, settings: dict[str, Setting]) -> None:
         setting.default = setting.default or default
         if meaning:
             setting.meaning = meaning + (" " + setting.meaning if setting.meaning else "")
+    header = repo / "cuda_ops/src/engine/config.h"
+    for setting in settings.values():
+        if not setting.meaning:
+            setting.meaning = _comment_mentioning(setting.name, [repo / r for r in setting.read_in] + [header])
     # HOROVOD_X read on its own right after RELAX_X (runtime.cc's timeline) is RELAX_X's fallback.
     for name in [n for n in settings if n.startswith("HOROVOD_")]:
         twin = "RELAX_" + name[len("HOROVOD_"):]
@@ -244,7 +273,7 @@ def _docstring_of_enclosing(tree: ast.AST, line: int) -> str:
             if best is None or node.lineno > best.lineno:
                 best = node
     doc = " ".join((ast.get_docstring(best) or "").split()) if best else ""
-    return re.split(r"(?<=[.;:])\s", doc, maxsplit=1)[0] if doc else ""
+    return re.split(r"(?<=\.)\s", doc, maxsplit=1)[0] if doc else ""
 
 
 def _from_python(repo: Path, settings: dict[str, Setting]) -> None:
@@ -287,8 +316,9 @@ def collect(repo: Path = REPO) -> list[Setting]:
     return sorted(settings.values(), key=lambda s: s.name)
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.replace("|", "\\|").split())
+def _cell(text: str, limit: int = 0) -> str:
+    text = " ".join(text.replace("|", "\\|").split())
+    return text[:limit].rsplit(" ", 1)[0] + " …" if limit and len(text) > limit else text
 
 
 def markdown_table(settings: list[Setting] | None = None) -> str:
@@ -303,7 +333,7 @@ def markdown_table(settings: list[Setting] | None = None) -> str:
             values = s.kind
         rows.append("| " + " | ".join([
             f"`{s.name}`", ", ".join(f"`{f}`" for f in s.fallbacks), _cell(values), _cell(s.default or ""),
-            _cell(s.meaning), "<br>".join(f"`{r}`" for r in s.read_in)]) + " |")
+            _cell(s.meaning, 240), "<br>".join(f"`{r}`" for r in s.read_in)]) + " |")
     return "\n".join(rows) + "\n"
 
 
