@@ -30,7 +30,8 @@ NAME = re.compile(r"(?:RELAX|HOROVOD)_[A-Z0-9_]+")
 # relaxation reference pages (their commands to reproduce are benchmarks, marked not-run with the
 # reason).
 TESTED_PAGES = ["README.md", "docs/index.md", "docs/performance.md", "docs/compression.md",
-                "docs/decentralized.md", *sorted(
+                "docs/decentralized.md", "docs/dear.md", "docs/which-relaxation.md",
+                "docs/horovod-compat.md", *sorted(
     str(p.relative_to(REPO)) for d in ("docs/guide", "docs/results") for p in (REPO / d).glob("*.md"))]
 PYTHON = {"python", "py"}
 SHELL = {"sh", "bash", "shell", "console"}

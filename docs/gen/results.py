@@ -200,3 +200,44 @@ def codecs(stem: str = "codecs") -> str:
                 for key in ("encode_gbps", "decode_gbps", "torch_encode_gbps", "torch_decode_gbps")]
         out.append(f"| {c['codec']} | {c['compression_ratio']:.1f}× | " + " | ".join(nums) + " |")
     return "\n".join(out) + "\n"
+
+
+def mode_map(stem: str = "validate_model") -> str:
+    """Total samples/s per mode and setting, with the performance model's prediction and the
+    measurement (ms per step of the fastest rank), and the model's error summary."""
+    data = load(stem)
+    points = data["points"]
+    settings = list(dict.fromkeys((p["bandwidth_mbit"], p["straggler"]) for p in points))
+
+    def head(bandwidth, straggler):
+        link = f"{bandwidth / 1000:g} Gbit/s" if bandwidth >= 1000 else f"{bandwidth:g} Mbit/s"
+        if straggler:
+            rank, factor = str(straggler).split(":")
+            link += f", rank {rank} {factor}× slow"
+        return link
+
+    out = [f"*`benchmarks/results/{stem}.json`, measured {data.get('date')}; {data.get('ranks')} ranks. "
+           "Total samples/s (predicted / measured ms per step).*\n",
+           "| mode | " + " | ".join(head(*s) for s in settings) + " |",
+           "| --- |" + " --- |" * len(settings)]
+    for mode in dict.fromkeys(p["mode"] for p in points):
+        cells = []
+        for s in settings:
+            p = next((p for p in points if p["mode"] == mode and (p["bandwidth_mbit"], p["straggler"]) == s), None)
+            cells.append(f"{p['measured_samples_per_s']:.0f} ({p['predicted'] * 1e3:.0f} / {p['measured'] * 1e3:.0f})"
+                         if p and p.get("measured") else "–")
+        out.append(f"| {mode} | " + " | ".join(cells) + " |")
+    summary = data.get("summary", {})
+    if summary:
+        errors = ", ".join(f"{m} {e * 100:.0f} %" for m, e in sorted(summary.get("error_by_mode", {}).items(),
+                                                                      key=lambda kv: kv[1]))
+        out.append(f"\nMedian prediction error {summary['median_abs_error'] * 100:.0f} % "
+                   f"(target {summary.get('target_median_abs_error', 0) * 100:.0f} %); per mode: {errors}.")
+        picks = summary.get("picks_without_async", [])
+        if picks:
+            def pick_text(p):
+                best = "" if p["pick"] == p["best"] else f" (best {p['best']}, {p['pick_over_best']:.2f} of it)"
+                return f"{head(p['bandwidth_mbit'], p['straggler'])}: {p['pick']}{best}"
+            text = "; ".join(pick_text(p) for p in picks)
+            out.append(f"The advisor's first pick, async left out: {text}.")
+    return "\n".join(out) + "\n"
