@@ -17,7 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help demo test build deps lint cpp-test cuda-check pytest bench clean FORCE
+.PHONY: help demo test build deps lint cpp-test cuda-check pytest bench clean FORCE test-asan fuzz-smoke fuzz fuzz-build
 
 help:
 	@echo "make demo   - install what is missing, then train on 4 ranks with each relaxation"
@@ -63,6 +63,100 @@ cuda-check: $(BUILD_STAMP)
 		&& ./build/cuda/codec_kernels_check && echo "nvcc compiled cuda_ops/src/codecs/*.cu"; \
 	else echo "cuda-check skipped: nvcc not found"; fi
 
+# ---- Sanitizers and fuzzing (docs/architecture.md, "Sanitizers and fuzzing") ----
+# The core and the C++ tests again with AddressSanitizer + UndefinedBehaviorSanitizer (gcc), into
+# build/asan/ (never build/core nor the .venv's library), objects cached and rebuilt per source.
+CORE_SRCS := $(shell find cuda_ops/src -name '*.cc')
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g
+SAN_CXXFLAGS = -std=c++17 -Wall -Wextra -MMD -MP -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 \
+	-Icuda_ops/include -Icuda_ops/src $$(mpicc --showme:compile)
+ASAN_DIR := build/asan
+ASAN_CORE_OBJS := $(patsubst cuda_ops/src/%.cc,$(ASAN_DIR)/core/%.o,$(CORE_SRCS))
+# test_heap checks glibc's malloc settings, which AddressSanitizer's allocator replaces.
+ASAN_TEST_OBJS := $(patsubst cuda_ops/tests/%.cc,$(ASAN_DIR)/tests/%.o,$(filter-out cuda_ops/tests/test_heap.cc,\
+	$(wildcard cuda_ops/tests/*.cc)))
+ASAN_BINS := $(ASAN_DIR)/cpp_tests $(ASAN_DIR)/abi_smoke
+# MPI's own allocations at exit are suppressed (libmpi, libopen-pal, hwloc only; relaxlib's never),
+# which needs whole stacks: run_abi_smoke.sh unwinds without frame pointers (Open MPI has none).
+ASAN_RUN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/cuda_ops/sanitize/lsan.supp:print_suppressions=0
+
+$(ASAN_DIR)/core/%.o: cuda_ops/src/%.cc | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	g++ $(SAN_FLAGS) $(SAN_CXXFLAGS) -c $< -o $@
+
+$(ASAN_DIR)/tests/%.o: cuda_ops/tests/%.cc | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	g++ $(SAN_FLAGS) $(SAN_CXXFLAGS) -c $< -o $@
+
+$(ASAN_DIR)/sanitize/%.o: cuda_ops/sanitize/%.cc | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	g++ $(SAN_FLAGS) $(SAN_CXXFLAGS) -c $< -o $@
+
+$(ASAN_DIR)/cpp_tests: $(ASAN_TEST_OBJS) $(ASAN_CORE_OBJS)
+	g++ $(SAN_FLAGS) $^ $$(mpicc --showme:link) -pthread -ldl -o $@
+
+$(ASAN_DIR)/abi_smoke: $(ASAN_DIR)/sanitize/abi_smoke.o $(ASAN_CORE_OBJS)
+	g++ $(SAN_FLAGS) $^ $$(mpicc --showme:link) -pthread -ldl -o $@
+
+# The C++ tests, then every request kind through the C ABI on 3 ranks (shared memory on and off).
+test-asan: | $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory -j2 $(ASAN_BINS)
+	env $(ASAN_RUN_ENV) ./$(ASAN_DIR)/cpp_tests
+	env $(ASAN_RUN_ENV) cuda_ops/sanitize/run_abi_smoke.sh ./$(ASAN_DIR)/abi_smoke
+
+# libFuzzer targets (clang): cuda_ops/fuzz/fuzz_<name>.cc, linked with the core compiled again by
+# clang with coverage and sanitizers into build/fuzz/. Seeds: cuda_ops/fuzz/corpus/<name>/; new
+# inputs go to build/fuzz/corpus/<name>/, crashes to cuda_ops/fuzz/findings/ (not committed).
+CLANGXX ?= clang++-14
+FUZZ_DIR := build/fuzz
+FUZZ_TARGETS := negotiation codecs validate config
+FUZZ_BINS := $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZ_TARGETS))
+FUZZ_CORE_OBJS := $(patsubst cuda_ops/src/%.cc,$(FUZZ_DIR)/core/%.o,$(CORE_SRCS))
+# clang cannot multiversion function templates (reduce.cc's AVX2 clones): the fuzz build drops the
+# attribute, leaving one generic version of each.
+FUZZ_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g \
+	-D'target_clones(...)='
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 8
+FUZZ_CLANG_STAMP := $(FUZZ_DIR)/.clang-stamp
+
+# Installs clang and its sanitizer / libFuzzer runtimes (apt) when missing, as deps does Open MPI.
+$(FUZZ_CLANG_STAMP):
+	@if ! command -v $(CLANGXX) >/dev/null || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, long) { return 0; }' \
+			| $(CLANGXX) -x c++ -fsanitize=fuzzer,address - -o /dev/null 2>/dev/null; then \
+		echo "Installing clang-14 and libclang-rt-14-dev (apt)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			clang-14 libclang-rt-14-dev >/dev/null; \
+	fi
+	@mkdir -p $(@D) && touch $@
+
+$(FUZZ_DIR)/core/%.o: cuda_ops/src/%.cc | $(DEPS_STAMP) $(FUZZ_CLANG_STAMP)
+	@mkdir -p $(@D)
+	$(CLANGXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(SAN_CXXFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%.o: cuda_ops/fuzz/fuzz_%.cc | $(DEPS_STAMP) $(FUZZ_CLANG_STAMP)
+	@mkdir -p $(@D)
+	$(CLANGXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(SAN_CXXFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/fuzz_%.o $(FUZZ_CORE_OBJS)
+	$(CLANGXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $^ $$(mpicc --showme:link) -pthread -ldl -o $@
+
+fuzz-build: | $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory -j2 $(FUZZ_BINS)
+
+# A few seconds per target from the committed seeds (part of `make test`); `make fuzz` runs long.
+# FUZZ_SMOKE_REPLAY_ONLY: targets whose smoke replays the seeds only, while a bug they find within
+# seconds is being fixed (validate: integer overflows in engine/requests/, issue #49).
+FUZZ_SMOKE_REPLAY_ONLY ?= validate
+fuzz-smoke: fuzz-build
+	FUZZ_CORPUS_ONLY_TARGETS="$(FUZZ_SMOKE_REPLAY_ONLY)" cuda_ops/fuzz/run_fuzzers.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+
+fuzz: fuzz-build
+	cuda_ops/fuzz/run_fuzzers.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+-include $(ASAN_CORE_OBJS:.o=.d) $(ASAN_TEST_OBJS:.o=.d) $(FUZZ_CORE_OBJS:.o=.d) $(wildcard $(ASAN_DIR)/sanitize/*.d $(FUZZ_DIR)/*.d)
+
 lint: $(DEPS_STAMP)
 	$(PY) -m ruff check relaxlib relaxlib_torch relaxlib_tf launch tests benchmarks examples cuda_ops setup.py
 	$(PY) cuda_ops/check_layers.py
@@ -70,7 +164,7 @@ lint: $(DEPS_STAMP)
 pytest: build
 	$(PY) -m pytest tests
 
-test: build cpp-test cuda-check lint pytest
+test: build cpp-test test-asan fuzz-smoke cuda-check lint pytest
 
 demo: build
 	$(PY) examples/demo_relaxations.py --np 4
