@@ -31,7 +31,7 @@ NAME = re.compile(r"(?:RELAX|HOROVOD)_[A-Z0-9_]+")
 # reason).
 TESTED_PAGES = ["README.md", "docs/index.md", "docs/performance.md", "docs/compression.md",
                 "docs/decentralized.md", "docs/dear.md", "docs/which-relaxation.md",
-                "docs/horovod-compat.md", *sorted(
+                "docs/horovod-compat.md", "docs/tensorflow.md", *sorted(
     str(p.relative_to(REPO)) for d in ("docs/guide", "docs/results") for p in (REPO / d).glob("*.md"))]
 PYTHON = {"python", "py"}
 SHELL = {"sh", "bash", "shell", "console"}

@@ -241,3 +241,56 @@ def mode_map(stem: str = "validate_model") -> str:
             text = "; ".join(pick_text(p) for p in picks)
             out.append(f"The advisor's first pick, async left out: {text}.")
     return "\n".join(out) + "\n"
+
+
+def framework_steps(stem: str = "framework_steps") -> str:
+    """Step time per mode in PyTorch and in Keras (same model, same core), and what relaxlib adds."""
+    data = load(stem)
+    model = data.get("model", {})
+    out = [f"*`benchmarks/results/{stem}.json`, measured {data.get('date')}; {data.get('np')} ranks, "
+           f"{data.get('link')}; MLP {model.get('hidden_layers')} × {model.get('width')}, batch "
+           f"{model.get('batch_per_rank')} per rank; median ms per step of {data.get('reps')} alternated jobs.*\n",
+           "| mode | torch ms/step | Keras ms/step | Keras / torch | relaxlib adds to torch | relaxlib adds to Keras |",
+           "| --- | --- | --- | --- | --- | --- |"]
+
+    def ms(value):
+        return f"{value:.1f}" if value is not None else "–"
+
+    for r in data["results"]:
+        out.append(f"| {r['mode']} | {ms(r.get('torch_ms'))} | {ms(r.get('keras_ms'))} | "
+                   f"{r['keras_over_torch']:.2f} | {ms(r.get('torch_added_ms'))} | {ms(r.get('keras_added_ms'))} |")
+    return "\n".join(out) + "\n"
+
+
+def keras_synthetic(stem: str = "keras_synthetic") -> str:
+    """Samples/s per worker for relaxlib, MultiWorkerMirroredStrategy and plain Keras, 1 and N workers."""
+    data = load(stem)
+    config = data.get("config", {})
+    n = config.get("np", 2)
+    out = [f"*`benchmarks/results/{stem}.json`, measured {data.get('date')}; {config.get('model')} model, "
+           f"{data.get('model_parameters', 0) / 1e6:.1f} M parameters, batch {config.get('batch_size')} per worker, "
+           f"TensorFlow {data.get('tensorflow')}, Keras {data.get('keras')}.*\n",
+           f"| mode | 1 worker (samples/s) | {n} workers (samples/s per worker) | scaling efficiency |",
+           "| --- | --- | --- | --- |"]
+    for mode, r in data["results"].items():
+        one, many = r.get("np1") or {}, r.get(f"np{n}") or {}
+
+        def rate(entry):
+            value = entry.get("samples_per_sec_per_worker")
+            return f"{value:.0f} ± {entry.get('samples_per_sec_per_worker_conf95', 0):.0f}" if value else "failed"
+
+        efficiency = f"{r['scaling_efficiency'] * 100:.0f} %" if r.get("scaling_efficiency") else "–"
+        out.append(f"| {mode} | {rate(one) if one else '–'} | {rate(many) if many else '–'} | {efficiency} |")
+    for mode, note in data.get("notes", {}).items():
+        out.append(f"\n*{mode}*: {note}")
+    return "\n".join(out) + "\n"
+
+
+def op_overhead(stem: str = "collectives_tf_np2") -> str:
+    """Median microseconds per one-element all-reduce through each path."""
+    data = load(stem)
+    out = [f"*`benchmarks/results/{stem}.json`, measured {data.get('date')}; {data.get('overhead_method', '')}.*\n",
+           "| path | µs per op |", "| --- | --- |"]
+    for path, entry in data.get("overhead_us", {}).items():
+        out.append(f"| {path} | {entry['median_us']:.1f} |")
+    return "\n".join(out) + "\n"
