@@ -9,7 +9,7 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 13
+ABI_VERSION = 14
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 PENDING = 11  # relax_wait_for: not complete yet
@@ -106,6 +106,8 @@ class StepScaleArgs(ctypes.Structure):
         ("decay", ctypes.c_double),
         ("statistics", ctypes.POINTER(ctypes.c_float)),
         ("smoothed", ctypes.POINTER(ctypes.c_float)),
+        ("statistics_bytes", ctypes.c_int64),
+        ("smoothed_bytes", ctypes.c_int64),
     ]
 
 
@@ -120,6 +122,8 @@ class CompressedAllreduceArgs(ctypes.Structure):
         ("step_scale", ctypes.POINTER(StepScaleArgs)),
         ("prescale", ctypes.c_double),
         ("inputs", InputPieces),
+        ("worker_error_bytes", ctypes.c_int64),
+        ("owner_error_bytes", ctypes.c_int64),
     ]
 
 
@@ -135,6 +139,8 @@ class NeighborAverageArgs(ctypes.Structure):
         ("consensus_step", ctypes.c_double),
         ("estimate_self", ctypes.POINTER(ctypes.c_float)),
         ("estimate_peers", ctypes.POINTER(ctypes.c_float)),
+        ("estimate_self_bytes", ctypes.c_int64),
+        ("estimate_peers_bytes", ctypes.c_int64),
     ]
 
 
@@ -166,7 +172,9 @@ class RequestArgs(ctypes.Union):
 
 class Request(ctypes.Structure):
     """relax_request_t: the base every kind has, and ``args``. A new Request is all zeros (ctypes
-    zero-fills it), so set the defaults that are not zero (e.g. prescale/postscale 1.0)."""
+    zero-fills it), so set the defaults that are not zero (e.g. prescale/postscale 1.0). Every
+    buffer travels with its capacity in bytes (``input_bytes``, ``output_bytes``, the ``*_bytes``
+    fields of the kinds' state buffers): the core refuses a buffer smaller than what it touches."""
 
     _fields_ = [
         ("type", ctypes.c_int32),
@@ -178,6 +186,8 @@ class Request(ctypes.Structure):
         ("output", ctypes.c_void_p),
         ("process_set", ctypes.c_int32),
         ("args", RequestArgs),
+        ("input_bytes", ctypes.c_int64),
+        ("output_bytes", ctypes.c_int64),
     ]
 
 

@@ -127,8 +127,17 @@ def encode(codec: str | int, values: np.ndarray) -> np.ndarray:
 
 
 def decode(codec: str | int, data: np.ndarray, n: int) -> np.ndarray:
-    """Decodes one chunk of ``n`` values."""
-    data = np.ascontiguousarray(data, dtype=np.uint8)
+    """Decodes one chunk of ``n`` values. ValueError when ``data`` holds fewer bytes than their
+    encoding (the core's decoder reads that many: past a shorter buffer otherwise)."""
+    if n < 0:
+        raise ValueError(f"decode: the value count must be non-negative, not {n}")
+    data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
+    needed = encoded_bytes(codec, n)
+    if needed < 0:
+        raise ValueError(f"decode: unknown codec {codec!r}")
+    if data.size < needed:
+        raise ValueError(f"decode: {n} values encoded with {codec!r} take {needed} bytes, but the data holds "
+                         f"{data.size} bytes")
     out = np.empty(n, dtype=np.float32)
     _core.check(_core.lib().relax_codec_decode(codec_id(codec), data.ctypes.data_as(ctypes.c_void_p), n,
                                                out.ctypes.data_as(ctypes.c_void_p)))

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from relaxlib import _core
 from relaxlib.compression import codec_id
 from relaxlib.errors import error_for
@@ -33,6 +35,12 @@ class Buffer:
     address: int
     count: int
     dtype: str = "float32"
+
+    @property
+    def nbytes(self) -> int:
+        """The buffer's capacity in bytes, which travels with its address to the core: the core
+        refuses a request whose buffers are smaller than what it reads or writes."""
+        return self.count * np.dtype(self.dtype).itemsize
 
     @classmethod
     def of(cls, array: Any) -> Buffer:
@@ -86,6 +94,7 @@ def _request(kind: int, src: Buffer, dst: Buffer, name: str) -> tuple[_core.Requ
     request.shape = shape
     request.input = src.address
     request.output = dst.address
+    request.input_bytes, request.output_bytes = src.nbytes, dst.nbytes
     return request, (shape, encoded)
 
 
@@ -151,6 +160,8 @@ def neighbor_average_async(src: Buffer, dst: Buffer, name: str, peers: Sequence[
         args.codec = codec_id(codec)
         args.estimate_self = _floats(estimate_self)
         args.estimate_peers = _floats(estimate_peers)
+        args.estimate_self_bytes = estimate_self.nbytes
+        args.estimate_peers_bytes = estimate_peers.nbytes if estimate_peers is not None else 0
         args.consensus_step = consensus_step
     return _submit(request, name, hold + (peer_array, weight_array) + keepalive, result)
 
@@ -216,7 +227,7 @@ def flat_reducescatter_async(src: Buffer | Sequence[Buffer], dst: Buffer, name: 
         raise ValueError(f"{name}: reduce-scatter needs matching float32/float64 buffers, got {src.dtype} and "
                          f"{dst.dtype}")
     request, hold = _request(_core.REQ_REDUCESCATTER, src, src, name)
-    request.output = dst.address
+    request.output, request.output_bytes = dst.address, dst.nbytes
     args = request.args.reducescatter
     _set_reduce(args.reduce, 0 if average else 1)  # relax_reduce_op_t: Average, Sum; no recv_counts: even split
     if pieces is not None:
@@ -304,6 +315,7 @@ def flat_compressed_allreduce_async(src: Buffer | Sequence[Buffer], dst: Buffer,
         hold = hold + held
     if worker_error is not None and owner_error is not None:
         args.worker_error, args.owner_error = _floats(worker_error), _floats(owner_error)
+        args.worker_error_bytes, args.owner_error_bytes = worker_error.nbytes, owner_error.nbytes
     if step_scale is not None:
         scale = _core.StepScaleArgs()
         scale.nfactors = len(step_scale.shapes) // 2
@@ -311,6 +323,8 @@ def flat_compressed_allreduce_async(src: Buffer | Sequence[Buffer], dst: Buffer,
         scale.floor, scale.decay = step_scale.floor, step_scale.decay
         scale.smoothed = _floats(step_scale.smoothed)
         scale.statistics = _floats(step_scale.statistics)
+        scale.smoothed_bytes = step_scale.smoothed.nbytes
+        scale.statistics_bytes = step_scale.statistics.nbytes if step_scale.statistics is not None else 0
         args.step_scale = ctypes.pointer(scale)
         hold = hold + (scale, step_scale)
     return _submit(request, name, hold + keepalive, result)

@@ -104,3 +104,24 @@ def test_the_mirror_compiles_against_the_header(tmp_path):
                    check=True, capture_output=True, text=True)
     header = parse_layout(subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout)
     check_against(header)
+
+
+# The buffers a request lends the core (what it reads or writes beyond the call), each of which
+# must travel with its capacity (relax.h, "Buffer capacities"). Argument arrays read only during
+# relax_enqueue (shape, splits, peers, ...) are not buffers the operation touches later; the
+# tensors laid end to end carry their element counts (relax_input_pieces_t.counts).
+LENT_BUFFERS = {
+    "relax_request_t": ["input", "output"],
+    "relax_compressed_allreduce_args_t": ["worker_error", "owner_error"],
+    "relax_step_scale_args_t": ["statistics", "smoothed"],
+    "relax_neighbor_average_args_t": ["estimate_self", "estimate_peers"],
+}
+
+
+def test_every_lent_buffer_travels_with_its_capacity():
+    """A ``<buffer>_bytes`` int64 for each lent buffer, in the core's layout and the mirror."""
+    core = parse_layout(_core.lib().relax_request_layout().decode())
+    for struct, buffers in LENT_BUFFERS.items():
+        for buffer in buffers:
+            assert core[struct][f"{buffer}_bytes"][1] == 8, f"{struct}.{buffer}_bytes"
+    assert _core.lib().relax_abi_version() == _core.ABI_VERSION == 14

@@ -76,6 +76,8 @@ static bool ToRelaxDtype(DataType t, int32_t* out) {
 
 void* DataPtr(const Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }
 
+int64_t Capacity(const Tensor& t) { return static_cast<int64_t>(t.TotalBytes()); }
+
 Status ScalarString(const Tensor& t, const char* what, std::string* out) {
   if (t.dtype() != tensorflow::DT_STRING || t.dims() != 0) {
     return Invalid(std::string(what) + " must be a scalar string, got shape " + t.shape().DebugString());
@@ -243,6 +245,7 @@ Status MakeRequest(int32_t type, Part& p, const std::string& name, int32_t proce
   r->ndim = static_cast<int32_t>(p.shape.size());
   r->shape = p.shape.empty() ? nullptr : p.shape.data();
   r->input = DataPtr(p.input);
+  r->input_bytes = Capacity(p.input);
   return Status();
 }
 

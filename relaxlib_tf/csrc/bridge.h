@@ -65,6 +65,10 @@ void AnnounceRejection(int32_t type, const std::vector<std::string>& names, int3
   } while (0)
 
 void* DataPtr(const Tensor& t);
+// The capacity in bytes of a tensor's buffer, which every buffer handed to the core travels with:
+// the core refuses a request whose buffers are smaller than what it reads or writes (relax.h,
+// "Buffer capacities"), so the kernels need no size checks of their own.
+int64_t Capacity(const Tensor& t);
 Status ScalarString(const Tensor& t, const char* what, std::string* out);
 Status StringVector(const Tensor& t, const char* what, int64_t expected, std::vector<std::string>* out);
 

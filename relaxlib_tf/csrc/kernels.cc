@@ -91,6 +91,7 @@ class TensorsOp : public CollectiveKernel {
       if (!allocating) {
         p.output = *outputs[static_cast<size_t>(i)];
         r.output = DataPtr(p.output);
+        r.output_bytes = Capacity(p.output);
       }
       if (attrs_) {
         RELAX_REJECT_IF_ERROR_ASYNC(ctx, attrs_->Apply(r), call->done, type_, names, process_set_);
@@ -205,6 +206,7 @@ class DirectAverageOp : public AsyncOpKernel {
     relax_request_t& r = requests[0];
     RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(type_, p, name, 0, &r), call->done);
     r.output = DataPtr(p.output);
+    r.output_bytes = Capacity(p.output);
     const auto* rank_data = static_cast<const int32_t*>(DataPtr(ranks));
     const auto* weight_data = static_cast<const double*>(DataPtr(weights));
     const int32_t count = static_cast<int32_t>(ranks.NumElements());
@@ -218,6 +220,8 @@ class DirectAverageOp : public AsyncOpKernel {
       a.consensus_step = consensus_step_;
       a.estimate_self = codec_ && p.extra[0].NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr;
       a.estimate_peers = codec_ && p.extra[1].NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr;
+      a.estimate_self_bytes = Capacity(p.extra[0]);
+      a.estimate_peers_bytes = Capacity(p.extra[1]);
     } else {
       relax_group_average_args_t& a = r.args.group_average;
       a.nmembers = count;
@@ -289,12 +293,15 @@ class CompressedAllreduceOp : public CollectiveKernel {
     RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(type, p, names[0], process_set_, &r), call->done, type, names,
                                 process_set_);
     r.output = DataPtr(p.output);
+    r.output_bytes = Capacity(p.output);
     relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
     args.reduce_op = reduce_op_;
     args.codec = codec_;
     args.prescale = 1.0;
     args.worker_error = feedback ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr;
     args.owner_error = feedback && owner.NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr;
+    args.worker_error_bytes = Capacity(p.extra[0]);
+    args.owner_error_bytes = Capacity(p.extra[1]);  // the core knows the set's chunk and checks it
     Submit(std::move(call), requests, false);
   }
 

@@ -64,6 +64,11 @@ void check_tensor(const at::Tensor& t, const char* what) {
   (void)to_relax_dtype(t.scalar_type());
 }
 
+// The capacity in bytes of a tensor's buffer, which every buffer handed to the core travels with:
+// the core refuses a request whose buffers are smaller than what it reads or writes (relax.h,
+// "Buffer capacities"), so the binding needs no size checks of its own.
+int64_t capacity(const at::Tensor& t) { return static_cast<int64_t>(t.nbytes()); }
+
 void* allocate(void* user, int32_t ndim, const int64_t* shape) {
   auto* f = static_cast<InFlight*>(user);
   f->output = relaxlib_torch::OutputCache::instance().empty(at::IntArrayRef(shape, static_cast<size_t>(ndim)), f->dtype);
@@ -111,6 +116,7 @@ relax_request_t base_request(int32_t type, const at::Tensor& input, const std::s
   r.ndim = static_cast<int32_t>(input.dim());
   r.shape = input.sizes().data();
   r.input = input.data_ptr();
+  r.input_bytes = capacity(input);
   return r;
 }
 
@@ -166,6 +172,7 @@ relax_request_t same_shape_request(int32_t type, const char* what, const at::Ten
               " output must match the input's shape and dtype");
   relax_request_t r = base_request(type, input, name, process_set);
   r.output = output.data_ptr();
+  r.output_bytes = capacity(output);
   return r;
 }
 
@@ -219,6 +226,7 @@ std::vector<int64_t> grouped_allreduce_async(const std::vector<at::Tensor>& inpu
       check_tensor(outputs[i], "grouped_allreduce output");
       relax_request_t r = base_request(RELAX_REQ_ALLREDUCE, inputs[i], names[i], process_set);
       r.output = outputs[i].data_ptr();
+      r.output_bytes = capacity(outputs[i]);  // the core refuses an output smaller than the input
       set_reduce_args(r, op, prescale, postscale);
       requests.push_back(r);
       flights.push_back(std::make_unique<InFlight>(InFlight{inputs[i], outputs[i], inputs[i].scalar_type()}));
@@ -366,12 +374,14 @@ void set_compressed_args(relax_request_t& r, InFlight& flight, int64_t numel,
     TORCH_CHECK(worker_error->numel() == numel && worker_error->scalar_type() == at::kFloat,
                 "relaxlib: the worker error state must be float32 with as many elements as the tensor");
     args.worker_error = worker_error->data_ptr<float>();
+    args.worker_error_bytes = capacity(*worker_error);
     flight.keep.push_back(*worker_error);
   }
   if (owner_error && owner_error->defined()) {
     check_tensor(*owner_error, "owner error state");
     TORCH_CHECK(owner_error->scalar_type() == at::kFloat, "relaxlib: the owner error state must be float32");
     args.owner_error = owner_error->data_ptr<float>();
+    args.owner_error_bytes = capacity(*owner_error);  // the core knows the set's chunk and checks it
     flight.keep.push_back(*owner_error);
   }
 }
@@ -412,6 +422,7 @@ int64_t compressed_allreduce_concatenated_async(const std::vector<at::Tensor>& i
     flight->keep.assign(inputs.begin() + 1, inputs.end());
     r.dtype = RELAX_FLOAT32;
     r.output = output.data_ptr();
+    r.output_bytes = capacity(output);
     set_compressed_args(r, *flight, laid->total, worker_error, owner_error, codec, op, prescale);
   });
   laid->describe(r, r.args.compressed_allreduce.inputs);

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 13
+#define RELAX_ABI_VERSION 14
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -155,6 +155,8 @@ typedef struct {
   const float* statistics;  /* this rank's statistics of `input` if the caller computed them (then
                                while its peers catch up), else NULL: the operation computes them */
   float* smoothed;          /* the smoothed statistics (state, relax_scale_statistics' count floats) */
+  int64_t statistics_bytes; /* capacities in bytes of `statistics` and `smoothed` (see "Buffer capacities") */
+  int64_t smoothed_bytes;
 } relax_step_scale_args_t;
 
 typedef struct {            /* compressed_allreduce */
@@ -167,6 +169,10 @@ typedef struct {            /* compressed_allreduce */
   double prescale;          /* multiply the input by this before compressing (1.0 = none), e.g. an SGD
                                step's learning rate: error feedback is then in the scaled units */
   relax_input_pieces_t inputs;
+  int64_t worker_error_bytes; /* capacities in bytes of `worker_error` and `owner_error` (see "Buffer
+                                 capacities"); the owner's chunk depends on the process set's size
+                                 and this rank's place in it, which the core computes */
+  int64_t owner_error_bytes;
 } relax_compressed_allreduce_args_t;
 
 typedef struct {            /* neighbor_average */
@@ -178,6 +184,8 @@ typedef struct {            /* neighbor_average */
   double consensus_step;    /* CHOCO's gamma */
   float* estimate_self;     /* CHOCO: this rank's public estimate x^ (count floats) */
   float* estimate_peers;    /* CHOCO: the peers' estimates (npeers * count floats) */
+  int64_t estimate_self_bytes;  /* capacities in bytes of the two estimates (see "Buffer capacities") */
+  int64_t estimate_peers_bytes;
 } relax_neighbor_average_args_t;
 
 typedef struct {            /* group_average */
@@ -207,6 +215,17 @@ typedef struct {            /* group_average */
  * first copying them into one buffer. The arrays are read during relax_enqueue; the tensors must
  * stay valid and unchanged until completion.
  *
+ * Buffer capacities: every buffer a request hands the core travels with its capacity in bytes
+ * (`input_bytes`, `output_bytes`, and a `*_bytes` field next to each state buffer of the kinds'
+ * arguments), which a binding fills from the tensor it holds (elements x element size). The core
+ * computes what the operation will read or write in each (for a process set, from the set's size
+ * and this rank's place in it) and refuses a request whose buffer is smaller, naming the request,
+ * the buffer and both sizes (RELAX_ERR_INVALID_ARGUMENT, announced to the other members). A NULL
+ * buffer needs no capacity; `output_bytes` is ignored when an `alloc` callback provides the output;
+ * tensors laid end to end are read as `inputs.counts` says (their capacity). An output whose size
+ * depends on other ranks (allgather, alltoall without `alloc`) is checked when the request runs:
+ * the request then fails on this rank and its output is left untouched.
+ *
  * relax_request_layout() gives the offset and size of every field, for bindings that mirror this
  * struct (Python's ctypes) to check themselves against.
  */
@@ -230,6 +249,8 @@ typedef struct {
     relax_neighbor_average_args_t neighbor_average;
     relax_group_average_args_t group_average;
   } args;
+  int64_t input_bytes;  /* capacity of `input` in bytes (see "Buffer capacities") */
+  int64_t output_bytes; /* capacity of `output` in bytes */
 } relax_request_t;
 
 typedef int64_t relax_handle_t;

@@ -25,6 +25,8 @@ std::string describe_layout() {
   RELAX_FIELD(relax_request_t, output);
   RELAX_FIELD(relax_request_t, process_set);
   RELAX_FIELD(relax_request_t, args);
+  RELAX_FIELD(relax_request_t, input_bytes);
+  RELAX_FIELD(relax_request_t, output_bytes);
   RELAX_STRUCT(relax_reduce_args_t);
   RELAX_FIELD(relax_reduce_args_t, reduce_op);
   RELAX_FIELD(relax_reduce_args_t, prescale);
@@ -56,6 +58,8 @@ std::string describe_layout() {
   RELAX_FIELD(relax_compressed_allreduce_args_t, step_scale);
   RELAX_FIELD(relax_compressed_allreduce_args_t, prescale);
   RELAX_FIELD(relax_compressed_allreduce_args_t, inputs);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, worker_error_bytes);
+  RELAX_FIELD(relax_compressed_allreduce_args_t, owner_error_bytes);
   RELAX_STRUCT(relax_step_scale_args_t);
   RELAX_FIELD(relax_step_scale_args_t, nfactors);
   RELAX_FIELD(relax_step_scale_args_t, shapes);
@@ -63,6 +67,8 @@ std::string describe_layout() {
   RELAX_FIELD(relax_step_scale_args_t, decay);
   RELAX_FIELD(relax_step_scale_args_t, statistics);
   RELAX_FIELD(relax_step_scale_args_t, smoothed);
+  RELAX_FIELD(relax_step_scale_args_t, statistics_bytes);
+  RELAX_FIELD(relax_step_scale_args_t, smoothed_bytes);
   RELAX_STRUCT(relax_neighbor_average_args_t);
   RELAX_FIELD(relax_neighbor_average_args_t, npeers);
   RELAX_FIELD(relax_neighbor_average_args_t, peers);
@@ -72,6 +78,8 @@ std::string describe_layout() {
   RELAX_FIELD(relax_neighbor_average_args_t, consensus_step);
   RELAX_FIELD(relax_neighbor_average_args_t, estimate_self);
   RELAX_FIELD(relax_neighbor_average_args_t, estimate_peers);
+  RELAX_FIELD(relax_neighbor_average_args_t, estimate_self_bytes);
+  RELAX_FIELD(relax_neighbor_average_args_t, estimate_peers_bytes);
   RELAX_STRUCT(relax_group_average_args_t);
   RELAX_FIELD(relax_group_average_args_t, nmembers);
   RELAX_FIELD(relax_group_average_args_t, members);

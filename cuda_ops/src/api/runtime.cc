@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "api/buffer_rule.h"
 #include "api/runtime_state.h"
 #include "api/validate.h"
 #include "relax/relax.h"
@@ -158,6 +159,7 @@ int enqueue_direct(Runtime& rt, const relax_request_t& r, relax_done_fn done, vo
   const SubmitContext ctx{0, world, me, me, static_cast<int>(world.size()), false};
   LocalRequest local;
   Status s = make_request(r, ctx, local);
+  if (s.is_ok()) s = check_buffers(r, local);
   if (!s.is_ok()) return fail(s);
   local.done = done;
   local.user = user;
@@ -264,6 +266,7 @@ int enqueue_locked(Engine* engine, const relax_request_t* requests, int32_t coun
       return fail(Status::error(RELAX_ERR_INVALID_ARGUMENT, "all requests of a group must use one process set"));
     }
     Status s = make_request(r, ctx, local);
+    if (s.is_ok()) s = check_buffers(r, local);
     if (!s.is_ok()) return fail(s);
     local.desc.group = group;
     local.desc.group_size = count > 1 ? count : 0;

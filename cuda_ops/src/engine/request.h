@@ -45,6 +45,11 @@ struct LocalRequest {
   const float* scale_statistics = nullptr;  // compressed all-reduce with a step scale: this rank's
   float* scale_smoothed = nullptr;          // statistics (null: computed in the operation), its state
   DirectArgs direct;              // neighbour and group averages
+  // The buffer rule (api/buffer_rule.h): the bytes `output` must hold when the kind knows them at
+  // submission (-1: they depend on other ranks, or the allocation callback provides the output),
+  // and the bytes the caller says its output holds (relax_request_t::output_bytes).
+  int64_t output_needed = -1;
+  int64_t output_capacity = 0;
 };
 
 using PendingMap = std::unordered_map<std::string, LocalRequest>;

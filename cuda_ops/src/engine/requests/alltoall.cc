@@ -58,11 +58,13 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>& received_split
   }
   const int64_t bytes = rows * row * static_cast<int64_t>(esize);
   std::vector<uint8_t> fallback;
-  void* out = ctx.output_for(item, kinds::with_dim0(d.shape, rows), fallback, bytes);
+  Status refused;
+  void* out = kinds::output_within_capacity(ctx, item, kinds::with_dim0(d.shape, rows), fallback, bytes, refused);
   if (!out && bytes > 0) {
     return Status::error(RELAX_ERR_INTERNAL, "could not allocate the alltoall output for '" + d.name + "'");
   }
-  return ctx.collectives.alltoallv(item.local->input, send_counts, out, recv_counts, esize);
+  Status s = ctx.collectives.alltoallv(item.local->input, send_counts, out, recv_counts, esize);
+  return s.is_ok() ? refused : s;
 }
 
 const RequestKindRegistration kAlltoall({

@@ -16,8 +16,9 @@ namespace relax {
 namespace {
 
 // Checks the step scale's arguments against the tensor and keeps them: the factors, floor and
-// decay in the descriptor (every rank must agree), the state buffers in `local`.
-Status parse_step_scale(const relax_step_scale_args_t& args, LocalRequest& local) {
+// decay in the descriptor (every rank must agree), the state buffers in `local`; writes the bytes each
+// statistics buffer must hold.
+Status parse_step_scale(const relax_step_scale_args_t& args, LocalRequest& local, int64_t* statistics_bytes) {
   std::vector<ScaleFactor> factors;
   Status s = scale_factors(args.shapes, args.nfactors, factors);
   if (!s.is_ok()) return kinds::fail(local, s.message);
@@ -35,12 +36,42 @@ Status parse_step_scale(const relax_step_scale_args_t& args, LocalRequest& local
   if (d.num_elements() > 0 && !args.smoothed) {
     return kinds::fail(local, "the step scale's state buffer (smoothed statistics) is NULL");
   }
+  *statistics_bytes = kinds::float_bytes(scale_statistics_count(factors));
   d.scale_shapes.assign(args.shapes, args.shapes + 2 * static_cast<ptrdiff_t>(args.nfactors));
   d.scale_floor = args.floor;
   d.scale_decay = args.decay;
   local.scale_statistics = args.statistics;
   local.scale_smoothed = args.smoothed;
   return Status::ok();
+}
+
+// The buffer rule for the error-feedback residuals: the worker's holds the tensor, the owner's this
+// rank's chunk (`own` elements), which depends on the process set's size and this rank's place.
+Status check_residuals(const relax_compressed_allreduce_args_t& args, const SubmitContext& ctx, int64_t own,
+                       const LocalRequest& local) {
+  if (!args.worker_error) return Status::ok();  // no error feedback: neither residual is touched
+  const int64_t count = local.desc.num_elements();
+  Status s = kinds::require_capacity(local, "worker residual (worker_error)", kinds::float_bytes(count),
+                                     args.worker_error_bytes, std::to_string(count) + " floats, the tensor's");
+  if (!s.is_ok() || !args.owner_error) return s;
+  return kinds::require_capacity(local, "owner residual (owner_error)", kinds::float_bytes(own), args.owner_error_bytes,
+                                 std::to_string(own) + " floats: set rank " + std::to_string(ctx.set_rank) +
+                                     "'s chunk of " + std::to_string(count) + " elements over a process set of " +
+                                     std::to_string(ctx.set_size()) + " ranks");
+}
+
+// The buffer rule for the step scale's state: relax_scale_statistics' count floats in each.
+Status check_statistics(const relax_step_scale_args_t& args, int64_t needed, const LocalRequest& local) {
+  const std::string detail = "relax_scale_statistics' count for " + std::to_string(args.nfactors) + " parameters";
+  Status s = Status::ok();
+  if (args.smoothed) {
+    s = kinds::require_capacity(local, "step scale's smoothed statistics (smoothed)", needed, args.smoothed_bytes,
+                                detail);
+  }
+  if (s.is_ok() && args.statistics) {
+    s = kinds::require_capacity(local, "step scale's statistics (statistics)", needed, args.statistics_bytes, detail);
+  }
+  return s;
 }
 
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
@@ -53,16 +84,17 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
   }
   Status s = kinds::require_output(local);
   if (!s.is_ok()) return s;
+  // This rank's chunk, which it reduces: its share of the process set (not of the world).
+  const int64_t own = even_counts(d.num_elements(), ctx.set_size())[static_cast<size_t>(ctx.set_rank)];
   if (args.worker_error && !args.owner_error) {
-    const int64_t parts = ctx.set_size();
-    const int64_t own = d.num_elements() / parts + (ctx.set_rank < d.num_elements() % parts ? 1 : 0);
     if (own > 0) {
       return kinds::fail(local, "error feedback needs the owner memory (" + std::to_string(own) +
                             " floats) as well as the worker memory");
     }
   }
+  int64_t statistics_bytes = 0;
   if (args.step_scale) {
-    s = parse_step_scale(*args.step_scale, local);
+    s = parse_step_scale(*args.step_scale, local, &statistics_bytes);
     if (!s.is_ok()) return s;
   }
   const float prescale = static_cast<float>(args.prescale);
@@ -83,7 +115,9 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
   d.flags = args.worker_error ? (Descriptor::kWorkerError | Descriptor::kOwnerError) : 0;
   local.worker_error = args.worker_error;
   local.owner_error = args.owner_error;
-  return Status::ok();
+  s = check_residuals(args, ctx, own, local);
+  if (!s.is_ok() || !args.step_scale) return s;
+  return check_statistics(*args.step_scale, statistics_bytes, local);
 }
 
 std::string codec_of(const Descriptor& d) { return codec_name(d.codec); }

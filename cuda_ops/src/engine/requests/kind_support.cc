@@ -34,9 +34,34 @@ Status parse_reduction(LocalRequest& local, const relax_reduce_args_t& args) {
   return Status::ok();
 }
 
-Status require_output(const LocalRequest& local) {
+Status require_output(LocalRequest& local) {
   if (local.desc.num_elements() > 0 && !local.output) return fail(local, "output buffer is NULL");
+  local.output_needed = byte_size(local.desc);
   return Status::ok();
+}
+
+Status require_capacity(const LocalRequest& local, const std::string& buffer, int64_t needed, int64_t capacity,
+                        const std::string& detail) {
+  if (capacity >= needed) return Status::ok();
+  return fail(local, "the " + buffer + " holds " + std::to_string(capacity) + " bytes but the operation needs " +
+                         std::to_string(needed) + " bytes" + (detail.empty() ? "" : " (" + detail + ")") +
+                         "; a buffer must hold what the operation reads or writes in it");
+}
+
+int64_t float_bytes(int64_t count) { return count * static_cast<int64_t>(sizeof(float)); }
+
+void* output_within_capacity(RunContext& ctx, ExecItem& item, const std::vector<int64_t>& shape,
+                             std::vector<uint8_t>& fallback, int64_t bytes, Status& refused) {
+  LocalRequest* local = item.local;
+  if (local && !local->alloc && local->output) {
+    refused = require_capacity(*local, "output buffer", bytes, local->output_capacity,
+                               "known once every rank's part is: " + shape_string(shape));
+    if (!refused.is_ok()) {
+      fallback.resize(static_cast<size_t>(bytes));
+      return fallback.data();
+    }
+  }
+  return ctx.output_for(item, shape, fallback, bytes);
 }
 
 Status require_rows(const SubmitContext& ctx, const LocalRequest& local) {

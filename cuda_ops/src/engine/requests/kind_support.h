@@ -20,8 +20,24 @@ Status fail(const LocalRequest& local, const std::string& detail);
 
 // Checks a reduction's op, dtype and scale factors and records them in `d`.
 Status parse_reduction(LocalRequest& local, const relax_reduce_args_t& args);
-// The output buffer must be given (same-shape kinds) unless the tensor is empty.
-Status require_output(const LocalRequest& local);
+// The output buffer must be given (same-shape kinds) unless the tensor is empty; it must then hold
+// the tensor's bytes (recorded for the buffer rule).
+Status require_output(LocalRequest& local);
+
+// The buffer rule (relax.h, "Buffer capacities"): the caller's `buffer` of this request must hold
+// the `needed` bytes the operation reads or writes there; the caller says it holds `capacity`.
+// Every check of a caller's buffer size goes through here, so that each refusal names the request,
+// the buffer and both sizes alike; `detail` says where `needed` comes from ("" if plain).
+Status require_capacity(const LocalRequest& local, const std::string& buffer, int64_t needed, int64_t capacity,
+                        const std::string& detail = "");
+// Bytes of `count` float32 values.
+int64_t float_bytes(int64_t count);
+// RunContext::output_for for kinds whose output size is known only when they run (allgather,
+// alltoall): a caller's own output (no allocation callback) smaller than `bytes` is left
+// untouched, the collective writes into `fallback` instead (every rank still takes part), and
+// `refused` receives the buffer rule's error for the request to fail with on this rank.
+void* output_within_capacity(RunContext& ctx, ExecItem& item, const std::vector<int64_t>& shape,
+                             std::vector<uint8_t>& fallback, int64_t bytes, Status& refused);
 // Kinds whose output shape depends on other ranks: a tensor with a dimension, and an output
 // buffer or an allocation callback.
 Status require_rows(const SubmitContext& ctx, const LocalRequest& local);

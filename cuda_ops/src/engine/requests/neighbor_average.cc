@@ -9,6 +9,23 @@
 namespace relax {
 namespace {
 
+// The buffer rule for CHOCO's estimates: this rank's holds the tensor, the peers' one tensor per peer.
+Status check_estimates(const relax_neighbor_average_args_t& args, const LocalRequest& local) {
+  if (!args.codec) return Status::ok();  // exact averages touch no estimate
+  const int64_t count = local.desc.num_elements();
+  Status s = Status::ok();
+  if (args.estimate_self) {
+    s = kinds::require_capacity(local, "estimate of this rank (estimate_self)", kinds::float_bytes(count),
+                                args.estimate_self_bytes, std::to_string(count) + " floats, the tensor's");
+  }
+  if (s.is_ok() && args.estimate_peers) {
+    s = kinds::require_capacity(local, "estimates of the peers (estimate_peers)",
+                                kinds::float_bytes(count * args.npeers), args.estimate_peers_bytes,
+                                std::to_string(args.npeers) + " peers x " + std::to_string(count) + " floats");
+  }
+  return s;
+}
+
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
   const relax_neighbor_average_args_t& args = r.args.neighbor_average;
   Status s = kinds::parse_peers(ctx, args.npeers, args.peers, args.weights, args.codec != 0, local);
@@ -30,7 +47,7 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
   direct.codec = args.codec;
   direct.estimate_self = args.estimate_self;
   direct.estimate_peers = args.estimate_peers;
-  return Status::ok();
+  return check_estimates(args, local);
 }
 
 const RequestKindRegistration kNeighborAverage({RELAX_REQ_NEIGHBOR_AVERAGE, "neighbor_average", Lane::kDirect,

@@ -9,6 +9,18 @@
 namespace relax {
 namespace {
 
+// The bytes of this rank's block, which a caller's own output (no allocation callback) must hold
+// (the buffer rule, api/buffer_rule.h): its recv_counts entry, or its share of dim 0's rows.
+Status record_output_size(const SubmitContext& ctx, LocalRequest& local) {
+  if (ctx.has_alloc) return Status::ok();  // the callback allocates the block's shape
+  const Descriptor& d = local.desc;
+  const size_t me = static_cast<size_t>(ctx.set_rank);
+  const int64_t elements = d.recv_counts.empty() ? even_counts(d.dim0(), ctx.set_size())[me] * d.row_elements()
+                                                 : d.recv_counts[me];
+  local.output_needed = elements * static_cast<int64_t>(dtype_size(d.dtype));
+  return Status::ok();
+}
+
 // The tensors a request laid end to end (relax_reducescatter_args_t::inputs), checked against its
 // flat shape.
 Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& local) {
@@ -17,7 +29,8 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
   Status s = kinds::parse_reduction(local, args.reduce);
   if (!s.is_ok()) return s;
   s = kinds::require_rows(ctx, local);
-  if (!s.is_ok() || args.ncounts <= 0) return s;
+  if (!s.is_ok()) return s;
+  if (args.ncounts <= 0) return record_output_size(ctx, local);
   if (args.ncounts != ctx.set_size() || !args.recv_counts) {
     return kinds::fail(local, "recv_counts must have one entry per rank");
   }
@@ -31,7 +44,7 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
     return kinds::fail(local, "recv_counts sum to " + std::to_string(sum) + " but the tensor has " +
                           std::to_string(d.num_elements()) + " elements");
   }
-  return Status::ok();
+  return record_output_size(ctx, local);
 }
 
 std::string recv_counts_of(const Descriptor& d) { return shape_string(d.recv_counts); }
