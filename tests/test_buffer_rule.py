@@ -63,3 +63,55 @@ def test_decode_still_round_trips():
     for codec in compression.CODECS:
         decoded = compression.decode(codec, compression.encode(codec, values), values.size)
         assert decoded.shape == values.shape and np.isfinite(decoded).all()
+
+
+ONE_RANK = r"""
+import ctypes
+import numpy as np
+from relaxlib import _core, basics
+
+basics.init()
+lib = _core.lib()
+SENTINEL = -7.0
+
+
+def request(kind, name, data, out, input_bytes, output_bytes):
+    r = _core.Request()
+    r.type, r.name, r.dtype, r.ndim = kind, name.encode(), _core.FLOAT32, 1
+    shape = (ctypes.c_int64 * 1)(data.size)
+    r.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    r.input, r.output = data.ctypes.data, out.ctypes.data
+    r.input_bytes, r.output_bytes = input_bytes, output_bytes
+    if kind == _core.REQ_ALLREDUCE:
+        r.args.allreduce.reduce_op, r.args.allreduce.prescale, r.args.allreduce.postscale = 1, 1.0, 1.0
+    return r, shape
+
+
+data, room = np.ones(100, np.float32), np.full(200, SENTINEL, np.float32)
+# An input said to hold fewer bytes than its shape: refused at submission.
+r, keep = request(_core.REQ_ALLREDUCE, "short.input", data, room, 40, 800)
+assert lib.relax_enqueue(ctypes.byref(r), _core.ALLOC_FN(), _core.DONE_FN(), None) == 0
+print("REFUSED", lib.relax_last_error().decode())
+# An allgather into the caller's own output (no allocation callback): its size is known only when
+# it runs, so it fails then, and the output is left untouched.
+r, keep = request(_core.REQ_ALLGATHER, "short.gather", data, room, 400, 40)
+handle = ctypes.c_int64(0)
+status = lib.relax_run(ctypes.byref(r), _core.ALLOC_FN(), None, ctypes.byref(handle))
+assert status != 0, "the allgather was accepted"
+assert (room == SENTINEL).all(), "the allgather wrote into its short output"
+print("FAILED", lib.relax_handle_message(handle.value).decode())
+lib.relax_release(handle.value)
+basics.shutdown()
+"""
+
+
+def test_input_capacity_and_run_time_output_capacity_on_one_rank():
+    """Through the C ABI itself (ctypes, one process): a short input is refused at submission, and
+    an allgather whose own output is short fails when it runs without writing into it."""
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-c", ONE_RANK], capture_output=True, text=True, cwd=REPO, timeout=120)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    assert "'short.input': the input buffer holds 40 bytes but the operation needs 400 bytes" in run.stdout, out
+    assert "'short.gather': the output buffer holds 40 bytes but the operation needs 400 bytes" in run.stdout, out
