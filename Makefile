@@ -77,9 +77,11 @@ ASAN_TEST_OBJS := $(patsubst cuda_ops/tests/%.cc,$(ASAN_DIR)/tests/%.o,$(filter-
 	$(wildcard cuda_ops/tests/*.cc)))
 ASAN_BINS := $(ASAN_DIR)/cpp_tests $(ASAN_DIR)/abi_smoke
 # MPI's own allocations at exit are suppressed (libmpi, libopen-pal, hwloc only; relaxlib's never),
-# which needs whole stacks: run_abi_smoke.sh unwinds without frame pointers (Open MPI has none).
-ASAN_RUN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/cuda_ops/sanitize/lsan.supp:print_suppressions=0
+# which needs whole stacks: Open MPI has no frame pointers, so allocations are unwound the slow way,
+# and its components stay loaded at exit (unloaded, their frames have no module name to match).
+ASAN_RUN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:fast_unwind_on_malloc=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/cuda_ops/sanitize/lsan.supp:print_suppressions=0 \
+	OMPI_MCA_mca_base_component_disable_dlclose=1
 
 $(ASAN_DIR)/core/%.o: cuda_ops/src/%.cc | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -147,8 +149,9 @@ fuzz-build: | $(DEPS_STAMP)
 
 # A few seconds per target from the committed seeds (part of `make test`); `make fuzz` runs long.
 # FUZZ_SMOKE_REPLAY_ONLY: targets whose smoke replays the seeds only, while a bug they find within
-# seconds is being fixed (validate: integer overflows in engine/requests/, issue #49).
-FUZZ_SMOKE_REPLAY_ONLY ?= validate
+# seconds is being fixed (issue #49: validate, integer overflows in engine/requests/; config, NaN
+# and infinite values in engine/config.cc).
+FUZZ_SMOKE_REPLAY_ONLY ?= validate config
 fuzz-smoke: fuzz-build
 	FUZZ_CORPUS_ONLY_TARGETS="$(FUZZ_SMOKE_REPLAY_ONLY)" cuda_ops/fuzz/run_fuzzers.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 

@@ -9,10 +9,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export RELAX_MPI_ALLREDUCE_MAX_BYTES=4096 RELAX_MPI_ALLGATHER_MAX_BYTES=4096 RELAX_RING_SEGMENT_BYTES=65536
 export RELAX_STALL_SHUTDOWN_TIME=120
 # Open MPI unloads its components at MPI_Finalize: kept loaded, their frames in leak reports have
-# names that lsan.supp can match (else they show as <unknown module>).
+# names that lsan.supp can match (else they show as <unknown module>). Open MPI is also built
+# without frame pointers: only the slow unwinder gives the whole stacks of its allocations.
 export OMPI_MCA_mca_base_component_disable_dlclose=1
-# Open MPI is built without frame pointers: only the slow unwinder gives the whole stacks of its
-# allocations, which the suppressions (libmpi, libopen-pal, hwloc) must see to match.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 run() {
   local label=$1; shift
