@@ -87,10 +87,11 @@ TEST(shared_memory_collectives_are_on_for_one_node_and_off_across_nodes) {
   CHECK(error.find("RELAX_SHM_SLOT_BYTES=10") != std::string::npos);
   error.clear();
   setenv("RELAX_SHM_COLLECTIVES", "on", 1);
-  setenv("RELAX_SHM_SLOT_BYTES", "2e9", 1);
+  setenv("RELAX_SHM_SLOT_BYTES", "2000000000", 1);
   EngineConfig capped = EngineConfig::from_environment(error);
   CHECK(capped.shm_collectives);
-  CHECK(error.find("RELAX_SHM_SLOT_BYTES=2000000000 is above the limit of 1 GiB") != std::string::npos);
+  CHECK(error.find("RELAX_SHM_SLOT_BYTES=2000000000 is not a whole number in [4096, 1073741824] (bytes)") !=
+        std::string::npos);
   unsetenv("RELAX_SHM_COLLECTIVES");
   unsetenv("RELAX_SHM_SLOT_BYTES");
 }

@@ -8,6 +8,20 @@
 namespace relax {
 
 constexpr int64_t kMaxShmSlotBytes = 1ll << 30;
+// Also the bounds of relax_set_fusion_threshold / relax_set_cycle_time_ms at run time.
+constexpr int64_t kMaxFusionThresholdBytes = 64ll << 30;
+constexpr double kMaxCycleTimeMs = 1000;
+
+// The one rule every numeric setting follows (RELAX_* and its HOROVOD_* fallback): a whole
+// number (integer settings, decimal digits with an optional sign) or a finite number (real
+// settings) within [minimum, maximum]. nan, inf, 1e30 or a count that does not fit are rejected
+// before any conversion, so no setting can reach the engine as a value it would cast with
+// undefined behaviour or wait on forever. On failure `error` gets "NAME=text is not ... in
+// [minimum, maximum] (unit)" and `value` is left unchanged.
+bool parse_integer_setting(const char* name, const char* text, int64_t minimum, int64_t maximum, const char* unit,
+                           int64_t& value, std::string& error);
+bool parse_real_setting(const char* name, const char* text, double minimum, double maximum, const char* unit,
+                        double& value, std::string& error);
 
 struct EngineConfig {
   int64_t fusion_threshold_bytes = 64ll << 20;  // RELAX_FUSION_THRESHOLD
@@ -35,7 +49,9 @@ struct EngineConfig {
   int64_t shm_slot_bytes = 1 << 20;             // RELAX_SHM_SLOT_BYTES: per rank and round (<= 1 GiB)
   double heap_keep_mb = 64;                     // RELAX_HEAP_KEEP_MB: freed memory kept (util/heap.h; 0 = glibc's way)
 
-  // Reads the environment; invalid values produce a message in `error` and keep the default.
+  // Reads the environment; invalid values produce a message in `error` (each naming its variable
+  // and the allowed range, see config.cc's table) and keep the default. init fails on a
+  // non-empty error before MPI opens, so every rank started with the setting fails alike.
   static EngineConfig from_environment(std::string& error);
 
   // Fills the knobs left at -1, and keeps shared-memory collectives to single-node jobs. Measured on this project's machines: within one node (shared
