@@ -1,5 +1,6 @@
 // The C ABI behind relax.h beside requests: process sets, codecs, neighbour and group averages,
 // the timeline, engine settings and statistics (runtime.cc has lifecycle, requests and waits).
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -9,6 +10,7 @@
 #include "codecs/codec.h"
 #include "codecs/step_scale.h"
 #include "collectives/compressed.h"
+#include "engine/config.h"
 #include "relax/relax.h"
 #include "util/flush_denormals.h"
 
@@ -27,6 +29,67 @@ int lookup_set(int32_t process_set, relax::ProcessSetInfo& info) {
   }
   return 0;
 }
+
+// The codec `codec` for a chunk of `n` float32 values, and the chunk's encoded size in
+// `*encoded`. The C ABI takes no buffer lengths, so the count and the pointers are everything
+// it can check before a codec reads or writes.
+relax::Status codec_chunk(int32_t codec, int64_t n, std::unique_ptr<relax::Codec>& c, int64_t& encoded) {
+  c = relax::make_codec(codec);
+  if (!c) return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec));
+  // A codec's chunk is a header plus at most a few bytes per value (fp16: 2): bounding n to a
+  // quarter of what float32 bytes allow keeps n * 4 and every codec's encoded size exact.
+  constexpr int64_t kMaxValues = (INT64_MAX - 4096) / 8;
+  if (n < 0 || n > kMaxValues) {
+    return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, std::string(c->name()) + ": element count " +
+                                                                std::to_string(n) + " is not in [0, " +
+                                                                std::to_string(kMaxValues) + "]");
+  }
+  encoded = c->encoded_bytes(n);
+  if (encoded < 0) {  // a codec whose format outgrows the bound above
+    return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, std::string(c->name()) + ": " + std::to_string(n) +
+                                                                " elements encode to more bytes than fit in int64");
+  }
+  return relax::Status::ok();
+}
+
+// codec_chunk for relax_codec_encode (`encoding`: reads n floats, writes the chunk) or
+// relax_codec_decode (reads the chunk, writes n floats): a buffer may be NULL only when nothing
+// is read from or written to it. A chunk is never empty (sign and uint8 write a header even for
+// n = 0), so an encode's output and a decode's input are always needed.
+relax::Status codec_call(bool encoding, int32_t codec, const void* in, int64_t n, const void* out,
+                         std::unique_ptr<relax::Codec>& c) {
+  const std::string function = encoding ? "relax_codec_encode" : "relax_codec_decode";
+  int64_t encoded = 0;
+  const relax::Status s = codec_chunk(codec, n, c, encoded);
+  if (!s.is_ok()) return relax::Status::error(s.code, function + ": " + s.message);
+  const int64_t in_bytes = encoding ? n : encoded;
+  const int64_t out_bytes = encoding ? encoded : n;
+  if ((in_bytes > 0 && !in) || (out_bytes > 0 && !out)) {
+    return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, function + ": " + c->name() + " of " + std::to_string(n) +
+                                                                " elements needs both buffers, got a NULL " +
+                                                                (in_bytes > 0 && !in ? "input" : "output"));
+  }
+  return relax::Status::ok();
+}
+
+// scale_factors, and the parameters' elements (rows * cols each, and their total) fit in int64
+// float32 bytes: the step-scale functions read and write that many values without a length.
+relax::Status scale_factors_checked(const int64_t* shapes, int32_t count, std::vector<relax::ScaleFactor>& factors) {
+  relax::Status s = relax::scale_factors(shapes, count, factors);
+  if (!s.is_ok()) return s;
+  int64_t total = 0;
+  for (const relax::ScaleFactor& f : factors) {
+    int64_t elements = 0, bytes = 0;
+    std::string why;
+    if (!relax::checked_tensor_size({f.rows, f.cols}, sizeof(float), elements, bytes, why) ||
+        !relax::checked_add(total, elements, total) || !relax::checked_mul(total, int64_t{sizeof(float)}, bytes)) {
+      return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                                  "step scale: the parameters' shapes hold more float32 bytes than fit in int64");
+    }
+  }
+  return relax::Status::ok();
+}
+
 
 }  // namespace
 
@@ -70,8 +133,9 @@ int relax_codec_info(int32_t index, relax_codec_info_t* out) {
 }
 
 int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n) {
-  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
-  return c && n >= 0 ? c->encoded_bytes(n) : -1;
+  std::unique_ptr<relax::Codec> c;
+  int64_t bytes = -1;
+  return codec_chunk(codec, n, c, bytes).is_ok() ? bytes : -1;
 }
 
 int32_t relax_compressed_parts(int64_t count, int32_t size) {
@@ -79,16 +143,18 @@ int32_t relax_compressed_parts(int64_t count, int32_t size) {
 }
 
 int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) {
-  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
-  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  std::unique_ptr<relax::Codec> c;
+  const relax::Status s = codec_call(true, codec, in, n, out, c);
+  if (!s.is_ok()) return relax::fail(s);
   const relax::FlushDenormals flush;  // as inside the compressed collectives
   c->encode(in, n, out);
   return RELAX_OK;
 }
 
 int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) {
-  std::unique_ptr<relax::Codec> c = relax::make_codec(codec);
-  if (!c) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec)));
+  std::unique_ptr<relax::Codec> c;
+  const relax::Status s = codec_call(false, codec, in, n, out, c);
+  if (!s.is_ok()) return relax::fail(s);
   const relax::FlushDenormals flush;
   c->decode(in, n, out);
   return RELAX_OK;
@@ -96,7 +162,7 @@ int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) 
 
 int relax_scale_statistics(const float* step, const int64_t* shapes, int32_t count, float* out) {
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = relax::scale_factors(shapes, count, factors);
+  const relax::Status status = scale_factors_checked(shapes, count, factors);
   if (!status.is_ok()) return relax::fail(status);
   relax::scale_statistics(step, factors.data(), count, out);
   return RELAX_OK;
@@ -106,7 +172,7 @@ int relax_scale_apply(const float* previous, const float* smoothed, const int64_
                       float floor, const float* step, float* out, float* worker, float* owner, int64_t owner_offset,
                       int64_t owner_count) {
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = relax::scale_factors(shapes, count, factors);
+  const relax::Status status = scale_factors_checked(shapes, count, factors);
   if (!status.is_ok()) return relax::fail(status);
   relax::scale_apply(previous, smoothed, factors.data(), count, floor, step, out,
                      relax::ScaleResiduals{worker, owner, owner_offset, owner_count});
@@ -115,7 +181,7 @@ int relax_scale_apply(const float* previous, const float* smoothed, const int64_
 
 int relax_scale_multiply(const float* smoothed, const int64_t* shapes, int32_t count, float floor, float* data) {
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = relax::scale_factors(shapes, count, factors);
+  const relax::Status status = scale_factors_checked(shapes, count, factors);
   if (!status.is_ok()) return relax::fail(status);
   relax::scale_multiply(smoothed, factors.data(), count, floor, data);
   return RELAX_OK;
@@ -219,7 +285,11 @@ int relax_set_fusion_threshold(int64_t bytes) {
   std::lock_guard<std::mutex> lock(runtime().mutex);
   relax::Engine* engine = relax::current_engine();
   if (!engine) return relax::not_initialized();
-  if (bytes < 0) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "fusion threshold must be >= 0"));
+  if (bytes < 0 || bytes > relax::kMaxFusionThresholdBytes) {  // the range of RELAX_FUSION_THRESHOLD
+    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                                            "fusion threshold " + std::to_string(bytes) + " is not in [0, " +
+                                                std::to_string(relax::kMaxFusionThresholdBytes) + "] bytes"));
+  }
   engine->set_fusion_threshold(bytes);
   return RELAX_OK;
 }
@@ -228,7 +298,13 @@ int relax_set_cycle_time_ms(double ms) {
   std::lock_guard<std::mutex> lock(runtime().mutex);
   relax::Engine* engine = relax::current_engine();
   if (!engine) return relax::not_initialized();
-  if (!(ms >= 0)) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "cycle time must be >= 0"));
+  // The range of RELAX_CYCLE_TIME; written so that nan fails too (an engine waiting nan or inf
+  // milliseconds between cycles never runs a collective).
+  if (!(ms >= 0 && ms <= relax::kMaxCycleTimeMs)) {
+    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                                            "cycle time " + std::to_string(ms) + " ms is not in [0, " +
+                                                std::to_string(static_cast<int>(relax::kMaxCycleTimeMs)) + "]"));
+  }
   engine->set_cycle_time_ms(ms);
   return RELAX_OK;
 }

@@ -24,8 +24,14 @@ Status parse_input_pieces(const relax_request_t& r, const relax_input_pieces_t& 
     const int64_t count = inputs.counts[i];
     if (count < 0) return kinds::fail(local, "input " + std::to_string(i) + " has a negative element count");
     if (count > 0 && !inputs.data[i]) return kinds::fail(local, "input " + std::to_string(i) + " is NULL");
-    local.input_pieces.push_back(Piece{inputs.data[i], nullptr, count * esize});
-    sum += count;
+    // The shape's size was checked; the counts are the caller's own and may overflow before
+    // their sum is compared with it.
+    int64_t bytes = 0;
+    if (!checked_mul(count, esize, bytes) || !checked_add(sum, count, sum)) {
+      return kinds::fail(local, "input " + std::to_string(i) + "'s element count " + std::to_string(count) +
+                                    " makes the inputs' size overflow int64");
+    }
+    local.input_pieces.push_back(Piece{inputs.data[i], nullptr, bytes});
   }
   if (sum != d.num_elements()) {
     return kinds::fail(local, "inputs hold " + std::to_string(sum) + " elements but the shape says " +
@@ -54,9 +60,11 @@ Status make_request(const relax_request_t& r, const SubmitContext& ctx, LocalReq
       return kinds::fail(local, "invalid shape (ndim " + std::to_string(r.ndim) + ")");
     }
     d.shape.assign(r.shape, r.shape + r.ndim);
-    for (int64_t dim : d.shape) {
-      if (dim < 0) return kinds::fail(local, "negative dimension in shape " + shape_string(d.shape));
-    }
+    // Negative dimensions and sizes that overflow int64, in elements or bytes: after this every
+    // product of the shape the kinds and the engine compute is exact.
+    int64_t elements = 0, bytes = 0;
+    std::string why;
+    if (!checked_tensor_size(d.shape, dtype_size(d.dtype), elements, bytes, why)) return kinds::fail(local, why);
     const relax_input_pieces_t* pieces = kind->input_pieces ? kind->input_pieces(r) : nullptr;
     if (pieces && pieces->count != 0) {
       Status s = parse_input_pieces(r, *pieces, local);

@@ -1,6 +1,12 @@
 #include "engine/timeline.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 namespace relax {
 
@@ -38,6 +44,41 @@ std::string json_string(const std::string& s) {
 
 long long micros(double seconds) { return static_cast<long long>(seconds * 1e6); }
 
+// The docs suggest paths in /tmp, where anyone can plant a symbolic link at the name: fopen(..,
+// "w") would follow it and truncate whatever it points to with this process's rights. So the
+// last component must not be a link (O_NOFOLLOW), the file must be a regular one (not a FIFO
+// that would block or a device), and a new file is private (0600). O_TRUNC rather than O_EXCL:
+// writing the same path run after run (RELAX_TIMELINE=/tmp/timeline.json) is the documented use,
+// and an existing regular file of the user's own is what they asked to overwrite.
+Status open_trace_file(const std::string& path, std::FILE*& out) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT, "timeline file '" + path +
+                                                           "' is a symbolic link; not following it (remove it or "
+                                                           "choose another path)");
+    }
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "cannot open timeline file '" + path + "' for writing: " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "timeline file '" + path + "' is not a regular file");
+  }
+  // O_NONBLOCK only kept open() from waiting on a FIFO; writes to the file block as usual.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  out = ::fdopen(fd, "w");
+  if (!out) {
+    const int err = errno;
+    ::close(fd);
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "cannot open timeline file '" + path + "' for writing: " + std::strerror(err));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status Timeline::start(const std::string& path, bool mark_cycles, int rank) {
@@ -45,8 +86,9 @@ Status Timeline::start(const std::string& path, bool mark_cycles, int rank) {
   if (mine.empty()) return Status::ok();
   stop();
   std::lock_guard<std::mutex> lock(mutex_);
-  std::FILE* f = std::fopen(mine.c_str(), "w");
-  if (!f) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "cannot open timeline file '" + mine + "' for writing");
+  std::FILE* f = nullptr;
+  Status opened = open_trace_file(mine, f);
+  if (!opened.is_ok()) return opened;
   file_.reset(f);
   std::fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", f);
   first_event_ = true;

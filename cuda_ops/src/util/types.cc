@@ -74,6 +74,38 @@ std::string reduce_op_name(int32_t op) {
 
 std::string shape_string(const std::vector<int64_t>& shape) { return bracketed_list(shape); }
 
+bool checked_tensor_size(const std::vector<int64_t>& shape, size_t element_size, int64_t& elements, int64_t& bytes,
+                         std::string& why) {
+  for (int64_t dim : shape) {
+    if (dim < 0) {
+      why = "negative dimension in shape " + shape_string(shape);
+      return false;
+    }
+  }
+  // The product of the non-zero dimensions must fit, with the element size: then so does every
+  // partial product in any order (num_elements, row_elements, dim0 * row), even for an empty
+  // tensor such as [0, 2^62, 2^62] whose rows alone would overflow.
+  int64_t nonzero = 1;
+  bool empty = false;
+  for (int64_t dim : shape) {
+    if (dim == 0) {
+      empty = true;
+    } else if (!checked_mul(nonzero, dim, nonzero)) {
+      why = "shape " + shape_string(shape) + " has more elements than fit in int64";
+      return false;
+    }
+  }
+  int64_t b = 0;
+  if (!checked_mul(nonzero, static_cast<int64_t>(element_size), b)) {
+    why = "shape " + shape_string(shape) + " has " + std::to_string(nonzero) + " elements of " +
+          std::to_string(element_size) + " bytes: more bytes than fit in int64";
+    return false;
+  }
+  elements = empty ? 0 : nonzero;
+  bytes = empty ? 0 : b;
+  return true;
+}
+
 int64_t Descriptor::num_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

@@ -34,6 +34,20 @@ bool dtype_is_floating(int32_t dtype);
 std::string reduce_op_name(int32_t op);
 std::string shape_string(const std::vector<int64_t>& shape);
 
+// Overflow-checked int64 arithmetic: false (and `out` unspecified) when the exact result does
+// not fit. Every size computed from caller- or peer-supplied counts goes through these.
+inline bool checked_mul(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
+inline bool checked_add(int64_t a, int64_t b, int64_t& out) { return !__builtin_add_overflow(a, b, &out); }
+
+// The one check of a tensor's size: no dimension is negative, and the product of the non-zero
+// dimensions, in elements and in bytes (times `element_size`), fits in int64 (so an empty
+// [0, 2^62, 2^62] fails too: its rows would overflow). On success fills
+// `elements` and `bytes`; on failure says why in `why` ("negative dimension ...", "... elements
+// overflow ..."). Request validation calls it, so Descriptor::num_elements() and friends never
+// overflow on a descriptor that passed.
+bool checked_tensor_size(const std::vector<int64_t>& shape, size_t element_size, int64_t& elements, int64_t& bytes,
+                         std::string& why);
+
 // What one rank asked for, as exchanged during negotiation. Everything needed to validate the
 // request against other ranks and to take part in it without the local tensor (joined ranks).
 struct Descriptor {
@@ -64,6 +78,8 @@ struct Descriptor {
   static constexpr int32_t kWorkerError = 1;
   static constexpr int32_t kOwnerError = 2;
 
+  // Products of `shape` unchecked: valid for descriptors that passed checked_tensor_size
+  // (request validation), which every descriptor from the C ABI or a peer's validation did.
   int64_t num_elements() const;
   // Elements per dim-0 row (product of shape[1:]); 1 for scalars.
   int64_t row_elements() const;

@@ -16,10 +16,21 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>&) {
   int64_t rows = 0;
   for (const auto& rank_desc : item.tensor->per_rank) {
     const int64_t dim0 = rank_desc ? rank_desc->dim0() : 0;  // a joined rank contributes no rows
-    counts.push_back(dim0 * row);
-    rows += dim0;
+    counts.push_back(dim0 * row);  // exact: each rank's own shape passed checked_tensor_size
+    if (!checked_add(rows, dim0, rows)) rows = -1;
+    if (rows < 0) break;
   }
-  const int64_t bytes = rows * row * static_cast<int64_t>(esize);
+  // Every rank's tensor fits in int64 bytes, their concatenation need not: checked on the peers'
+  // dims every rank holds alike, so all of them fail this request instead of asking the
+  // allocation callback for a negative shape.
+  int64_t bytes = 0;
+  int64_t elements = 0;
+  if (rows < 0 || !checked_mul(rows, row, elements) || !checked_mul(elements, static_cast<int64_t>(esize), bytes)) {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "allgather '" + d.name +
+                                                         "': the ranks' rows together are more than fit in int64 "
+                                                         "bytes of output (rows of shape " +
+                                                         kinds::row_shape_of(d) + ")");
+  }
   std::vector<uint8_t> fallback;
   Status refused;
   void* out = kinds::output_within_capacity(ctx, item, kinds::with_dim0(d.shape, rows), fallback, bytes, refused);

@@ -44,6 +44,21 @@ Status run(RunContext& ctx, ExecItem& item, std::vector<int64_t>& received_split
   auto splits_of = [&](const Descriptor& desc) {
     return desc.splits.empty() ? even_counts(desc.dim0(), size) : desc.splits;
   };
+  // Whatever one rank receives is at most all the rows every rank sends: when those fit in int64
+  // bytes, so does each output. Checked on the peers' dims every rank holds alike, so all of them
+  // fail this request before any allocation callback sees an overflowed shape.
+  int64_t all_rows = 0;
+  for (const auto& peer : item.tensor->per_rank) {
+    if (all_rows >= 0 && peer && !checked_add(all_rows, peer->dim0(), all_rows)) all_rows = -1;
+  }
+  int64_t all_elements = 0, all_bytes = 0;
+  if (all_rows < 0 || !checked_mul(all_rows, row, all_elements) ||
+      !checked_mul(all_elements, static_cast<int64_t>(esize), all_bytes)) {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "alltoall '" + d.name +
+                                                         "': the ranks' rows together are more than fit in int64 "
+                                                         "bytes (rows of shape " +
+                                                         kinds::row_shape_of(d) + ")");
+  }
   const std::vector<int64_t> my_splits = splits_of(item.local->desc);
   std::vector<int64_t> send_counts, recv_counts;
   received_splits.clear();

@@ -1,0 +1,179 @@
+// Hardening of the C ABI (issue #49): codec entry points refuse counts and pointers that would
+// make them read or write outside the caller's buffers, request shapes whose element or byte
+// count overflows int64 are refused, and the timeline does not follow a symbolic link.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "api/validate.h"
+#include "check.h"
+#include "engine/timeline.h"
+#include "relax/relax.h"
+#include "util/types.h"
+
+namespace {
+
+constexpr int64_t kHuge = INT64_MAX;
+
+std::vector<int32_t> codec_ids() {
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < relax_codec_count(); ++i) {
+    relax_codec_info_t info{};
+    if (relax_codec_info(i, &info) == RELAX_OK) ids.push_back(info.id);
+  }
+  return ids;
+}
+
+bool last_error_mentions(const std::string& text) {
+  const char* e = relax_last_error();
+  return e && std::string(e).find(text) != std::string::npos;
+}
+
+// A request of `type` over `shape` with every other field valid, checked as submitting would.
+relax::Status check_shape(int32_t type, int32_t dtype, const std::vector<int64_t>& shape) {
+  static float data[4];
+  relax_request_t r{};
+  r.type = type;
+  r.name = "huge";
+  r.dtype = dtype;
+  r.ndim = static_cast<int32_t>(shape.size());
+  r.shape = shape.data();
+  r.input = data;
+  r.output = data;
+  r.args.allreduce.reduce_op = RELAX_OP_SUM;
+  r.args.allreduce.prescale = 1.0;
+  r.args.allreduce.postscale = 1.0;
+  const std::vector<int> world = {0};
+  relax::SubmitContext ctx{0, world, 0, 0, 1, /*has_alloc=*/true};
+  relax::LocalRequest local;
+  return relax::make_request(r, ctx, local);
+}
+
+}  // namespace
+
+TEST(codec_encode_and_decode_refuse_negative_counts_without_writing) {
+  for (int32_t id : codec_ids()) {
+    // The output lies in the middle of a guarded buffer: nothing around it may change.
+    std::vector<uint8_t> guarded(8192, 0xAB);
+    std::vector<float> in(16, 1.0f);
+    CHECK(relax_codec_encode(id, in.data(), -8001, guarded.data() + 4096) != RELAX_OK);
+    CHECK(last_error_mentions("element count -8001"));
+    std::vector<float> floats(2048, 7.0f);
+    CHECK(relax_codec_decode(id, guarded.data() + 4096, -8001, floats.data() + 1024) != RELAX_OK);
+    bool untouched = true;
+    for (uint8_t b : guarded) untouched = untouched && b == 0xAB;
+    for (float f : floats) untouched = untouched && f == 7.0f;
+    CHECK(untouched);
+  }
+}
+
+TEST(codec_sizes_that_overflow_int64_are_refused) {
+  for (int32_t id : codec_ids()) {
+    CHECK_EQ(relax_codec_encoded_bytes(id, -1), int64_t{-1});
+    CHECK_EQ(relax_codec_encoded_bytes(id, kHuge), int64_t{-1});
+    CHECK_EQ(relax_codec_encoded_bytes(id, kHuge / 4 + 1), int64_t{-1});  // n * 4 bytes of float32 overflows
+    CHECK(relax_codec_encoded_bytes(id, 1000) > 0);
+    float in[1] = {0};
+    uint8_t out[1] = {0};
+    // Refused before any access: the buffers are far too small for what the count claims.
+    CHECK(relax_codec_encode(id, in, kHuge, out) != RELAX_OK);
+    CHECK(relax_codec_decode(id, out, kHuge / 2, in) != RELAX_OK);
+  }
+  CHECK_EQ(relax_codec_encoded_bytes(9999, 10), int64_t{-1});
+  CHECK(relax_codec_encode(9999, nullptr, 0, nullptr) != RELAX_OK);
+  CHECK(last_error_mentions("unknown codec 9999"));
+}
+
+TEST(codec_calls_refuse_null_buffers_they_would_touch) {
+  for (int32_t id : codec_ids()) {
+    std::vector<float> values(64, 0.5f);
+    std::vector<uint8_t> chunk(static_cast<size_t>(relax_codec_encoded_bytes(id, 64)));
+    CHECK(relax_codec_encode(id, nullptr, 64, chunk.data()) != RELAX_OK);
+    CHECK(last_error_mentions("NULL input"));
+    CHECK(relax_codec_encode(id, values.data(), 64, nullptr) != RELAX_OK);
+    CHECK(last_error_mentions("NULL output"));
+    CHECK(relax_codec_decode(id, nullptr, 64, values.data()) != RELAX_OK);
+    CHECK(relax_codec_decode(id, chunk.data(), 64, nullptr) != RELAX_OK);
+    // Valid calls still work, and an empty chunk needs no values.
+    CHECK_EQ(relax_codec_encode(id, values.data(), 64, chunk.data()), RELAX_OK);
+    CHECK_EQ(relax_codec_decode(id, chunk.data(), 64, values.data()), RELAX_OK);
+    std::vector<uint8_t> empty(static_cast<size_t>(relax_codec_encoded_bytes(id, 0)) + 1);
+    CHECK_EQ(relax_codec_encode(id, nullptr, 0, empty.data()), RELAX_OK);
+  }
+}
+
+TEST(tensor_sizes_are_checked_for_overflow_in_one_place) {
+  int64_t elements = -1, bytes = -1;
+  std::string why;
+  CHECK(relax::checked_tensor_size({3, 4}, 4, elements, bytes, why));
+  CHECK_EQ(elements, int64_t{12});
+  CHECK_EQ(bytes, int64_t{48});
+  CHECK(relax::checked_tensor_size({}, 8, elements, bytes, why));
+  CHECK_EQ(elements, int64_t{1});
+  CHECK(relax::checked_tensor_size({0, 5}, 4, elements, bytes, why));
+  CHECK_EQ(bytes, int64_t{0});
+  CHECK(!relax::checked_tensor_size({3, int64_t{1} << 62}, 4, elements, bytes, why));
+  CHECK(why.find("[3, 4611686018427387904]") != std::string::npos);
+  CHECK(!relax::checked_tensor_size({int64_t{1} << 32, int64_t{1} << 32}, 1, elements, bytes, why));
+  CHECK(!relax::checked_tensor_size({int64_t{1} << 62}, 4, elements, bytes, why));  // elements fit, bytes do not
+  CHECK(why.find("bytes") != std::string::npos);
+  CHECK(!relax::checked_tensor_size({0, int64_t{1} << 62, int64_t{1} << 62}, 4, elements, bytes, why));
+  CHECK(!relax::checked_tensor_size({2, -1}, 4, elements, bytes, why));
+  CHECK(why.find("negative dimension") != std::string::npos);
+}
+
+TEST(requests_with_shapes_that_overflow_int64_are_refused) {
+  const int64_t big = int64_t{1} << 62;
+  const int64_t four_g = int64_t{1} << 32;
+  for (int32_t type : {RELAX_REQ_ALLREDUCE, RELAX_REQ_ALLGATHER, RELAX_REQ_BROADCAST}) {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{3, big}, std::vector<int64_t>{four_g, four_g}, std::vector<int64_t>{big, 4},
+          std::vector<int64_t>{0, big, big}}) {
+      relax::Status s = check_shape(type, RELAX_FLOAT32, shape);
+      CHECK_EQ(s.code, RELAX_ERR_INVALID_ARGUMENT);
+      CHECK(s.message.find("int64") != std::string::npos);
+      CHECK(s.message.find("'huge'") != std::string::npos);
+    }
+  }
+  CHECK(check_shape(RELAX_REQ_ALLREDUCE, RELAX_FLOAT32, {2, 2}).is_ok());
+  CHECK(check_shape(RELAX_REQ_ALLREDUCE, RELAX_UINT8, {big}).is_ok());  // 2^62 bytes fit
+  CHECK(!check_shape(RELAX_REQ_ALLREDUCE, RELAX_FLOAT64, {big}).is_ok());
+}
+
+TEST(the_timeline_does_not_follow_a_symbolic_link) {
+  char dir_template[] = "/tmp/relax-timeline-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  CHECK(dir != nullptr);
+  if (!dir) return;
+  const std::string target = std::string(dir) + "/precious";
+  const std::string link = std::string(dir) + "/timeline.json";
+  { std::ofstream(target) << "keep me"; }
+  CHECK_EQ(symlink(target.c_str(), link.c_str()), 0);
+  relax::Timeline timeline;
+  relax::Status s = timeline.start(link, false, 0);
+  CHECK_EQ(s.code, RELAX_ERR_INVALID_ARGUMENT);
+  CHECK(s.message.find("symbolic link") != std::string::npos);
+  CHECK(!timeline.active());
+  std::string kept;
+  std::getline(std::ifstream(target), kept);
+  CHECK_EQ(kept, std::string("keep me"));
+  // A fresh regular file is created private to its owner, and writing it works.
+  const std::string fresh = std::string(dir) + "/fresh.json";
+  CHECK(timeline.start(fresh, false, 0).is_ok());
+  timeline.stop();
+  struct stat st {};
+  CHECK_EQ(stat(fresh.c_str(), &st), 0);
+  CHECK_EQ(static_cast<int>(st.st_mode & 0777), 0600);
+  // Not a regular file: refused rather than blocking on a FIFO with no reader.
+  const std::string fifo = std::string(dir) + "/fifo";
+  CHECK_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  CHECK(!timeline.start(fifo, false, 0).is_ok());
+  for (const std::string& p : {link, target, fresh, fifo}) unlink(p.c_str());
+  rmdir(dir);
+}
