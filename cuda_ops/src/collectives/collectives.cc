@@ -7,6 +7,7 @@
 
 #include "collectives/point_to_point.h"
 #include "collectives/reduce.h"
+#include "transport/liveness.h"
 #include "transport/mpi_context.h"
 #include "util/backoff.h"
 #include "util/logging.h"
@@ -104,8 +105,8 @@ void Collectives::set_up_shared_memory() {
   if (config_.shm_min_bytes < 0) return;
   std::string why;
   bool expected = false;
-  shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, config_.shm_spin_gate, why,
-                               expected);
+  shm_ = ShmCollectives::create(comm_, config_.shm_slot_bytes, config_.shm_spin_us, config_.shm_spin_gate,
+                               config_.peer_timeout_s, why, expected);
   if (!shm_ && expected) {
     RELAX_LOG(Debug, "Shared-memory collectives not used (" << why << ").");
   } else if (!shm_) {
@@ -159,42 +160,41 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
   return wait_all(requests);
 }
 
-namespace {
-
 // Polls an MPI_Test* call until its requests are done: without pause for 1 ms (200 us when
 // `yield`, yielding the core between polls), then sleeping between polls for 1/32 of the time
 // waited so far, so a long transfer ends at most about 3 % late. A wait that spins or yields
 // keeps a core busy or runnable for the whole transfer (with ranks sharing cores, taken from the
 // compute of its peers), while the kernel keeps the sockets busy between polls from megabytes of
 // buffer. (MPI_SUCCESS is 0.)
+// Waits longer than config_.peer_timeout_s fail RELAX_ERR_STALLED naming the ranks that did not
+// answer (their requests stay posted: the job cannot go on, see transport/liveness.h).
 template <class Test>
-int poll_until_done(bool yield, Test test) {
-  return poll_with_backoff(test, yield ? 200 : 1000, yield, 1.0 / 32);
+Status Collectives::poll_until_done(Test test, const char* what) {
+  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  const bool yield = config_.yield_while_waiting;
+  bool timed_out = false;
+  const int rc = poll_with_backoff(test, yield ? 200 : 1000, yield, 1.0 / 32, config_.peer_timeout_s, timed_out);
+  if (timed_out) {
+    return Status::error(RELAX_ERR_STALLED, report_silence(comm_, config_.peer_timeout_s, "a collective's transfer"));
+  }
+  return mpi_status(rc, what);
 }
-
-}  // namespace
 
 Status Collectives::wait_all(std::vector<MPI_Request>& requests) {
   const int n = static_cast<int>(requests.size());
-  return mpi_status(poll_until_done(config_.yield_while_waiting,
-                                    [&](int& done) { return MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE); }),
-                    "MPI_Testall");
+  return poll_until_done([&](int& done) { return MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE); },
+                         "MPI_Testall");
 }
 
 Status Collectives::wait_one(MPI_Request& request) {
-  return mpi_status(poll_until_done(config_.yield_while_waiting,
-                                    [&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }),
-                    "MPI_Test");
+  return poll_until_done([&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }, "MPI_Test");
 }
 
 Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
   const int n = static_cast<int>(requests.size());
   // (done with index MPI_UNDEFINED: nothing was pending)
-  return mpi_status(poll_until_done(config_.yield_while_waiting,
-                                    [&](int& done) {
-                                      return MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE);
-                                    }),
-                    "MPI_Testany");
+  return poll_until_done([&](int& done) { return MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE); },
+                         "MPI_Testany");
 }
 
 Status Collectives::exchange_and_reduce(const Pieces& buf, bool send_reduced, int64_t send_begin,

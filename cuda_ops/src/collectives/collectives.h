@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/shm_collectives.h"
+#include "transport/liveness.h"
 #include "transport/tcp_ring.h"
 #include "util/types.h"
 
@@ -46,6 +47,8 @@ struct CollectiveConfig {
   // The ring's steps over TCP sockets of its own (transport/tcp_ring.h) instead of MPI
   // point-to-point: for ranks on several nodes.
   bool tcp_ring = false;
+  // Longest wait for a peer before an operation fails naming it (transport/liveness.h).
+  double peer_timeout_s = kDefaultPeerTimeoutSeconds;
 };
 
 // One message's bytes.
@@ -162,6 +165,8 @@ class Collectives {
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
   // MPI_Waitall / MPI_Wait / MPI_Waitany by polling: busy at first (yielding the core between
   // polls when config.yield_while_waiting), then sleeping between polls.
+  template <class Test>
+  Status poll_until_done(Test test, const char* what);
   Status wait_all(std::vector<MPI_Request>& requests);
   Status wait_one(MPI_Request& request);
   Status wait_any(std::vector<MPI_Request>& requests, int& index);

@@ -10,6 +10,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
+#include "transport/liveness.h"
 #include "util/backoff.h"
 
 namespace relax {
@@ -50,8 +51,8 @@ int64_t rounds_for(const std::vector<int64_t>& counts, int64_t window) {
 }  // namespace
 
 std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t slot_bytes, double spin_us,
-                                                       const std::atomic<int>* spin_gate, std::string& why,
-                                                       bool& expected) {
+                                                       const std::atomic<int>* spin_gate, double timeout_s,
+                                                       std::string& why, bool& expected) {
   expected = false;
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
@@ -73,18 +74,37 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t sl
   const size_t bytes = header + 2 * static_cast<size_t>(size) * static_cast<size_t>(slot_bytes);
   std::unique_ptr<SharedSegment> segment = SharedSegment::create(comm, bytes, why);
   if (!segment) return nullptr;
-  return std::make_unique<ShmCollectives>(Key(), std::move(segment), rank, size, slot_bytes, spin_us, spin_gate);
+  std::vector<int> ranks(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
+  return std::make_unique<ShmCollectives>(Key(), std::move(segment), rank, size, slot_bytes, spin_us, spin_gate,
+                                          timeout_s, world_ranks_of(comm, ranks));
 }
 
 ShmCollectives::ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes,
-                               double spin_us, const std::atomic<int>* spin_gate)
+                               double spin_us, const std::atomic<int>* spin_gate, double timeout_s,
+                               std::vector<int> world_ranks)
     : segment_(std::move(segment)),
       rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
       spin_us_(spin_us),
       spin_gate_(spin_gate),
+      timeout_s_(timeout_s),
+      world_ranks_(std::move(world_ranks)),
       data_offset_(header_bytes(size)) {}
+
+template <class Body>
+Status ShmCollectives::guarded(const char* during, Body body) {
+  if (!broken_.empty()) return Status::error(RELAX_ERR_STALLED, broken_);
+  try {
+    body();
+  } catch (const PeerSilence& silence) {
+    // The segment's barrier counts now disagree between ranks: it can never be used again.
+    broken_ = note_peer_silence(peer_silence_message(silence.ranks, timeout_s_, during));
+    return Status::error(RELAX_ERR_STALLED, broken_);
+  }
+  return Status::ok();
+}
 
 uint8_t* ShmCollectives::slot(int rank, int64_t round) const {
   const size_t set = static_cast<size_t>(round & 1);
@@ -103,6 +123,14 @@ uint64_t* ShmCollectives::flag(int rank) const {
 // the CPU), then sleeps:
 // in a collective after a millisecond, 50 us at a time; in a round after 50 us, with pauses
 // growing to 100 us.
+std::vector<int> ShmCollectives::late_ranks(uint64_t epoch) const {
+  std::vector<int> late;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && __atomic_load_n(flag(r), __ATOMIC_ACQUIRE) < epoch) late.push_back(world_ranks_[static_cast<size_t>(r)]);
+  }
+  return late;
+}
+
 void ShmCollectives::barrier(Wait wait) {
   using clock = std::chrono::steady_clock;
   const uint64_t epoch = ++epoch_;
@@ -125,6 +153,7 @@ void ShmCollectives::barrier(Wait wait) {
         if (spin_gate_ && spin_gate_->load(std::memory_order_relaxed) <= 0) spin_us = 0;
       }
       const double waited_us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
+      if (waited_us >= timeout_s_ * 1e6) throw PeerSilence{late_ranks(epoch)};
       if (waited_us < spin_us) continue;
       if (waited_us < yield_until_us) {
         sched_yield();
@@ -198,6 +227,10 @@ Status ShmCollectives::allreduce(const void* src, void* dst, int64_t count, int3
 }
 
 Status ShmCollectives::allreduce(Pieces pieces, int32_t dtype, int32_t op, double postscale) {
+  return guarded("a shared-memory all-reduce", [&] { allreduce_rounds(std::move(pieces), dtype, op, postscale); });
+}
+
+void ShmCollectives::allreduce_rounds(Pieces pieces, int32_t dtype, int32_t op, double postscale) {
   const int64_t count = pieces.bytes() / static_cast<int64_t>(dtype_size(dtype));
   const Reduction r = reduction(std::move(pieces), even_counts(count, size_), dtype, op, postscale);
   const int64_t rounds = rounds_for(r.counts, r.window);
@@ -214,7 +247,6 @@ Status ShmCollectives::allreduce(Pieces pieces, int32_t dtype, int32_t op, doubl
                   });
     }
   }
-  return Status::ok();
 }
 
 Status ShmCollectives::reduce_scatter(const std::vector<Piece>& inputs, const std::vector<int64_t>& counts,
@@ -225,11 +257,17 @@ Status ShmCollectives::reduce_scatter(const std::vector<Piece>& inputs, const st
   const int64_t own_begin = block_offsets(counts)[me] * esize, own_bytes = counts[me] * esize;
   const Reduction r = reduction(Pieces(route_range(inputs, own_begin, own_bytes, out)), counts, dtype, op, postscale);
   const int64_t rounds = rounds_for(r.counts, r.window);
-  for (int64_t k = 0; k < rounds; ++k, ++rounds_) reduce_round(r, k, false);  // (rounds past the own block reduce nothing)
-  return Status::ok();
+  return guarded("a shared-memory reduce-scatter", [&] {
+    for (int64_t k = 0; k < rounds; ++k, ++rounds_) reduce_round(r, k, false);  // (rounds past the own block reduce nothing)
+  });
 }
 
 Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts, size_t element_size, Wait wait) {
+  return guarded(wait == Wait::kRound ? "a negotiation round" : "a shared-memory all-gather",
+                 [&] { allgatherv_rounds(out, counts, element_size, wait); });
+}
+
+void ShmCollectives::allgatherv_rounds(void* out, const std::vector<int64_t>& counts, size_t element_size, Wait wait) {
   const int64_t esize = static_cast<int64_t>(element_size);
   const int64_t window = std::max<int64_t>(1, slot_bytes_ / esize);
   const std::vector<int64_t> offsets = block_offsets(counts);
@@ -250,28 +288,28 @@ Status ShmCollectives::allgatherv(void* out, const std::vector<int64_t>& counts,
       }
     }
   }
-  return Status::ok();
 }
 
 int64_t ShmCollectives::inline_capacity(int64_t record_bytes) const {
   return std::max<int64_t>(0, slot_bytes_ - inline_offset(record_bytes));
 }
 
-void ShmCollectives::exchange_records(uint8_t* records, int64_t record_bytes, const void* inline_data,
-                                      int64_t inline_bytes) {
+Status ShmCollectives::exchange_records(uint8_t* records, int64_t record_bytes, const void* inline_data,
+                                        int64_t inline_bytes) {
   if (record_bytes > slot_bytes_) {  // (a cache of millions of entries) several rounds, nothing inline
-    allgatherv(records, std::vector<int64_t>(static_cast<size_t>(size_), record_bytes), 1, Wait::kRound);
-    return;
+    return allgatherv(records, std::vector<int64_t>(static_cast<size_t>(size_), record_bytes), 1, Wait::kRound);
   }
-  uint8_t* mine = slot(rank_, rounds_);
-  std::memcpy(mine, records + rank_ * record_bytes, static_cast<size_t>(record_bytes));
-  inline_offset_ = inline_offset(record_bytes);
-  if (inline_bytes > 0) std::memcpy(mine + inline_offset_, inline_data, static_cast<size_t>(inline_bytes));
-  barrier(Wait::kRound);
-  for (int j = 0; j < size_; ++j) {
-    if (j != rank_) std::memcpy(records + j * record_bytes, slot(j, rounds_), static_cast<size_t>(record_bytes));
-  }
-  inline_round_ = rounds_++;
+  return guarded("a negotiation round", [&] {
+    uint8_t* mine = slot(rank_, rounds_);
+    std::memcpy(mine, records + rank_ * record_bytes, static_cast<size_t>(record_bytes));
+    inline_offset_ = inline_offset(record_bytes);
+    if (inline_bytes > 0) std::memcpy(mine + inline_offset_, inline_data, static_cast<size_t>(inline_bytes));
+    barrier(Wait::kRound);
+    for (int j = 0; j < size_; ++j) {
+      if (j != rank_) std::memcpy(records + j * record_bytes, slot(j, rounds_), static_cast<size_t>(record_bytes));
+    }
+    inline_round_ = rounds_++;
+  });
 }
 
 void ShmCollectives::reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale) const {

@@ -36,9 +36,12 @@ class ShmCollectives {
   // segment (2 x ranks x slot_bytes) could be made; `why` then says why not, and `expected` is
   // set when that is the normal case (ranks on several nodes) rather than a failure. Barrier
   // waits poll for `spin_us` microseconds before they yield the core, while `spin_gate` (if not
-  // null; it must outlive this object) is positive.
+  // null; it must outlive this object) is positive. A barrier waits at most `timeout_s` seconds
+  // for a peer (transport/liveness.h); then the operation fails naming the ranks that did not
+  // arrive, and so does every later one.
   static std::unique_ptr<ShmCollectives> create(MPI_Comm comm, int64_t slot_bytes, double spin_us,
-                                                const std::atomic<int>* spin_gate, std::string& why, bool& expected);
+                                                const std::atomic<int>* spin_gate, double timeout_s, std::string& why,
+                                                bool& expected);
 
   // Only create() can make this key (it sizes the segment for these arguments).
   class Key {
@@ -46,14 +49,16 @@ class ShmCollectives {
     Key() {}
   };
   ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us,
-                 const std::atomic<int>* spin_gate);
+                 const std::atomic<int>* spin_gate, double timeout_s, std::vector<int> world_ranks);
 
-  // The collectives below cannot fail once the segment exists; they return Status like the
-  // other paths of Collectives.
+  // The collectives below fail only when a peer does not reach a barrier within the timeout
+  // (RELAX_ERR_STALLED naming it, and `during` in the message); after that every call fails.
 
   // dst = reduction of every rank's src (dst may be src); `postscale` multiplies the result, each
   // block scaled once by the rank that reduced it, so every rank gets identical bits.
   Status allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
+  // Why the segment is unusable (a peer did not answer), empty while it works.
+  const std::string& broken() const { return broken_; }
   // The same all-reduce of the pieces' concatenation, read from and written to the pieces where
   // they lie (no fusion buffer to copy them into and out of): the same bits as allreduce() of
   // the concatenation.
@@ -72,7 +77,7 @@ class ShmCollectives {
   // records + rank * record_bytes) that may carry `inline_bytes` (at most inline_capacity()) of
   // this rank's data behind its record. The data stays readable until this rank's next
   // collective on the segment: reduce_inline() reads it. Waits as Wait::kRound.
-  void exchange_records(uint8_t* records, int64_t record_bytes, const void* inline_data, int64_t inline_bytes);
+  Status exchange_records(uint8_t* records, int64_t record_bytes, const void* inline_data, int64_t inline_bytes);
   // Largest payload exchange_records() carries behind records of `record_bytes`.
   int64_t inline_capacity(int64_t record_bytes) const;
   // dst = the reduction of every rank's inline data of the last exchange_records() (`count`
@@ -91,12 +96,21 @@ class ShmCollectives {
     double postscale = 1.0;
   };
   Reduction reduction(Pieces pieces, std::vector<int64_t> counts, int32_t dtype, int32_t op, double postscale) const;
+  // The bodies of allreduce() and allgatherv(), which may throw PeerSilence (guarded() catches it).
+  void allreduce_rounds(Pieces pieces, int32_t dtype, int32_t op, double postscale);
+  void allgatherv_rounds(void* out, const std::vector<int64_t>& counts, size_t element_size, Wait wait);
+  // World ranks whose barrier flag has not reached `epoch`.
+  std::vector<int> late_ranks(uint64_t epoch) const;
   // Round `k`: this rank's reduced block part into the pieces' `out`; with `publish` also into its slot.
   void reduce_round(const Reduction& r, int64_t k, bool publish);
 
   uint8_t* slot(int rank, int64_t round) const;
   uint64_t* flag(int rank) const;
+  // Throws PeerSilence (transport/liveness.h) when a peer does not arrive within timeout_s_.
   void barrier(Wait wait = Wait::kCollective);
+  // Runs `body` (which may throw PeerSilence from a barrier); a silence becomes the Status.
+  template <class Body>
+  Status guarded(const char* during, Body body);
 
   std::unique_ptr<SharedSegment> segment_;
   int rank_;
@@ -104,6 +118,9 @@ class ShmCollectives {
   int64_t slot_bytes_;
   double spin_us_;
   const std::atomic<int>* spin_gate_;
+  double timeout_s_;
+  std::vector<int> world_ranks_;  // of this segment's ranks, for naming a silent one
+  std::string broken_;
   const size_t data_offset_;  // flags first, then the two slot sets
   uint64_t epoch_ = 0;        // barriers passed
   int64_t rounds_ = 0;        // rounds run: selects the slot set

@@ -11,6 +11,7 @@
 #include "engine/request_kind.h"
 #include "engine/requests/kind_support.h"
 #include "engine/round_exchange.h"
+#include "transport/liveness.h"
 #include "util/logging.h"
 #include "util/text.h"
 
@@ -36,6 +37,21 @@ bool made_progress(const std::vector<RankMessage>& messages, const std::vector<R
   return false;
 }
 
+// " Requests pending here: 'a', 'b'.": what a silent peer held up, for its error message.
+std::string pending_names(const ProcessSetState& set) {
+  constexpr size_t kMaxNames = 8;
+  std::string names;
+  size_t listed = 0;
+  for (const auto& entry : set.pending) {
+    if (listed == kMaxNames) {
+      names += ", ...";
+      break;
+    }
+    names += (listed++ ? ", '" : "'") + entry.first + "'";
+  }
+  return " Requests pending here: " + names + ".";
+}
+
 }  // namespace
 
 CollectiveConfig collective_config(const EngineConfig& c, const std::atomic<int>* spin_gate) {
@@ -53,6 +69,7 @@ CollectiveConfig collective_config(const EngineConfig& c, const std::atomic<int>
   cc.shm_spin_gate = spin_gate;
   cc.yield_while_waiting = c.yield_while_waiting;
   cc.tcp_ring = c.use_tcp_ring;
+  cc.peer_timeout_s = peer_timeout_seconds(c.stall_shutdown_seconds);
   return cc;
 }
 
@@ -96,6 +113,7 @@ void Engine::stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_requested_ = true;
   }
+  stop_flag_.store(true);
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -328,8 +346,11 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
   if (lone) inline_data = {lone->input, kinds::byte_size(lone->desc)};
   Status status = exchange_round(set.control(), set.collectives.shared_segment(), mine, set.coordinator.cache_size(),
                                  set.id == 0 ? static_cast<size_t>(next_set_id_) : 0, lone ? &inline_data : nullptr,
-                                 messages);
-  if (!status.is_ok()) return status;
+                                 collective_config_.peer_timeout_s, messages);
+  if (!status.is_ok()) {
+    if (status.code == RELAX_ERR_STALLED && !set.pending.empty()) status.message += pending_names(set);
+    return status;
+  }
   if (lone && every_member_inlined(messages, mine.cached.front())) {
     progress = true;
     inline_allreduces_.fetch_add(1, std::memory_order_relaxed);  // before its caller can see it complete
@@ -364,6 +385,8 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
   }
   set.executor.run(responses, set.pending);
   clock = steady_seconds();
+  // A transfer that timed out failed its own requests; the silent peer fails everything else.
+  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
   execution_ns_.fetch_add(static_cast<int64_t>((clock - round_end) * 1e9), std::memory_order_relaxed);
   negotiation_ns_.fetch_add(static_cast<int64_t>((round_end - round_start) * 1e9), std::memory_order_relaxed);
   rounds_.fetch_add(1, std::memory_order_relaxed);
@@ -448,10 +471,16 @@ bool Engine::any_set_busy() const {
 // Polls (yielding the core) for a new submission before the engine sleeps on the condition variable:
 // only after a round that changed something, when the next request of a burst is likely to follow.
 // After an idle tick the engine sleeps at once (a tick that spun held 10 % of a core per idle rank).
+// The poll lasts at most 10 ms whatever RELAX_IDLE_SPIN_US says (a longer one would hold a core
+// and keep the peers waiting for this rank's next round), and ends on a stop request, so
+// shutdown() never waits for it.
 void Engine::spin_while_idle() {
   if (config_.idle_spin_us <= 0 || !last_round_progressed_.load()) return;
-  const double until = steady_seconds() + config_.idle_spin_us * 1e-6;
-  while (submissions_.load(std::memory_order_acquire) == seen_submissions_.load() && steady_seconds() < until) {
+  constexpr double kMaxIdleSpinSeconds = 0.01;
+  const double spin = std::min(config_.idle_spin_us * 1e-6, kMaxIdleSpinSeconds);
+  const double until = steady_seconds() + spin;
+  while (submissions_.load(std::memory_order_acquire) == seen_submissions_.load() && !stop_flag_.load() &&
+         steady_seconds() < until) {
     sched_yield();
   }
 }

@@ -132,6 +132,7 @@ class Engine {
   std::unordered_map<int32_t, std::unordered_set<std::string>> active_names_;
   std::map<int32_t, ProcessSetInfo> set_info_;   // replicated registry, readable by submitters
   bool stop_requested_ = false;
+  std::atomic<bool> stop_flag_{false};  // stop_requested_, readable without mutex_ (the idle spin polls it)
   bool woken_ = false;       // a driving caller handed work back to the engine thread
   std::function<void(const std::string&)> stop_listener_;
   // Settings changed through the API, applied to config_ at the start of the next round (the

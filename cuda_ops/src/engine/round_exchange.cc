@@ -1,7 +1,9 @@
 #include "engine/round_exchange.h"
 
+#include <climits>
 #include <cstring>
 
+#include "transport/liveness.h"
 #include "transport/mpi_context.h"
 #include "util/backoff.h"
 #include "util/types.h"
@@ -47,33 +49,57 @@ RoundBuffers& round_buffers() {
   return buffers;
 }
 
+// A payload length no record can state: the sender's payload is over kMaxPayloadBytes.
+constexpr uint32_t kPayloadTooLarge = 0xffffffffu;
+// MPI counts and displacements are int: a round's payloads must fit in one all-gather.
+constexpr int64_t kMaxPayloadBytes = INT_MAX;
+
 // Waits for a non-blocking MPI request: polls for 50 us (peers usually arrive within
 // microseconds), then sleeps with growing pauses so an idle rank leaves the cores to busy peers.
-int wait_with_backoff(MPI_Request* request) {
+// Gives up after `timeout_s` (the request then stays posted: the engine stops for good).
+int wait_with_backoff(MPI_Request* request, double timeout_s, bool& timed_out) {
   return poll_with_backoff([request](int& done) { return MPI_Test(request, &done, MPI_STATUS_IGNORE); }, 50,
-                           /*yield=*/false, 0.25);
+                           /*yield=*/false, 0.25, timeout_s, timed_out);
 }
 
 // Every rank's `lengths[r]` bytes into `out` at `displs[r]`, where this rank's are already in
-// place: through the shared segment when there is one, else MPI's all-gather (waiting politely).
+// place: through the shared segment when there is one, else MPI's all-gather (waiting politely,
+// at most `timeout_s`; then the ranks that did not answer are named, and the all-gather stays
+// posted: the caller must keep `out`, `lengths` and `displs` alive (leak them).
 Status gather(MPI_Comm comm, ShmCollectives* shm, uint8_t* out, const std::vector<int>& lengths,
-              const std::vector<int>& displs) {
+              const std::vector<int>& displs, double timeout_s) {
   if (shm) {
     std::vector<int64_t>& counts = round_buffers().counts;
     counts.assign(lengths.begin(), lengths.end());
     return shm->allgatherv(out, counts, 1, ShmCollectives::Wait::kRound);
   }
+  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
   MPI_Request request;
+  bool timed_out = false;
   int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, lengths.data(), displs.data(), MPI_BYTE, comm, &request);
-  if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request);
+  if (rc == MPI_SUCCESS) rc = wait_with_backoff(&request, timeout_s, timed_out);
+  if (timed_out) {
+    return Status::error(RELAX_ERR_STALLED, report_silence(comm, timeout_s, "a negotiation round"));
+  }
   if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "negotiation all-gather failed: " + mpi_error_string(rc));
   return Status::ok();
+}
+
+// After a failed all-gather through MPI: one that timed out is still posted and may yet write
+// into the round's buffers (and read its counts) if the silent peer wakes up, so they are
+// leaked on purpose; the engine stops for good after this round.
+Status leave_posted(const Status& status, RoundBuffers& buffers, std::vector<char>* gathered) {
+  if (status.code != RELAX_ERR_STALLED) return status;
+  new RoundBuffers(std::move(buffers));  // NOLINT: deliberately leaked (vectors keep their storage when moved)
+  if (gathered) new std::vector<char>(std::move(*gathered));  // NOLINT: likewise
+  return status;
 }
 
 }  // namespace
 
 Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
-                      size_t set_count, const InlineData* inline_data, std::vector<RankMessage>& all) {
+                      size_t set_count, const InlineData* inline_data, double timeout_s,
+                      std::vector<RankMessage>& all) {
   int size = 1, rank = 0;
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
@@ -87,7 +113,10 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
   std::vector<uint8_t>& recv = buffers.records;
   recv.assign(record * static_cast<size_t>(size), 0);
   uint8_t* send = recv.data() + record * static_cast<size_t>(rank);
-  const uint32_t payload_bytes = static_cast<uint32_t>(payload.size());
+  // A payload too large to state goes out as a marker, so that every rank fails the round alike.
+  const uint32_t payload_bytes = static_cast<int64_t>(payload.size()) > kMaxPayloadBytes
+                                     ? kPayloadTooLarge
+                                     : static_cast<uint32_t>(payload.size());
   const bool carry = shm && inline_data && inline_data->bytes <= shm->inline_capacity(static_cast<int64_t>(record));
   const uint32_t flags = carry ? mine.flags | kFlagInline : mine.flags;
   std::memcpy(send, &flags, 4);
@@ -100,11 +129,12 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
   displs.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = r * static_cast<int>(record);
   if (shm) {
-    shm->exchange_records(recv.data(), static_cast<int64_t>(record), carry ? inline_data->data : nullptr,
-                          carry ? inline_data->bytes : 0);
-  } else {
-    Status status = gather(comm, nullptr, recv.data(), lengths, displs);
+    Status status = shm->exchange_records(recv.data(), static_cast<int64_t>(record),
+                                          carry ? inline_data->data : nullptr, carry ? inline_data->bytes : 0);
     if (!status.is_ok()) return status;
+  } else {
+    Status status = gather(comm, nullptr, recv.data(), lengths, displs, timeout_s);
+    if (!status.is_ok()) return leave_posted(status, buffers, nullptr);
   }
 
   all.resize(static_cast<size_t>(size));  // cleared in place: the vectors keep their capacity
@@ -122,6 +152,16 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
     uint32_t len = 0;
     std::memcpy(&m.flags, rec, 4);
     std::memcpy(&len, rec + 4, 4);
+    // Every rank reads the same records, so every rank fails here alike, before the all-gather
+    // whose int counts and displacements would overflow.
+    if (len == kPayloadTooLarge || total_payload + len > kMaxPayloadBytes) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                           "negotiation round too large: rank " + std::to_string(r) +
+                               (len == kPayloadTooLarge ? " announced more than 2 GiB of descriptors"
+                                                        : " brought the round's descriptors past 2 GiB") +
+                               " (too many requests, or huge names or shapes, submitted at once); submit fewer "
+                               "requests between waits");
+    }
     lengths[static_cast<size_t>(r)] = static_cast<int>(len);
     displs[static_cast<size_t>(r)] = static_cast<int>(total_payload);
     total_payload += len;
@@ -130,13 +170,13 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
   }
   if (total_payload == 0) return Status::ok();
 
-  std::string gathered(static_cast<size_t>(total_payload), '\0');
+  std::vector<char> gathered(static_cast<size_t>(total_payload));
   std::memcpy(gathered.data() + displs[static_cast<size_t>(rank)], payload.data(), payload.size());
-  Status status = gather(comm, shm, reinterpret_cast<uint8_t*>(gathered.data()), lengths, displs);
-  if (!status.is_ok()) return status;
+  Status status = gather(comm, shm, reinterpret_cast<uint8_t*>(gathered.data()), lengths, displs, timeout_s);
+  if (!status.is_ok()) return shm ? status : leave_posted(status, buffers, &gathered);
   for (int r = 0; r < size; ++r) {
-    const std::string bytes = gathered.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
-                                              static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+    const std::string bytes(gathered.data() + displs[static_cast<size_t>(r)],
+                            static_cast<size_t>(lengths[static_cast<size_t>(r)]));
     if (!decode_payload(bytes, all[static_cast<size_t>(r)])) {
       return Status::error(RELAX_ERR_INTERNAL, "malformed negotiation message from rank " + std::to_string(r));
     }

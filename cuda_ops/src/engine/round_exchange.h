@@ -21,11 +21,15 @@ namespace relax {
 // MPI. Waits by polling with back-off so an idle rank does not burn a core while its peers are busy.
 // `inline_data` (may be null): data of this rank's lone announced request, carried in its record
 // through the shared segment when it fits (its message then has kFlagInline set).
+// A peer that does not answer within `timeout_s` fails the round with RELAX_ERR_STALLED naming
+// it (transport/liveness.h); payloads past 2 GiB in all fail it on every rank alike (MPI counts
+// are int) with RELAX_ERR_INVALID_ARGUMENT.
 struct InlineData {
   const void* data = nullptr;
   int64_t bytes = 0;
 };
 Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
-                      size_t set_count, const InlineData* inline_data, std::vector<RankMessage>& all);
+                      size_t set_count, const InlineData* inline_data, double timeout_s,
+                      std::vector<RankMessage>& all);
 
 }  // namespace relax

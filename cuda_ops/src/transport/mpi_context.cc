@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "transport/liveness.h"
 #include "util/logging.h"
 
 namespace relax {
@@ -19,6 +20,9 @@ namespace {
 std::once_flag g_finalize_registered;
 
 void finalize_at_exit() {
+  // A peer that stopped answering would never reach MPI_Finalize's fence: leave without it (mpirun
+  // then reports this rank as failed and ends the job, the silent rank with it).
+  if (peer_silence_noted()) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -17,9 +17,12 @@ void backoff_pause(double waited_us, double fraction = 0.25);
 // reports done: without pause for the first `busy_us` (yielding the core between polls when
 // `yield`), then with backoff_pause(waited, fraction) between polls. Returns the last code. The
 // clock is first read after a poll that did not finish, so a wait that is over at once costs none.
+// With `timeout_s` > 0 it gives up after that many seconds, sets `timed_out` and returns 0 (a
+// peer that never answers must not hold the caller forever).
 template <class Poll>
-int poll_with_backoff(Poll poll, double busy_us, bool yield, double fraction) {
+int poll_with_backoff(Poll poll, double busy_us, bool yield, double fraction, double timeout_s, bool& timed_out) {
   double start = -1;
+  timed_out = false;
   for (;;) {
     int done = 0;
     const int rc = poll(done);
@@ -27,12 +30,23 @@ int poll_with_backoff(Poll poll, double busy_us, bool yield, double fraction) {
     const double now = steady_seconds();
     if (start < 0) start = now;
     const double waited_us = (now - start) * 1e6;
+    if (timeout_s > 0 && waited_us >= timeout_s * 1e6) {
+      timed_out = true;
+      return 0;
+    }
     if (waited_us >= busy_us) {
       backoff_pause(waited_us, fraction);
     } else if (yield) {
       sched_yield();
     }
   }
+}
+
+// Without a time limit.
+template <class Poll>
+int poll_with_backoff(Poll poll, double busy_us, bool yield, double fraction) {
+  bool timed_out = false;
+  return poll_with_backoff(poll, busy_us, yield, fraction, 0.0, timed_out);
 }
 
 }  // namespace relax

@@ -1,0 +1,55 @@
+// Bounded waits for peers: how long a rank waits for a peer that does not answer (frozen with
+// SIGSTOP, swapped out, hung in a driver), which ranks did not answer, and the process-wide note
+// that one did not, so every lane stops and the process can exit without MPI_Finalize (whose
+// fence would wait for the silent rank forever).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace relax {
+
+// Wait limit when RELAX_OP_TIMEOUT (or RELAX_STALL_SHUTDOWN_TIME) is unset: like
+// torch.distributed's default timeout, generous enough for any live peer (an engine answers
+// every round within a cycle, whatever its framework thread does), short of forever.
+constexpr double kDefaultPeerTimeoutSeconds = 1800.0;
+
+// The wait limit for a configured timeout (<= 0: unset, the default above).
+double peer_timeout_seconds(double configured);
+
+// Thrown by waits deep inside a collective whose callers return void; the collective's entry
+// point turns it into a Status with peer_silence_message().
+struct PeerSilence {
+  std::vector<int> ranks;  // world ranks that did not answer
+};
+
+// World ranks (of MPI_COMM_WORLD) of `comm`'s ranks `ranks`.
+std::vector<int> world_ranks_of(MPI_Comm comm, const std::vector<int>& ranks);
+
+// After a wait on `comm` timed out: every rank that timed out too sends a token to every other
+// rank of `comm` and waits up to `grace_seconds` for theirs. Returns the world ranks whose token
+// did not come (a live rank stuck in the same wait answers; a frozen or hung one cannot), or all
+// peers if every token came (the wait itself failed to complete, not a peer).
+std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds);
+// The grace silent_peers() gets after a wait of `timeout` seconds: ranks stuck in the same wait
+// time out within moments of each other, one stuck in a later wait at most a timeout later.
+inline double silence_grace_seconds(double timeout) { return timeout < 1 ? 1 : timeout > 10 ? 10 : timeout; }
+
+// After a wait of `timeout` seconds on `comm` expired: finds the silent ranks, records the
+// silence (note_peer_silence) and returns the message, for a RELAX_ERR_STALLED status.
+std::string report_silence(MPI_Comm comm, double timeout, const std::string& during);
+
+// "rank 2 did not answer within RELAX_OP_TIMEOUT=5 s during <during>" (several ranks: "ranks
+// [1, 2] did not answer ..."), `timeout` as peer_timeout_seconds() returned it.
+std::string peer_silence_message(const std::vector<int>& world_ranks, double timeout, const std::string& during);
+
+// Records that a peer did not answer (first message wins) and returns the recorded message.
+// From then on MPI_Finalize is skipped at exit (mpi_context.cc), so the process can end, and
+// mpirun ends the job; lanes that poll peer_silence_noted() stop.
+std::string note_peer_silence(const std::string& message);
+bool peer_silence_noted();
+std::string peer_silence_reason();
+
+}  // namespace relax
