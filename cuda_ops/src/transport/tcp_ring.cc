@@ -15,19 +15,18 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <random>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "transport/mpi_context.h"
+#include "transport/open_mpi_params.h"
+#include "transport/ring_handshake.h"
 
 namespace relax {
 namespace {
 
 constexpr int kMaxAddresses = 8;
-constexpr int kConnectTimeoutMs = 3000;  // per address of the right neighbour
-constexpr int kHandshakeTimeoutMs = 15000;
 constexpr int kPollSliceMs = 1000;
 constexpr int64_t kWakeBytes = 256 << 10;  // received bytes that wake a waiting exchange
 
@@ -88,18 +87,33 @@ class IovecCursor {
   std::vector<iovec> window_;
 };
 
-// What a rank publishes so that its left neighbour can connect (IPv4, network byte order).
-struct Endpoint {
-  uint32_t addresses[kMaxAddresses];
-  int32_t count;
-  uint16_t port;
+// Which machine a rank runs on: host name and kernel boot id (containers of one name on two
+// machines differ in the latter). Loopback is tried only between ranks that share both.
+struct HostId {
+  char name[64];
+  char boot[40];
+
+  bool operator==(const HostId& other) const {
+    return std::memcmp(name, other.name, sizeof(name)) == 0 && std::memcmp(boot, other.boot, sizeof(boot)) == 0;
+  }
 };
 
-// First message on a connection, each way: who is speaking, and for which job.
-struct Hello {
-  uint64_t token;
-  int32_t rank;
-  int32_t padding;
+HostId this_host() {
+  HostId id{};
+  gethostname(id.name, sizeof(id.name) - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string text;
+  std::getline(boot, text);
+  std::strncpy(id.boot, text.c_str(), sizeof(id.boot) - 1);
+  return id;
+}
+
+// What a rank publishes so that its left neighbour can connect: one listener per address (IPv4
+// address and port in network order).
+struct Endpoint {
+  uint32_t addresses[kMaxAddresses];
+  uint16_t ports[kMaxAddresses];
+  int32_t count;
 };
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -117,7 +131,7 @@ bool matches(const std::string& entry, const char* name, uint32_t address) {
   return (ntohl(address) & mask) == (ntohl(network.s_addr) & mask);
 }
 
-bool matches_any(const char* list, const char* name, uint32_t address) {
+bool matches_any(const std::string& list, const char* name, uint32_t address) {
   std::stringstream entries(list);
   std::string entry;
   while (std::getline(entries, entry, ',')) {
@@ -126,27 +140,40 @@ bool matches_any(const char* list, const char* name, uint32_t address) {
   return false;
 }
 
-// This host's IPv4 addresses a peer may reach: up, not loopback, allowed by Open MPI's TCP
-// interface settings if the user gave them; 127.0.0.1 last (a peer on this host; the handshake
-// rejects a connection that reached another host's loopback).
-std::vector<uint32_t> reachable_addresses() {
-  const char* include = std::getenv("OMPI_MCA_btl_tcp_if_include");
-  const char* exclude = std::getenv("OMPI_MCA_btl_tcp_if_exclude");
+// The interfaces the user told MPI to use: btl_tcp_if_include, else oob_tcp_if_include ("" if neither).
+std::string included_interfaces() {
+  const std::string btl = env_or("OMPI_MCA_btl_tcp_if_include", "");
+  return btl.empty() ? env_or("OMPI_MCA_oob_tcp_if_include", "") : btl;
+}
+
+// The IPv4 addresses this rank listens on, each with its own listener, never the wildcard:
+// those of the interfaces MPI was told to use when the user named some (loopback only if named);
+// else loopback alone when every rank runs on this host; else every up, non-loopback interface
+// that btl_tcp_if_exclude does not exclude.
+std::vector<uint32_t> listen_addresses(bool one_host) {
+  const std::string include = included_interfaces();
+  const std::string exclude = env_or("OMPI_MCA_btl_tcp_if_exclude", "");
+  if (include.empty() && one_host) return {htonl(INADDR_LOOPBACK)};
   std::vector<uint32_t> out;
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* it = list; it != nullptr && static_cast<int>(out.size()) < kMaxAddresses - 1; it = it->ifa_next) {
-      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
-      if (!(it->ifa_flags & IFF_UP) || (it->ifa_flags & IFF_LOOPBACK)) continue;
-      const uint32_t address = reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr.s_addr;
-      if (include && *include && !matches_any(include, it->ifa_name, address)) continue;
-      if (exclude && *exclude && matches_any(exclude, it->ifa_name, address)) continue;
-      out.push_back(address);
-    }
-    freeifaddrs(list);
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* it = list; it != nullptr && static_cast<int>(out.size()) < kMaxAddresses; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET || !(it->ifa_flags & IFF_UP)) continue;
+    const uint32_t address = reinterpret_cast<const sockaddr_in*>(it->ifa_addr)->sin_addr.s_addr;
+    if (include.empty() ? (it->ifa_flags & IFF_LOOPBACK) != 0 : !matches_any(include, it->ifa_name, address)) continue;
+    if (!exclude.empty() && matches_any(exclude, it->ifa_name, address)) continue;
+    if (std::find(out.begin(), out.end(), address) == out.end()) out.push_back(address);
   }
-  out.push_back(htonl(INADDR_LOOPBACK));
+  freeifaddrs(list);
   return out;
+}
+
+std::string dotted(uint32_t address) {
+  char text[INET_ADDRSTRLEN] = {0};
+  in_addr a{};
+  a.s_addr = address;
+  inet_ntop(AF_INET, &a, text, sizeof(text));
+  return text;
 }
 
 bool set_nonblocking(int fd) {
@@ -154,60 +181,7 @@ bool set_nonblocking(int fd) {
   return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
-// Waits until `fd` has `events` or `timeout_ms` passes (EINTR restarts the wait); true if ready.
-bool wait_for(int fd, short events, int timeout_ms) {
-  pollfd p{fd, events, 0};
-  for (;;) {
-    const int rc = poll(&p, 1, timeout_ms);
-    if (rc >= 0) return rc > 0;
-    if (errno != EINTR) return false;
-  }
-}
-
-// Sends or receives exactly `bytes` on a non-blocking socket within `timeout_ms` per wait.
-bool transfer_all(int fd, void* data, size_t bytes, bool sending, int timeout_ms) {
-  auto* p = static_cast<uint8_t*>(data);
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = sending ? send(fd, p + done, bytes - done, MSG_NOSIGNAL) : recv(fd, p + done, bytes - done, 0);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n == 0 && !sending) {
-      return false;  // closed
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      if (!wait_for(fd, sending ? POLLOUT : POLLIN, timeout_ms)) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-SocketFd stream_socket() {
-  SocketFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.valid()) {
-    const int one = 1;
-    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
-  return fd;
-}
-
-// A connection to `address`:`port` (network order), or an invalid fd.
-SocketFd connect_to(uint32_t address, uint16_t port) {
-  SocketFd fd = stream_socket();
-  if (!fd.valid() || !set_nonblocking(fd.get())) return {};
-  sockaddr_in peer{};
-  peer.sin_family = AF_INET;
-  peer.sin_addr.s_addr = address;
-  peer.sin_port = port;
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&peer), sizeof(peer)) != 0) {
-    if (errno != EINPROGRESS || !wait_for(fd.get(), POLLOUT, kConnectTimeoutMs)) return {};
-    int error = 0;
-    socklen_t length = sizeof(error);
-    if (getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) return {};
-  }
-  return fd;
-}
+bool is_loopback(uint32_t address) { return (ntohl(address) >> 24) == 127; }
 
 // The setup of one rank's two connections; returns "" or why it failed.
 class RingSetup {
@@ -215,93 +189,73 @@ class RingSetup {
   RingSetup(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
 
   std::string run(SocketFd& to_right, SocketFd& from_left) {
-    Endpoint mine{};
-    std::string why = listen_on(mine);
-    std::vector<Endpoint> all(static_cast<size_t>(size_));
     // Every rank joins these collectives, failed or not, so the others never wait for it.
+    const HostId mine_host = this_host();
+    std::vector<HostId> hosts(static_cast<size_t>(size_));
+    MPI_Allgather(&mine_host, sizeof(HostId), MPI_BYTE, hosts.data(), sizeof(HostId), MPI_BYTE, comm_);
+    const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const HostId& h) { return h == mine_host; });
+    Endpoint mine{};
+    std::string why = listen_on(one_host, mine);
+    std::vector<Endpoint> all(static_cast<size_t>(size_));
     MPI_Allgather(&mine, sizeof(Endpoint), MPI_BYTE, all.data(), sizeof(Endpoint), MPI_BYTE, comm_);
-    uint64_t token = 0;
-    if (rank_ == 0) token = std::random_device{}() * 0x100000000ull + std::random_device{}();
-    MPI_Bcast(&token, 1, MPI_UINT64_T, 0, comm_);
-    const int right = (rank_ + 1) % size_;
-    const int left = (rank_ + size_ - 1) % size_;
+    // The key proves membership in this job (ring_handshake.h); it travels only over MPI.
+    RingIdentity me{rank_, (rank_ + 1) % size_, (rank_ + size_ - 1) % size_, {}};
+    if (rank_ == 0) random_bytes(me.key.data(), me.key.size());
+    MPI_Bcast(me.key.data(), static_cast<int>(me.key.size()), MPI_BYTE, 0, comm_);
     for (int r = 0; r < size_ && why.empty(); ++r) {  // a rank that cannot listen fails every rank at once
       if (all[static_cast<size_t>(r)].count <= 0) why = "rank " + std::to_string(r) + " could not listen on a TCP port";
     }
-    if (why.empty()) why = connect_right(all[static_cast<size_t>(right)], right, token, to_right);
-    if (why.empty()) why = accept_left(left, token, from_left);
-    if (why.empty()) why = confirm_right(right, token, to_right);
-    return why;
+    if (!why.empty()) return why;
+    const Endpoint& right = all[static_cast<size_t>(me.right)];
+    const bool right_is_here = hosts[static_cast<size_t>(me.right)] == mine_host;
+    std::vector<RingAddress> targets;
+    for (int i = 0; i < std::min(right.count, kMaxAddresses); ++i) {
+      // another machine's loopback address would reach a listener on this one
+      if (is_loopback(right.addresses[i]) && !right_is_here) continue;
+      targets.push_back(RingAddress{right.addresses[i], right.ports[i]});
+    }
+    if (targets.empty()) {
+      return "rank " + std::to_string(me.right) + " listens only on loopback, on another host (check " +
+             "btl_tcp_if_include)";
+    }
+    std::vector<int> fds;
+    for (const SocketFd& fd : listeners_) fds.push_back(fd.get());
+    return meet_neighbours(fds, targets, me, MeetTimeouts{}, to_right, from_left);
   }
 
  private:
-  // Listens on an ephemeral port and fills `mine` (count 0 on failure, which every rank sees).
-  std::string listen_on(Endpoint& mine) {
+  // Listens on an ephemeral port of each address of listen_addresses() and fills `mine` (count 0
+  // on failure, which every rank sees).
+  std::string listen_on(bool one_host, Endpoint& mine) {
     mine.count = 0;
-    listener_ = stream_socket();
-    if (!listener_.valid()) return errno_text("socket");
-    sockaddr_in any{};
-    any.sin_family = AF_INET;
-    any.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t length = sizeof(any);
-    if (bind(listener_.get(), reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0) return errno_text("bind");
-    if (listen(listener_.get(), 16) != 0) return errno_text("listen");
-    if (getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&any), &length) != 0) return errno_text("getsockname");
-    if (!set_nonblocking(listener_.get())) return errno_text("fcntl");
-    const std::vector<uint32_t> addresses = reachable_addresses();
-    mine.count = static_cast<int32_t>(addresses.size());
-    std::copy(addresses.begin(), addresses.end(), mine.addresses);
-    mine.port = any.sin_port;
-    return "";
-  }
-
-  // Connects to the first address of the right neighbour that accepts a connection, and says
-  // hello (the neighbour's listen backlog takes it before it calls accept).
-  std::string connect_right(const Endpoint& peer, int right, uint64_t token, SocketFd& out) {
-    Hello hello{token, rank_, 0};
-    for (int i = 0; i < std::min(peer.count, kMaxAddresses); ++i) {
-      SocketFd fd = connect_to(peer.addresses[i], peer.port);
-      if (fd.valid() && transfer_all(fd.get(), &hello, sizeof(hello), true, kConnectTimeoutMs)) {
-        out = std::move(fd);
-        return "";
-      }
+    const std::vector<uint32_t> addresses = listen_addresses(one_host);
+    if (addresses.empty()) {
+      const std::string include = included_interfaces();
+      return include.empty() ? "no IPv4 interface is up to listen on"
+                             : "no IPv4 address of this host matches the interfaces MPI was told to use (" + include + ")";
     }
-    return "no address of rank " + std::to_string(right) + " accepted a connection";
-  }
-
-  // Accepts connections until one says hello from `left` with this job's token, and answers it.
-  std::string accept_left(int left, uint64_t token, SocketFd& out) {
-    while (wait_for(listener_.get(), POLLIN, kHandshakeTimeoutMs)) {
-      SocketFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-      if (!fd.valid()) continue;
-      Hello hello{};
-      if (!transfer_all(fd.get(), &hello, sizeof(hello), false, kConnectTimeoutMs)) continue;
-      if (hello.token != token || hello.rank != left) continue;  // a stray connection
-      Hello answer{token, rank_, 0};
-      if (!transfer_all(fd.get(), &answer, sizeof(answer), true, kConnectTimeoutMs)) break;
-      const int one = 1;
-      setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      out = std::move(fd);
-      return "";
+    for (const uint32_t address : addresses) {
+      SocketFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+      if (!fd.valid()) return errno_text("socket");
+      sockaddr_in at{};
+      at.sin_family = AF_INET;
+      at.sin_addr.s_addr = address;
+      socklen_t length = sizeof(at);
+      if (bind(fd.get(), reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0) return errno_text(("bind " + dotted(address)).c_str());
+      if (listen(fd.get(), 64) != 0) return errno_text("listen");
+      if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&at), &length) != 0) return errno_text("getsockname");
+      mine.addresses[listeners_.size()] = address;
+      mine.ports[listeners_.size()] = at.sin_port;
+      listeners_.push_back(std::move(fd));
     }
-    return "rank " + std::to_string(left) + " did not connect within " +
-           std::to_string(kHandshakeTimeoutMs / 1000) + " s";
-  }
-
-  // The right neighbour's answer proves the connection reached it (not another host's loopback).
-  std::string confirm_right(int right, uint64_t token, SocketFd& to_right) {
-    Hello answer{};
-    if (!transfer_all(to_right.get(), &answer, sizeof(answer), false, kHandshakeTimeoutMs) ||
-        answer.token != token || answer.rank != right) {
-      return "the connection to rank " + std::to_string(right) + " was not confirmed";
-    }
+    mine.count = static_cast<int32_t>(listeners_.size());
     return "";
   }
 
   MPI_Comm comm_;
   int rank_;
   int size_;
-  SocketFd listener_;
+  std::vector<SocketFd> listeners_;
 };
 
 }  // namespace

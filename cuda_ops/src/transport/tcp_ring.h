@@ -48,11 +48,14 @@ class SocketFd {
 
 class TcpRing {
  public:
-  // Collective over `comm` (at least 2 ranks): each rank listens on an ephemeral port, the ranks
-  // exchange their IPv4 addresses (those Open MPI's btl_tcp_if_include / _exclude allow when set,
-  // then 127.0.0.1), each connects to its right neighbour and accepts its left one, and both ends
-  // confirm a job token and the peer's rank. Returns null on every rank if any rank failed, with
-  // that rank's reason in `why`. Setup waits are bounded (seconds), so a failure cannot hang it.
+  // Collective over `comm` (at least 2 ranks): each rank listens on an ephemeral port of each
+  // address it may use, never the wildcard (those of btl_tcp_if_include, else oob_tcp_if_include,
+  // when set; 127.0.0.1 when every rank runs on this host; else its up, non-loopback interfaces
+  // not in btl_tcp_if_exclude), the ranks exchange them over MPI, and each connects to its right
+  // neighbour while accepting its left one, both ends proving a random job key by
+  // challenge-response (ring_handshake.h; loopback only towards a neighbour on this host).
+  // Returns null on every rank if any rank failed, with that rank's reason in `why`. Setup waits
+  // are bounded (seconds), so a failure cannot hang it.
   static std::unique_ptr<TcpRing> connect(MPI_Comm comm, std::string& why);
 
   // Over connected sockets (tests use a socketpair): `to_right` only sends, `from_left` only
