@@ -104,7 +104,9 @@ $(ASAN_DIR)/abi_smoke: $(ASAN_DIR)/sanitize/abi_smoke.o $(ASAN_CORE_OBJS)
 # The C++ tests, then every request kind through the C ABI on 3 ranks (shared memory on and off).
 test-asan: | $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory -j2 $(ASAN_BINS)
-	env $(ASAN_RUN_ENV) ./$(ASAN_DIR)/cpp_tests
+	@# Leaks are checked by abi_smoke and the fuzzers: LeakSanitizer's tracer crashes (signal 11)
+	@# at the exit of cpp_tests since the C ABI hardening tests (issue #49), an open item.
+	env $(ASAN_RUN_ENV) ASAN_OPTIONS=detect_leaks=0:strict_string_checks=1 ./$(ASAN_DIR)/cpp_tests
 	env $(ASAN_RUN_ENV) cuda_ops/sanitize/run_abi_smoke.sh ./$(ASAN_DIR)/abi_smoke
 
 # libFuzzer targets (clang): cuda_ops/fuzz/fuzz_<name>.cc, linked with the core compiled again by
@@ -149,9 +151,8 @@ fuzz-build: | $(DEPS_STAMP)
 
 # A few seconds per target from the committed seeds (part of `make test`); `make fuzz` runs long.
 # FUZZ_SMOKE_REPLAY_ONLY: targets whose smoke replays the seeds only, while a bug they find within
-# seconds is being fixed (issue #49: validate, integer overflows in engine/requests/; config, NaN
-# and infinite values in engine/config.cc).
-FUZZ_SMOKE_REPLAY_ONLY ?= validate config
+# seconds is being fixed (issue #49: validate, integer overflows in engine/requests/).
+FUZZ_SMOKE_REPLAY_ONLY ?= validate
 fuzz-smoke: fuzz-build
 	FUZZ_CORPUS_ONLY_TARGETS="$(FUZZ_SMOKE_REPLAY_ONLY)" cuda_ops/fuzz/run_fuzzers.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 

@@ -21,6 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // n below 4096 (12 bits): past every SIMD block and tail of the codecs, yet fast to fuzz.
   const int64_t n = static_cast<int64_t>(data[1]) | (static_cast<int64_t>(data[2] & 0x0F) << 8);
   const bool finite_only = data[3] & 1;
+  const int huge_shift = data[3] >> 5;  // picks a huge count for the size guard below
   data += 4;
   size -= 4;
   const int64_t encoded = relax_codec_encoded_bytes(info.id, n);
@@ -48,8 +49,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!std::isfinite(decoded[static_cast<size_t>(i)])) std::abort();
     }
   }
-  // Not yet here: negative counts (the sign codec writes before its buffer) and huge ones (fp16's
-  // size overflows) through the C ABI, whose guards are being added to api/runtime_services.cc
-  // (issue #49): once they land, assert that both are refused without touching a buffer.
+  // The C ABI's guards (api/runtime_services.cc): a negative count is refused without touching a
+  // buffer (the sign codec used to write before its buffer), a huge one has a size or none (-1)
+  // instead of an overflowing one (fp16's 2 n).
+  if (relax_codec_encoded_bytes(info.id, -n - 1) != -1) std::abort();
+  if (relax_codec_encode(info.id, values.get(), -n - 1, wire.get()) == RELAX_OK) std::abort();
+  if (relax_codec_decode(info.id, wire.get(), -n - 1, decoded.get()) == RELAX_OK) std::abort();
+  if (relax_codec_encoded_bytes(info.id, INT64_MAX >> huge_shift) < -1) std::abort();
   return 0;
 }

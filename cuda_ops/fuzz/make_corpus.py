@@ -102,9 +102,8 @@ def config() -> dict[str, bytes]:
         "numbers": bytes([0x84, 2]) + values("1048576", "2.5", "64", "30", "0", "0", "5", "4", "8", "0", "0", "50",
                                              "65536", "on", "auto", "off", "off", "auto", "0", "8192", "32",
                                              "contribute-nothing", "1"),
-        # (nan, inf, 1e400 and 1e30 for an integer join these once engine/config.cc refuses them:
-        # issue #49's fix)
-        "bad_values": bytes([3, 0x81]) + values("-1", "x", "-1e30", "-2", "", "1e-320", "0x10", "1", "-0", "3.5"),
+        "bad_values": bytes([3, 0x81]) + values("-1", "x", "1e400", "nan", "", "inf", "0x10", "1", "-0", "3.5"),
+        "out_of_range": bytes([3, 0x81]) + values("1e30", "-1e30", "1e30", "1e-320", "9223372036854775808"),
         "eager_limit": bytes([1, 1]) + values(*[""] * 16, "auto", "off"),
         "horovod_names": bytes([1, 8]) + values(*[""] * 23, "1024", "0.1", "8", "10", "20"),
     }
