@@ -12,16 +12,17 @@ pytestmark = pytest.mark.mpi
 SCRIPTS = REPO / "tests" / "scripts"
 
 
-@pytest.mark.parametrize("np,env", [
-    (2, {}),                                  # negotiation through the shared segment
-    (3, {"RELAX_SHM_COLLECTIVES": "off"}),    # negotiation through MPI's all-gather
-], ids=["2-shm", "3-mpi"])
-def test_frozen_rank_is_named_on_every_other_rank(np, env):
+@pytest.mark.parametrize("np,env,mode", [
+    (2, {}, "allreduce"),                                # negotiation through the shared segment
+    (3, {"RELAX_SHM_COLLECTIVES": "off"}, "allreduce"),  # negotiation through MPI's all-gather
+    (3, {}, "neighbour"),                                # the direct lane first, then negotiation
+], ids=["2-shm", "3-mpi", "3-neighbour"])
+def test_frozen_rank_is_named_on_every_other_rank(np, env, mode):
     """The last rank SIGSTOPs itself before an all-reduce; every other rank gets an error naming
     it, later requests fail with the same reason, and the job ends (the launcher kills the frozen
     rank once the others exit non-zero) instead of hanging. The 60 s launch limit is only a hang
     guard: without the bound the others wait forever."""
-    run = run_ranks(np, [sys.executable, str(SCRIPTS / "frozen_peer.py"), "allreduce"], timeout=60,
+    run = run_ranks(np, [sys.executable, str(SCRIPTS / "frozen_peer.py"), mode], timeout=60,
                     env={"RELAX_OP_TIMEOUT": "3", **env})
     frozen = np - 1
     assert f"RANK {frozen} FREEZES" in run.outputs[frozen], run.report()

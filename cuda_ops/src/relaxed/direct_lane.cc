@@ -242,7 +242,17 @@ Status DirectLane::execute(LocalRequest& r) {
   return st;
 }
 
-Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r) {
+namespace {
+// Each peer twice, as the exchanges post their receives: a header, then the data.
+std::vector<int> paired(const std::vector<int>& peers) {
+  std::vector<int> twice;
+  for (int peer : peers) twice.insert(twice.end(), {peer, peer});
+  return twice;
+}
+}  // namespace
+
+Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r,
+                            const std::vector<int>& receive_peers) {
   const double start = steady_seconds();
   double idle_since = start;
   // ~1 ms plus the transfer at 500 MB/s: beyond that, a missing completion means a late peer
@@ -287,12 +297,24 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalReque
                                    << rank_list(r.direct.peers) << "; they may run a different schedule or be stuck.");
     }
     if (config_.stall_shutdown_seconds > 0 && waited > config_.stall_shutdown_seconds) {
+      std::vector<int> silent;  // the ranks whose message has not come
+      for (size_t i = 0; i < receive_peers.size() && i < requests.size(); ++i) {
+        const int peer = receive_peers[i];
+        if (requests[i] != MPI_REQUEST_NULL && std::find(silent.begin(), silent.end(), peer) == silent.end()) {
+          silent.push_back(peer);
+        }
+      }
       for (MPI_Request& q : requests) {
         if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
       }
-      return Status::error(RELAX_ERR_STALLED, request_type_name(r.desc.type) + " '" + r.desc.name +
-                                                  "': ranks " + rank_list(r.direct.peers) + " did not take part within " +
-                                                  "RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME");
+      const std::vector<int>& named = silent.empty() ? r.direct.peers : silent;
+      return Status::error(RELAX_ERR_STALLED, request_type_name(r.desc.type) + " '" + r.desc.name + "': " +
+                                                  (named.size() == 1 ? "rank " + std::to_string(named.front())
+                                                                     : "ranks " + rank_list(named)) +
+                                                  " did not take part within RELAX_OP_TIMEOUT / "
+                                                  "RELAX_STALL_SHUTDOWN_TIME (" +
+                                                  std::to_string(static_cast<int>(config_.stall_shutdown_seconds)) +
+                                                  " s)");
     }
     // MPI moves large messages only inside MPI calls: keep calling (yielding the core) for as
     // long as the transfer itself could take, then back off to sleeps (a peer is late).
@@ -329,7 +351,7 @@ Status DirectLane::neighbor_average(LocalRequest& r) {
     requests.emplace_back();
     MPI_Isend(r.input, static_cast<int>(bytes), MPI_BYTE, r.direct.peers[k], kDataTag, comm_, &requests.back());
   }
-  const Status waited = wait_all(requests, r);
+  const Status waited = wait_all(requests, r, paired(r.direct.peers));
   traffic_.bytes_sent += static_cast<int64_t>(bytes * npeers);
   traffic_.bytes_received += static_cast<int64_t>(bytes * npeers);
   if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
@@ -383,7 +405,7 @@ Status DirectLane::choco_average(LocalRequest& r) {
     requests.emplace_back();
     MPI_Isend(mine.data(), static_cast<int>(encoded), MPI_BYTE, r.direct.peers[k], kDataTag, comm_, &requests.back());
   }
-  const Status waited = wait_all(requests, r);
+  const Status waited = wait_all(requests, r, paired(r.direct.peers));
   traffic_.bytes_sent += static_cast<int64_t>(encoded * npeers);
   traffic_.bytes_received += static_cast<int64_t>(encoded * npeers);
   if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
@@ -438,7 +460,7 @@ Status DirectLane::group_average(LocalRequest& r) {
     requests.emplace_back();
     MPI_Isend(&mine, sizeof(Header), MPI_BYTE, other, kHeaderTag, comm_, &requests.back());
   }
-  Status st = wait_all(requests, r);
+  Status st = wait_all(requests, r, others);
   if (!st.is_ok()) return st;
   LocalRequest named = r;  // check_headers names peers by position
   named.direct.peers = others;

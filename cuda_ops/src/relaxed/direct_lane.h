@@ -87,7 +87,9 @@ class DirectLane {
   Status group_average(LocalRequest& r);
   // Waits for `requests` (to/from `peers`), warning about a stall and failing after the
   // shutdown time, as the negotiation's stall inspector does.
-  Status wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r);
+  // `receive_peers[i]`: the rank that requests[i] receives from (the receives come first), so
+  // a timeout names the ranks that did not send.
+  Status wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r, const std::vector<int>& receive_peers);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm join_comm_ = MPI_COMM_NULL;
