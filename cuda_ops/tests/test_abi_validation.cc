@@ -177,3 +177,37 @@ TEST(the_timeline_does_not_follow_a_symbolic_link) {
   for (const std::string& p : {link, target, fresh, fifo}) unlink(p.c_str());
   rmdir(dir);
 }
+
+// Split counts that are each valid (non-negative) but wrap int64 when summed must not pass for the
+// tensor's true total: {MAX, MAX, 3} wraps to 1 = the element count of a [1] tensor.
+TEST(split_counts_whose_sum_overflows_int64_are_refused) {
+  static float data[4];
+  const int64_t shape[1] = {1};
+  const int64_t wrapping[3] = {kHuge, kHuge, 3};
+  const std::vector<int> world = {0, 1, 2};
+  for (int32_t type : {static_cast<int32_t>(RELAX_REQ_REDUCESCATTER), static_cast<int32_t>(RELAX_REQ_ALLTOALL)}) {
+    relax_request_t r{};
+    r.type = type;
+    r.name = "wrapping_counts";
+    r.dtype = RELAX_FLOAT32;
+    r.ndim = 1;
+    r.shape = shape;
+    r.input = data;
+    r.output = data;
+    if (type == RELAX_REQ_REDUCESCATTER) {
+      r.args.reducescatter.reduce.reduce_op = RELAX_OP_SUM;
+      r.args.reducescatter.reduce.prescale = 1.0;
+      r.args.reducescatter.reduce.postscale = 1.0;
+      r.args.reducescatter.ncounts = 3;
+      r.args.reducescatter.recv_counts = wrapping;
+    } else {
+      r.args.alltoall.nsplits = 3;
+      r.args.alltoall.splits = wrapping;
+    }
+    relax::SubmitContext ctx{0, world, 0, 0, 3, /*has_alloc=*/true};
+    relax::LocalRequest local;
+    const relax::Status s = relax::make_request(r, ctx, local);
+    CHECK(!s.is_ok());
+    CHECK(s.message.find("overflow") != std::string::npos);
+  }
+}

@@ -26,7 +26,9 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
   int64_t sum = 0;
   for (int64_t split : d.splits) {
     if (split < 0) return kinds::fail(local, "negative entry in splits " + shape_string(d.splits));
-    sum += split;
+    if (!checked_add(sum, split, sum)) {  // entries near INT64_MAX would wrap the sum to the right total
+      return kinds::fail(local, "splits " + shape_string(d.splits) + " overflow int64 when summed");
+    }
   }
   if (sum != d.dim0()) {
     return kinds::fail(local, "splits " + shape_string(d.splits) + " sum to " + std::to_string(sum) +

@@ -38,7 +38,9 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
   int64_t sum = 0;
   for (int64_t c : d.recv_counts) {
     if (c < 0) return kinds::fail(local, "negative entry in recv_counts");
-    sum += c;
+    if (!checked_add(sum, c, sum)) {  // entries near INT64_MAX would wrap the sum to the right total
+      return kinds::fail(local, "recv_counts " + shape_string(d.recv_counts) + " overflow int64 when summed");
+    }
   }
   if (sum != d.num_elements()) {
     return kinds::fail(local, "recv_counts sum to " + std::to_string(sum) + " but the tensor has " +
