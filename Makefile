@@ -17,13 +17,14 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help demo test build deps lint cpp-test cuda-check pytest bench clean FORCE test-asan fuzz-smoke fuzz fuzz-build
+.PHONY: help demo test build deps lint cpp-test cuda-check pytest bench clean FORCE test-asan fuzz-smoke fuzz fuzz-build docs
 
 help:
 	@echo "make demo   - install what is missing, then train on 4 ranks with each relaxation"
 	@echo "make test   - install what is missing, then run the whole test suite"
 	@echo "make build  - (re)build the core library and framework extensions"
 	@echo "make bench  - collective micro-benchmarks (JSON in benchmarks/results/)"
+	@echo "make docs   - build the documentation site strictly into site/, then serve it on localhost:8000"
 
 deps: $(DEPS_STAMP)
 
@@ -171,6 +172,11 @@ test: build cpp-test test-asan fuzz-smoke cuda-check lint pytest
 
 demo: build
 	$(PY) examples/demo_relaxations.py --np 4
+
+# The site's API pages come from docstrings by static analysis: no build of the core is needed.
+docs: $(DEPS_STAMP)
+	$(PY) -m mkdocs build --strict -d site
+	$(PY) -m mkdocs serve --dev-addr 127.0.0.1:8000
 
 bench: build
 	$(PY) benchmarks/collectives.py --np 2
