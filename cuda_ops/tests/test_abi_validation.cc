@@ -211,3 +211,57 @@ TEST(split_counts_whose_sum_overflows_int64_are_refused) {
     CHECK(s.message.find("overflow") != std::string::npos);
   }
 }
+
+namespace {
+
+// A compressed all-reduce of 16 floats on set rank 1 of 4 (a chunk of 4 floats), with the given
+// residuals, checked as submitting would.
+relax::Status check_residuals(float* worker, int64_t worker_bytes, float* owner, int64_t owner_bytes) {
+  static float data[16];
+  const int64_t shape[1] = {16};
+  relax_request_t r{};
+  r.type = RELAX_REQ_COMPRESSED_ALLREDUCE;
+  r.name = "residuals";
+  r.dtype = RELAX_FLOAT32;
+  r.ndim = 1;
+  r.shape = shape;
+  r.input = data;
+  r.output = data;
+  r.input_bytes = r.output_bytes = sizeof data;
+  relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
+  args.reduce_op = RELAX_OP_SUM;
+  args.codec = relax_codec_count() > 0 ? codec_ids().front() : 0;
+  args.prescale = 1.0;
+  args.worker_error = worker;
+  args.worker_error_bytes = worker_bytes;
+  args.owner_error = owner;
+  args.owner_error_bytes = owner_bytes;
+  const std::vector<int> world = {0, 1, 2, 3};
+  relax::SubmitContext ctx{0, world, 1, 1, 4, /*has_alloc=*/false};
+  relax::LocalRequest local;
+  return relax::make_request(r, ctx, local);
+}
+
+}  // namespace
+
+// The reviewer's heap overflow: an owner residual without a worker residual skipped the owner's
+// capacity check, yet the collective writes this rank's whole chunk into it. An owner residual
+// alone means nothing (error feedback is on with the worker's), so it is refused; and whenever
+// one is given its capacity is checked.
+TEST(an_owner_residual_is_checked_whether_or_not_a_worker_residual_is_given) {
+  float worker[16] = {};
+  float owner[4] = {};
+  float tiny[1] = {};
+  relax::Status s = check_residuals(nullptr, 0, tiny, 0);
+  CHECK_EQ(s.code, RELAX_ERR_INVALID_ARGUMENT);
+  CHECK(s.message.find("'residuals'") != std::string::npos);
+  CHECK(s.message.find("owner_error") != std::string::npos);
+  s = check_residuals(nullptr, 0, owner, sizeof owner);  // big enough, still meaningless
+  CHECK_EQ(s.code, RELAX_ERR_INVALID_ARGUMENT);
+  CHECK(s.message.find("worker_error") != std::string::npos);
+  s = check_residuals(worker, sizeof worker, tiny, sizeof tiny);
+  CHECK_EQ(s.code, RELAX_ERR_INVALID_ARGUMENT);
+  CHECK(s.message.find("holds 4 bytes but the operation needs 16 bytes") != std::string::npos);
+  CHECK(check_residuals(worker, sizeof worker, owner, sizeof owner).is_ok());
+  CHECK(check_residuals(nullptr, 0, nullptr, 0).is_ok());  // no error feedback
+}

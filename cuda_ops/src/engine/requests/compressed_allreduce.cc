@@ -47,12 +47,15 @@ Status parse_step_scale(const relax_step_scale_args_t& args, LocalRequest& local
 
 // The buffer rule for the error-feedback residuals: the worker's holds the tensor, the owner's this
 // rank's chunk (`own` elements), which depends on the process set's size and this rank's place.
+// Each buffer given is checked on its own: the collective touches whichever pointer it holds.
 Status check_residuals(const relax_compressed_allreduce_args_t& args, const SubmitContext& ctx, int64_t own,
                        const LocalRequest& local) {
-  if (!args.worker_error) return Status::ok();  // no error feedback: neither residual is touched
   const int64_t count = local.desc.num_elements();
-  Status s = kinds::require_capacity(local, "worker residual (worker_error)", kinds::float_bytes(count),
-                                     args.worker_error_bytes, std::to_string(count) + " floats, the tensor's");
+  Status s = Status::ok();
+  if (args.worker_error) {
+    s = kinds::require_capacity(local, "worker residual (worker_error)", kinds::float_bytes(count),
+                                args.worker_error_bytes, std::to_string(count) + " floats, the tensor's");
+  }
   if (!s.is_ok() || !args.owner_error) return s;
   return kinds::require_capacity(local, "owner residual (owner_error)", kinds::float_bytes(own), args.owner_error_bytes,
                                  std::to_string(own) + " floats: set rank " + std::to_string(ctx.set_rank) +
@@ -91,6 +94,12 @@ Status parse(const relax_request_t& r, const SubmitContext& ctx, LocalRequest& l
       return kinds::fail(local, "error feedback needs the owner memory (" + std::to_string(own) +
                             " floats) as well as the worker memory");
     }
+  }
+  // Error feedback is on with the worker memory only; the collective would still write this
+  // rank's chunk into an owner memory given alone, so that combination is refused, not ignored.
+  if (args.owner_error && !args.worker_error) {
+    return kinds::fail(local, "the owner residual (owner_error) is given without the worker residual "
+                              "(worker_error): error feedback needs both, or neither");
   }
   int64_t statistics_bytes = 0;
   if (args.step_scale) {
