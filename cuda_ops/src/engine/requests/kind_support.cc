@@ -1,6 +1,7 @@
 #include "engine/requests/kind_support.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 
 #include "util/text.h"
@@ -42,13 +43,25 @@ Status require_output(LocalRequest& local) {
 
 Status require_capacity(const LocalRequest& local, const std::string& buffer, int64_t needed, int64_t capacity,
                         const std::string& detail) {
+  if (capacity >= needed) return Status::ok();  // the message is built only on failure
+  return require_capacity(describe(local), buffer, needed, capacity, detail);
+}
+
+Status require_capacity(const std::string& who, const std::string& buffer, int64_t needed, int64_t capacity,
+                        const std::string& detail) {
+  // An unset capacity (0) is refused like any other short one: it never means "unknown, skip".
   if (capacity >= needed) return Status::ok();
-  return fail(local, "the " + buffer + " holds " + std::to_string(capacity) + " bytes but the operation needs " +
+  return invalid(who + ": the " + buffer + " holds " + std::to_string(capacity) + " bytes but the operation needs " +
                          std::to_string(needed) + " bytes" + (detail.empty() ? "" : " (" + detail + ")") +
                          "; a buffer must hold what the operation reads or writes in it");
 }
 
-int64_t float_bytes(int64_t count) { return count * static_cast<int64_t>(sizeof(float)); }
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return checked_mul(a, b, product) ? product : INT64_MAX;
+}
+
+int64_t float_bytes(int64_t count) { return saturating_mul(count, static_cast<int64_t>(sizeof(float))); }
 
 void* output_within_capacity(RunContext& ctx, ExecItem& item, const std::vector<int64_t>& shape,
                              std::vector<uint8_t>& fallback, int64_t bytes, Status& refused) {

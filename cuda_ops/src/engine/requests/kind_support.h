@@ -30,8 +30,15 @@ Status require_output(LocalRequest& local);
 // the buffer and both sizes alike; `detail` says where `needed` comes from ("" if plain).
 Status require_capacity(const LocalRequest& local, const std::string& buffer, int64_t needed, int64_t capacity,
                         const std::string& detail = "");
-// Bytes of `count` float32 values.
+// The same rule and message for a C ABI function outside requests (codecs, the step scale's host
+// passes): `who` names the call ("relax_codec_decode") where a request's name would stand.
+Status require_capacity(const std::string& who, const std::string& buffer, int64_t needed, int64_t capacity,
+                        const std::string& detail = "");
+// Bytes of `count` float32 values; INT64_MAX when that overflows (a need no capacity can meet, so
+// require_capacity refuses it instead of wrapping negative and passing).
 int64_t float_bytes(int64_t count);
+// a * b, or INT64_MAX when the product overflows (for element counts fed to float_bytes).
+int64_t saturating_mul(int64_t a, int64_t b);
 // RunContext::output_for for kinds whose output size is known only when they run (allgather,
 // alltoall): a caller's own output (no allocation callback) smaller than `bytes` is left
 // untouched, the collective writes into `fallback` instead (every rank still takes part), and

@@ -20,7 +20,7 @@ Status check_estimates(const relax_neighbor_average_args_t& args, const LocalReq
   }
   if (s.is_ok() && args.estimate_peers) {
     s = kinds::require_capacity(local, "estimates of the peers (estimate_peers)",
-                                kinds::float_bytes(count * args.npeers), args.estimate_peers_bytes,
+                                kinds::float_bytes(kinds::saturating_mul(count, args.npeers)), args.estimate_peers_bytes,
                                 std::to_string(args.npeers) + " peers x " + std::to_string(count) + " floats");
   }
   return s;
