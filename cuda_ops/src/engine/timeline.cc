@@ -49,9 +49,11 @@ long long micros(double seconds) { return static_cast<long long>(seconds * 1e6);
 // last component must not be a link (O_NOFOLLOW), the file must be a regular one (not a FIFO
 // that would block or a device), and a new file is private (0600). O_TRUNC rather than O_EXCL:
 // writing the same path run after run (RELAX_TIMELINE=/tmp/timeline.json) is the documented use,
-// and an existing regular file of the user's own is what they asked to overwrite.
+// and an existing regular file of the user's own is what they asked to overwrite. The file is
+// truncated only after that is checked: a hard link planted at the name (another user's file, where
+// protected_hardlinks is off) has st_nlink > 1, and a file another user created is not ours.
 Status open_trace_file(const std::string& path, std::FILE*& out) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
   if (fd < 0) {
     const int err = errno;
     if (err == ELOOP) {
@@ -66,6 +68,19 @@ Status open_trace_file(const std::string& path, std::FILE*& out) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::error(RELAX_ERR_INVALID_ARGUMENT, "timeline file '" + path + "' is not a regular file");
+  }
+  if (st.st_uid != ::geteuid() || st.st_nlink != 1) {
+    ::close(fd);
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "timeline file '" + path + "' is " +
+                             (st.st_uid != ::geteuid() ? "owned by another user" : "a hard link to another name") +
+                             "; not overwriting it (remove it or choose another path)");
+  }
+  if (::ftruncate(fd, 0) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "cannot truncate timeline file '" + path + "': " + std::strerror(err));
   }
   // O_NONBLOCK only kept open() from waiting on a FIFO; writes to the file block as usual.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
