@@ -12,9 +12,10 @@ from __future__ import annotations
 import ipaddress
 import re
 
-_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# Used with fullmatch: `$` would also match before a trailing newline ("node1\n").
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 # Open MPI hostfile attributes after the host ("slots=4", "max_slots=8", "max-slots=8").
-_ATTRIBUTE = re.compile(r"^[A-Za-z_-]+=[0-9]+$")
+_ATTRIBUTE = re.compile(r"[A-Za-z_-]+=[0-9]+")
 
 
 class HostError(ValueError):
@@ -32,7 +33,7 @@ def check_host(name: str, where: str) -> str:
     except ValueError:
         pass
     plain = name[:-1] if name.endswith(".") else name
-    if plain and len(plain) <= 253 and all(_LABEL.match(label) for label in plain.split(".")):
+    if plain and len(plain) <= 253 and all(_LABEL.fullmatch(label) for label in plain.split(".")):
         return name
     raise HostError(f"{where}: {name!r} is not a host name or IP address (host names are letters, digits, "
                     "'-' and '.', and may not start with '-')")
@@ -80,7 +81,7 @@ def hostfile_hosts(path: str) -> list[str]:
             where = f"hostfile {path} line {number}"
             names.append(check_host(words[0], where))
             for word in words[1:]:
-                if not _ATTRIBUTE.match(word):
+                if not _ATTRIBUTE.fullmatch(word):
                     raise HostError(f"{where}: {word!r} is not a 'name=number' attribute (e.g. slots=4)")
     if not names:
         raise HostError(f"hostfile {path} names no host")

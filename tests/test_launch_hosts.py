@@ -51,7 +51,8 @@ def test_an_option_as_host_name_runs_nothing(tmp_path, how):
 
 
 @pytest.mark.parametrize("name", ["-oProxyCommand=x", "a b", "a;b", "$(id)", "a/b", "a`b`", "a|b", "-", "",
-                                  "a..b", "-host", "host-", "a" * 64, "fe80::1%$(id)", "x\ny"])
+                                  "a..b", "-host", "host-", "a" * 64, "fe80::1%$(id)", "x\ny", "node1\n",
+                                  "fe80::1%eth0\n"])
 def test_bad_names_are_refused_naming_them(name):
     with pytest.raises(hosts.HostError) as info:
         hosts.check_host(name, "here")
