@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "collectives/bounded_wait.h"
 #include "collectives/point_to_point.h"
 #include "collectives/reduce.h"
 #include "transport/liveness.h"
@@ -16,6 +17,7 @@ namespace relax {
 namespace {
 
 constexpr int kRingTag = 7101;
+constexpr const char* kTransfer = "a collective's transfer";
 
 MPI_Datatype mpi_type(int32_t dtype) {
   switch (dtype) {
@@ -72,14 +74,27 @@ Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), 
     config_.tcp_ring = false;
     return;
   }
-  adopt_rank0_settings();
+  if (!adopt_rank0_settings()) {  // a silent peer: the setup's blocking collectives would wait for it forever
+    config_.tcp_ring = false;
+    return;
+  }
   set_up_shared_memory();
   if (config_.tcp_ring && !shm_) set_up_tcp_ring();
 }
 
-void Collectives::adopt_rank0_settings() {
-  int64_t settings[3] = {config_.shm_min_bytes, config_.shm_slot_bytes, config_.tcp_ring ? 1 : 0};
-  MPI_Bcast(settings, 3, MPI_INT64_T, 0, comm_);
+bool Collectives::adopt_rank0_settings() {
+  int64_t* settings = rank0_settings_;  // (a member: MPI may still write it after a timed-out wait)
+  settings[0] = config_.shm_min_bytes;
+  settings[1] = config_.shm_slot_bytes;
+  settings[2] = config_.tcp_ring ? 1 : 0;
+  if (peer_silence_noted()) return false;
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status st = mpi_status(MPI_Ibcast(settings, 3, MPI_INT64_T, 0, comm_, &request), "MPI_Ibcast");
+  if (st.is_ok()) st = wait_collective(request, "MPI_Ibcast", "the set-up of a process set's collectives");
+  if (!st.is_ok()) {
+    RELAX_LOG(Error, "Collectives not set up: " << st.message);
+    return false;
+  }
   if (settings[0] != config_.shm_min_bytes || settings[1] != config_.shm_slot_bytes ||
       settings[2] != (config_.tcp_ring ? 1 : 0)) {
     RELAX_LOG(Warning, "RELAX_SHM_COLLECTIVES, RELAX_SHM_MIN_BYTES, RELAX_SHM_SLOT_BYTES or RELAX_TCP_RING differ "
@@ -88,11 +103,12 @@ void Collectives::adopt_rank0_settings() {
   config_.shm_min_bytes = settings[0];
   config_.shm_slot_bytes = settings[1];
   config_.tcp_ring = settings[2] != 0;
+  return true;
 }
 
 void Collectives::set_up_tcp_ring() {
   std::string why;
-  tcp_ring_ = TcpRing::connect(comm_, why);
+  tcp_ring_ = TcpRing::connect(comm_, config_.peer_timeout_s, why);
   if (tcp_ring_) {
     RELAX_LOG(Debug, "TCP ring connected: sending to rank " << tcp_ring_->right_rank() << ", receiving from rank "
                                                              << tcp_ring_->left_rank() << ".");
@@ -137,7 +153,7 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
   if (tcp_ring_ && dest == tcp_ring_->right_rank() && source == tcp_ring_->left_rank()) {
     traffic_.bytes_sent += send_bytes;
     traffic_.bytes_received += recv_bytes;
-    return tcp_ring_->exchange(send, send_bytes, recv, recv_bytes, [](int64_t) {});
+    return ring_status(tcp_ring_->exchange(send, send_bytes, recv, recv_bytes, [](int64_t) {}));
   }
   // In ring segments: a larger message would exceed the TCP eager limit that follows the segment
   // size, and its rendezvous acknowledgement would wait behind the peer's own outgoing data.
@@ -160,41 +176,43 @@ Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, 
   return wait_all(requests);
 }
 
-// Polls an MPI_Test* call until its requests are done: without pause for 1 ms (200 us when
-// `yield`, yielding the core between polls), then sleeping between polls for 1/32 of the time
-// waited so far, so a long transfer ends at most about 3 % late. A wait that spins or yields
-// keeps a core busy or runnable for the whole transfer (with ranks sharing cores, taken from the
-// compute of its peers), while the kernel keeps the sockets busy between polls from megabytes of
-// buffer. (MPI_SUCCESS is 0.)
-// Waits longer than config_.peer_timeout_s fail RELAX_ERR_STALLED naming the ranks that did not
-// answer (their requests stay posted: the job cannot go on, see transport/liveness.h).
+// The waits of the collectives' own transfers: bounded by config_.peer_timeout_s (bounded_wait.h).
 template <class Test>
-Status Collectives::poll_until_done(Test test, const char* what) {
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
-  const bool yield = config_.yield_while_waiting;
-  bool timed_out = false;
-  const int rc = poll_with_backoff(test, yield ? 200 : 1000, yield, 1.0 / 32, config_.peer_timeout_s, timed_out);
-  if (timed_out) {
-    return Status::error(RELAX_ERR_STALLED, report_silence(comm_, config_.peer_timeout_s, "a collective's transfer"));
-  }
-  return mpi_status(rc, what);
+Status Collectives::poll_until_done(Test test, const char* what, const char* during) {
+  return bounded_poll(comm_, config_.peer_timeout_s, config_.yield_while_waiting, test, what, during);
+}
+
+Status Collectives::wait_collective(MPI_Request& request, const char* what, const char* during) {
+  return bounded_wait(comm_, request, config_.peer_timeout_s, config_.yield_while_waiting, what, during);
+}
+
+Status Collectives::ring_status(Status status) {
+  if (status.code != RELAX_ERR_STALLED) return status;
+  // The neighbour this rank waited for may itself wait for the silent rank further round the
+  // ring: the liveness check names the one that does not answer at all.
+  const std::string prefix = "TCP ring: ";
+  std::string waited = status.message;
+  if (waited.compare(0, prefix.size(), prefix) == 0) waited.erase(0, prefix.size());
+  return Status::error(RELAX_ERR_STALLED,
+                       report_silence(comm_, config_.peer_timeout_s, "a TCP ring transfer (" + waited + ")"));
 }
 
 Status Collectives::wait_all(std::vector<MPI_Request>& requests) {
   const int n = static_cast<int>(requests.size());
   return poll_until_done([&](int& done) { return MPI_Testall(n, requests.data(), &done, MPI_STATUSES_IGNORE); },
-                         "MPI_Testall");
+                         "MPI_Testall", kTransfer);
 }
 
 Status Collectives::wait_one(MPI_Request& request) {
-  return poll_until_done([&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }, "MPI_Test");
+  return poll_until_done([&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }, "MPI_Test",
+                         kTransfer);
 }
 
 Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
   const int n = static_cast<int>(requests.size());
   // (done with index MPI_UNDEFINED: nothing was pending)
   return poll_until_done([&](int& done) { return MPI_Testany(n, requests.data(), &index, &done, MPI_STATUS_IGNORE); },
-                         "MPI_Testany");
+                         "MPI_Testany", kTransfer);
 }
 
 Status Collectives::exchange_and_reduce(const Pieces& buf, bool send_reduced, int64_t send_begin,
@@ -284,8 +302,8 @@ Status Collectives::exchange_and_reduce_tcp(const Pieces& buf, bool send_reduced
   };
   traffic_.bytes_sent += send_count * esize;
   traffic_.bytes_received += recv_bytes;
-  return tcp_ring_->exchange(iovecs(buf, send_begin * esize, send_count * esize, send_reduced),
-                             {iovec{scratch_.data(), static_cast<size_t>(recv_bytes)}}, reduce_arrived);
+  return ring_status(tcp_ring_->exchange(iovecs(buf, send_begin * esize, send_count * esize, send_reduced),
+                                         {iovec{scratch_.data(), static_cast<size_t>(recv_bytes)}}, reduce_arrived));
 }
 
 Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts,
@@ -340,8 +358,8 @@ Status Collectives::ring_allgather(const Pieces& buf, const std::vector<int64_t>
     if (tcp_ring_) {
       traffic_.bytes_sent += send_bytes;
       traffic_.bytes_received += recv_bytes;
-      st = tcp_ring_->exchange(iovecs(buf, send_begin, send_bytes, true), iovecs(buf, recv_begin, recv_bytes, true),
-                               [](int64_t) {});
+      st = ring_status(tcp_ring_->exchange(iovecs(buf, send_begin, send_bytes, true),
+                                           iovecs(buf, recv_begin, recv_bytes, true), [](int64_t) {}));
     } else if (buf.size() != 1) {
       st = Status::error(RELAX_ERR_INTERNAL, "MPI's ring steps need one contiguous buffer");
     } else {
@@ -355,9 +373,15 @@ Status Collectives::ring_allgather(const Pieces& buf, const std::vector<int64_t>
 
 Status Collectives::mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op,
                                   double postscale) {
-  int rc = MPI_Allreduce(src == dst ? MPI_IN_PLACE : src, dst, static_cast<int>(count), mpi_type(dtype), mpi_op(op),
-                         comm_);
-  if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Allreduce");
+  // Nonblocking, so that the wait is bounded (bounded_wait.h); as fast as MPI_Allreduce for small
+  // messages, which complete within the wait's first spin.
+  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());  // (post nothing)
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Iallreduce(src == dst ? MPI_IN_PLACE : src, dst, static_cast<int>(count), mpi_type(dtype),
+                                mpi_op(op), comm_, &request);
+  if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Iallreduce");
+  Status waited = wait_collective(request, "MPI_Iallreduce", "an MPI all-reduce");
+  if (!waited.is_ok()) return waited;
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   traffic_.bytes_sent += 2 * bytes * (size_ - 1) / size_;
   traffic_.bytes_received += 2 * bytes * (size_ - 1) / size_;
@@ -466,11 +490,15 @@ Status Collectives::reduce_scatter(const std::vector<Piece>& inputs, void* work,
 }
 
 Status Collectives::broadcast(void* buf, int64_t bytes, int root) {
+  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());  // (post nothing)
   auto* p = static_cast<uint8_t*>(buf);
   for (int64_t off = 0; off < bytes; off += kMaxMessageBytes) {
     const int n = static_cast<int>(std::min(kMaxMessageBytes, bytes - off));
-    int rc = MPI_Bcast(p + off, n, MPI_BYTE, root, comm_);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Bcast");
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Ibcast(p + off, n, MPI_BYTE, root, comm_, &request);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Ibcast");
+    Status waited = wait_collective(request, "MPI_Ibcast", "a broadcast");
+    if (!waited.is_ok()) return waited;
   }
   if (rank_ == root) {
     traffic_.bytes_sent += bytes;
@@ -493,13 +521,20 @@ Status Collectives::allgatherv(const void* in, void* out, const std::vector<int6
     return shm->allgatherv(out, counts, esize);  // the own block is in place already
   }
   if (size_ > 1 && total <= config_.mpi_allgather_max_bytes && total <= INT_MAX) {
-    std::vector<int> byte_counts, byte_displs;
+    // A timed-out request stays posted with pointers to these: never reuse them after one.
+    if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+    gather_counts_.clear();
+    gather_displs_.clear();
     for (size_t r = 0; r < counts.size(); ++r) {
-      byte_counts.push_back(static_cast<int>(counts[r] * static_cast<int64_t>(esize)));
-      byte_displs.push_back(static_cast<int>(offsets[r] * static_cast<int64_t>(esize)));
+      gather_counts_.push_back(static_cast<int>(counts[r] * static_cast<int64_t>(esize)));
+      gather_displs_.push_back(static_cast<int>(offsets[r] * static_cast<int64_t>(esize)));
     }
-    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, byte_counts.data(), byte_displs.data(), MPI_BYTE, comm_);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Allgatherv");
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, gather_counts_.data(), gather_displs_.data(),
+                                   MPI_BYTE, comm_, &request);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Iallgatherv");
+    Status waited = wait_collective(request, "MPI_Iallgatherv", "an MPI all-gather");
+    if (!waited.is_ok()) return waited;
     traffic_.bytes_sent += own * (size_ - 1);
     traffic_.bytes_received += total - own;
     return Status::ok();

@@ -164,14 +164,21 @@ class Collectives {
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
   // MPI_Waitall / MPI_Wait / MPI_Waitany by polling: busy at first (yielding the core between
-  // polls when config.yield_while_waiting), then sleeping between polls.
+  // polls when config.yield_while_waiting), then sleeping between polls; bounded by
+  // config.peer_timeout_s (bounded_wait.h: `during` names the wait in the error).
   template <class Test>
-  Status poll_until_done(Test test, const char* what);
+  Status poll_until_done(Test test, const char* what, const char* during);
+  // A nonblocking collective's request (`what`: the MPI call, `during`: the operation), waited as above.
+  Status wait_collective(MPI_Request& request, const char* what, const char* during);
+  // A TCP ring step's status: a step that timed out (the ring names only the neighbour it waited
+  // for) becomes the liveness check's verdict naming the rank that did not answer.
+  Status ring_status(Status status);
   Status wait_all(std::vector<MPI_Request>& requests);
   Status wait_one(MPI_Request& request);
   Status wait_any(std::vector<MPI_Request>& requests, int& index);
   // Rank 0's settings decide: a rank configured otherwise would run other collectives and hang.
-  void adopt_rank0_settings();
+  // False when a peer did not answer (the silence is noted: every later collective fails).
+  bool adopt_rank0_settings();
   void set_up_shared_memory();
   void set_up_tcp_ring();
   // The shared-memory collectives for an operation of `bytes` (all ranks decide alike), or null.
@@ -184,6 +191,10 @@ class Collectives {
   CollectiveConfig config_;
   Traffic traffic_;
   std::vector<uint8_t> scratch_;
+  // MPI_Iallgatherv's counts and displacements: MPI may read them until the request completes,
+  // which after a timeout is never (bounded_wait.h), so they outlive the call.
+  std::vector<int> gather_counts_, gather_displs_;
+  int64_t rank0_settings_[3] = {0, 0, 0};  // adopt_rank0_settings()'s broadcast buffer, for the same reason
   std::unique_ptr<ShmCollectives> shm_;
   std::unique_ptr<TcpRing> tcp_ring_;  // null: the ring's steps use MPI point-to-point
 };

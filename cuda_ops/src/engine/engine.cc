@@ -8,6 +8,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "collectives/bounded_wait.h"
 #include "engine/request_kind.h"
 #include "engine/requests/kind_support.h"
 #include "engine/round_exchange.h"
@@ -85,9 +86,22 @@ Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
   for (int r = 0; r < t.size; ++r) all[static_cast<size_t>(r)] = r;
   set_info_[0] = ProcessSetInfo{all, t.rank};
   // Rank 0's choice binds every rank: coordinators that disagree would answer differently.
-  int gather_nothing = config_.joined_ranks_gather_nothing ? 1 : 0;
-  MPI_Bcast(&gather_nothing, 1, MPI_INT, 0, mpi.control());
-  config_.joined_ranks_gather_nothing = gather_nothing != 0;
+  // Nonblocking and bounded (collectives/bounded_wait.h): a rank frozen at start must not hold the
+  // others here. On a timeout the silence is noted, so the first round fails every request with
+  // its reason; the buffer stays with the posted request (MPI may still write it).
+  auto gather_nothing = std::make_unique<int>(config_.joined_ranks_gather_nothing ? 1 : 0);
+  MPI_Request request = MPI_REQUEST_NULL;
+  Status agreed = mpi_status(MPI_Ibcast(gather_nothing.get(), 1, MPI_INT, 0, mpi.control(), &request), "MPI_Ibcast");
+  if (agreed.is_ok()) {
+    agreed = bounded_wait(mpi.control(), request, collective_config_.peer_timeout_s, config_.yield_while_waiting,
+                          "MPI_Ibcast", "the engine's start");
+  }
+  if (agreed.is_ok()) {
+    config_.joined_ranks_gather_nothing = *gather_nothing != 0;
+  } else {
+    RELAX_LOG(Error, "Engine start: " << agreed.message);
+    if (request != MPI_REQUEST_NULL) gather_nothing.release();  // NOLINT: owned by the pending request now
+  }
   sets_[0] = make_set(0, all, t.rank, mpi.control(), mpi.data(), false);
 }
 

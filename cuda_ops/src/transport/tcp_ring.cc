@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -272,7 +274,7 @@ SocketFd& SocketFd::operator=(SocketFd&& other) noexcept {
   return *this;
 }
 
-std::unique_ptr<TcpRing> TcpRing::connect(MPI_Comm comm, std::string& why) {
+std::unique_ptr<TcpRing> TcpRing::connect(MPI_Comm comm, double timeout_s, std::string& why) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -284,18 +286,38 @@ std::unique_ptr<TcpRing> TcpRing::connect(MPI_Comm comm, std::string& why) {
     local_why = e.what();
   }
   if (!every_rank_succeeded(comm, local_why, why)) return nullptr;
-  return std::make_unique<TcpRing>(std::move(to_right), std::move(from_left), (rank + 1) % size, (rank + size - 1) % size);
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  auto ring = std::make_unique<TcpRing>(std::move(to_right), std::move(from_left), right, left, timeout_s);
+  const std::vector<int> world = world_ranks_of(comm, {right, left});  // a process set's ranks are not the world's
+  ring->name_peers(world[0], world[1]);
+  return ring;
 }
 
-TcpRing::TcpRing(SocketFd to_right, SocketFd from_left, int right_rank, int left_rank)
-    : to_right_(std::move(to_right)), from_left_(std::move(from_left)), right_rank_(right_rank), left_rank_(left_rank) {
+TcpRing::TcpRing(SocketFd to_right, SocketFd from_left, int right_rank, int left_rank, double timeout_s)
+    : to_right_(std::move(to_right)),
+      from_left_(std::move(from_left)),
+      right_rank_(right_rank),
+      left_rank_(left_rank),
+      right_name_(right_rank),
+      left_name_(left_rank),
+      timeout_s_(timeout_s) {
   set_nonblocking(to_right_.get());
   set_nonblocking(from_left_.get());
 }
 
-Status TcpRing::fail(const std::string& what) {
+Status TcpRing::fail(const std::string& what, int32_t code) {
   broken_ = what;
-  return Status::error(RELAX_ERR_MPI, "TCP ring: " + what);
+  broken_code_ = code;
+  return Status::error(code, "TCP ring: " + what);
+}
+
+std::string TcpRing::timeout_text(bool sending, bool receiving) const {
+  std::string whom;
+  if (receiving) whom = "rank " + std::to_string(left_name_) + " to send";
+  if (sending) whom += std::string(receiving ? " and " : "") + "rank " + std::to_string(right_name_) + " to receive";
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", timeout_s_);
+  return "waited " + std::string(seconds) + " s for " + whom;
 }
 
 Status TcpRing::exchange(const uint8_t* send_data, int64_t send_bytes, uint8_t* recv_data, int64_t recv_bytes,
@@ -306,10 +328,13 @@ Status TcpRing::exchange(const uint8_t* send_data, int64_t send_bytes, uint8_t* 
 
 Status TcpRing::exchange(const std::vector<iovec>& send_parts, const std::vector<iovec>& recv_parts,
                          const std::function<void(int64_t)>& on_received) {
-  if (!broken_.empty()) return Status::error(RELAX_ERR_MPI, "TCP ring unusable since an earlier failure: " + broken_);
+  if (!broken_.empty()) return Status::error(broken_code_, "TCP ring unusable since an earlier failure: " + broken_);
   IovecCursor to_send(send_parts), to_receive(recv_parts);
   const int64_t recv_bytes = to_receive.remaining();
   int64_t received = 0;
+  // The whole exchange is bounded, not each wait: a peer that trickles bytes must not hold it
+  // longer than a silent one.
+  const double deadline = steady_seconds() + timeout_s_;
   while (to_send.remaining() > 0 || to_receive.remaining() > 0) {
     bool moved = false;
     if (to_send.remaining() > 0) {
@@ -319,7 +344,7 @@ Status TcpRing::exchange(const std::vector<iovec>& send_parts, const std::vector
         to_send.advance(n);
         moved = true;
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return fail("sending to rank " + std::to_string(right_rank_) + " failed (" + std::strerror(errno) +
+        return fail("sending to rank " + std::to_string(right_name_) + " failed (" + std::strerror(errno) +
                     "); did it exit?");
       }
     }
@@ -332,11 +357,14 @@ Status TcpRing::exchange(const std::vector<iovec>& send_parts, const std::vector
         moved = true;
         on_received(received);
       } else if (n == 0) {
-        return fail("rank " + std::to_string(left_rank_) + " closed its connection; did it exit?");
+        return fail("rank " + std::to_string(left_name_) + " closed its connection; did it exit?");
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return fail("receiving from rank " + std::to_string(left_rank_) + " failed (" + std::strerror(errno) +
+        return fail("receiving from rank " + std::to_string(left_name_) + " failed (" + std::strerror(errno) +
                     "); did it exit?");
       }
+    }
+    if (steady_seconds() >= deadline) {  // the streams are out of step now: the ring is unusable
+      return fail(timeout_text(to_send.remaining() > 0, received < recv_bytes), RELAX_ERR_STALLED);
     }
     if (moved) continue;
     // Wake for a useful amount, not for every packet: over a slow link each wake-up would bring
@@ -350,7 +378,9 @@ Status TcpRing::exchange(const std::vector<iovec>& send_parts, const std::vector
     nfds_t n = 0;
     if (to_send.remaining() > 0) waits[n++] = pollfd{to_right_.get(), POLLOUT, 0};
     if (received < recv_bytes) waits[n++] = pollfd{from_left_.get(), POLLIN, 0};
-    if (poll(waits, n, kPollSliceMs) < 0 && errno != EINTR) return fail(errno_text("poll"));
+    const double left_s = std::max(0.0, deadline - steady_seconds());
+    const int slice_ms = static_cast<int>(std::min<double>(kPollSliceMs, std::ceil(left_s * 1e3)));
+    if (poll(waits, n, slice_ms) < 0 && errno != EINTR) return fail(errno_text("poll"));
   }
   return Status::ok();
 }

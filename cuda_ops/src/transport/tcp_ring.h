@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/liveness.h"
 #include "util/types.h"
 
 namespace relax {
@@ -55,18 +56,32 @@ class TcpRing {
   // neighbour while accepting its left one, both ends proving a random job key by
   // challenge-response (ring_handshake.h; loopback only towards a neighbour on this host).
   // Returns null on every rank if any rank failed, with that rank's reason in `why`. Setup waits
-  // are bounded (seconds), so a failure cannot hang it.
-  static std::unique_ptr<TcpRing> connect(MPI_Comm comm, std::string& why);
+  // are bounded (seconds), so a failure cannot hang it. Each exchange then waits at most
+  // `timeout_s` (RELAX_OP_TIMEOUT) for its neighbours; messages name them by world rank.
+  static std::unique_ptr<TcpRing> connect(MPI_Comm comm, double timeout_s, std::string& why);
 
   // Over connected sockets (tests use a socketpair): `to_right` only sends, `from_left` only
-  // receives; the ranks name the peers in messages.
-  TcpRing(SocketFd to_right, SocketFd from_left, int right_rank, int left_rank);
+  // receives; `right_rank` and `left_rank` are the neighbours' ranks in the ring's communicator,
+  // which messages name (name_peers() names them otherwise). An exchange gives up after
+  // `timeout_s` seconds.
+  TcpRing(SocketFd to_right, SocketFd from_left, int right_rank, int left_rank,
+          double timeout_s = kDefaultPeerTimeoutSeconds);
+
+  // The ranks messages name for the right and left neighbour (world ranks, where the ring's
+  // communicator is a process set's).
+  void name_peers(int right, int left) {
+    right_name_ = right;
+    left_name_ = left;
+  }
 
   // Sends `send_bytes` to the right neighbour while receiving `recv_bytes` from the left one
   // into `recv` (which must not overlap `send`). `on_received(total)` runs whenever more bytes
   // have arrived, with the count received so far, so the caller can work on what is complete
   // while the rest is in flight. Waits in poll() between transfers. A lost connection (a peer
-  // that exited) fails this call and every later one: the streams are out of step.
+  // that exited) fails this call and every later one with RELAX_ERR_MPI: the streams are out of
+  // step. So does an exchange not done within the timeout (a peer frozen, hung or far too slow),
+  // with RELAX_ERR_STALLED naming the neighbour it waited for (which may itself be waiting for a
+  // silent rank further round the ring: transport/liveness.h tells which).
   Status exchange(const uint8_t* send, int64_t send_bytes, uint8_t* recv, int64_t recv_bytes,
                   const std::function<void(int64_t)>& on_received);
   // The same exchange of messages whose bytes lie in several places: `send` is read and `recv`
@@ -78,13 +93,21 @@ class TcpRing {
   int left_rank() const { return left_rank_; }
 
  private:
-  Status fail(const std::string& what);
+  // Marks the ring unusable and returns the error (`code`: RELAX_ERR_MPI, or RELAX_ERR_STALLED
+  // for a timeout).
+  Status fail(const std::string& what, int32_t code = RELAX_ERR_MPI);
+  // "waited 3 s for rank 2 to send" (and/or "rank 4 to receive"): what a timed-out exchange awaited.
+  std::string timeout_text(bool sending, bool receiving) const;
 
   SocketFd to_right_;
   SocketFd from_left_;
   int right_rank_;
   int left_rank_;
+  int right_name_;  // the ranks messages name (name_peers())
+  int left_name_;
+  double timeout_s_;
   std::string broken_;  // why the ring is unusable ("" while it works)
+  int32_t broken_code_ = RELAX_ERR_MPI;
   int receive_low_water_ = 1;  // SO_RCVLOWAT of from_left_
 };
 
