@@ -6,6 +6,13 @@ all-reduce waits in its negotiation round for a rank that never answers. Each ot
 request fails too, then exits without waiting for the frozen rank (the test's launcher ends it).
 ``neighbour``: first a neighbour average (direct lane) with every other rank, which must fail
 naming the frozen rank, then the same as ``allreduce``.
+``ring``: the frozen rank stops in the middle of a large all-reduce's TCP ring transfer (run with
+every rank its own node): it submits the all-reduce in place and stops as soon as the first
+element it reduces changes, i.e. once the transfer is under way. The others' all-reduce must fail
+naming it, then the same as ``allreduce``.
+``inside``: every rank runs the all-reduce ``frozen.allreduce`` of FREEZE_COUNT elements, and the
+frozen rank stops on entering MPI's own all-reduce for it (tests/scripts/freeze_in_allreduce.c,
+preloaded); the others wait inside that collective.
 """
 
 import os
@@ -20,9 +27,26 @@ import relaxlib_torch as hvd
 hvd.init()
 mode = sys.argv[1] if len(sys.argv) > 1 else "allreduce"
 frozen = hvd.size() - 1
+FREEZE_COUNT = 1031  # (the shim's RELAX_TEST_FREEZE_COUNT: no other all-reduce has this size)
+RING_COUNT = 16 << 20  # 64 MiB: a ring step of many milliseconds, long enough to stop in
 x = torch.ones(4)
 hvd.allreduce(x, name="frozen.warmup")  # every rank is in
-if hvd.rank() == frozen:
+if mode == "ring":
+    x = torch.ones(RING_COUNT)
+    handle = hvd.allreduce_async_(x, op=hvd.Sum, name="frozen.allreduce")
+    if hvd.rank() == frozen:
+        # The ring's first step reduces block (rank - 2) mod size into x where it lies (ring_reduce_scatter).
+        n = hvd.size()
+        counts = [RING_COUNT // n + (1 if i < RING_COUNT % n else 0) for i in range(n)]
+        first = sum(counts[:(frozen - 2) % n])
+        while x[first].item() == 1.0 and not hvd.poll(handle):
+            pass
+        print(f"RANK {frozen} FREEZES mid-transfer (done: {hvd.poll(handle)})", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        sys.exit(4)
+if mode == "inside":
+    x = torch.ones(FREEZE_COUNT)  # the frozen rank stops inside the all-reduce below (the shim)
+elif hvd.rank() == frozen:
     print(f"RANK {frozen} FREEZES", flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)
     sys.exit(4)  # continued by the launcher ending the job (it sends SIGCONT before SIGTERM)
@@ -37,7 +61,10 @@ if mode == "neighbour":  # the direct lane: an average with every other rank, th
         # (the direct lane's own limit, or the engine's: its idle rounds wait on the frozen rank too)
         assert f"rank {frozen} did not take part" in str(exc) or f"rank {frozen} did not answer" in str(exc), str(exc)
 try:
-    hvd.allreduce(x, name="frozen.allreduce")
+    if mode == "ring":
+        hvd.synchronize(handle)
+    else:
+        hvd.allreduce(x, name="frozen.allreduce")
     raise SystemExit("expected an error naming the frozen rank")
 except relaxlib.RelaxError as exc:
     print(f"ERROR: {type(exc).__name__}: {exc}", flush=True)
