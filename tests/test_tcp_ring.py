@@ -73,11 +73,11 @@ int connect(int fd, const struct sockaddr* to, socklen_t length) {
 @pytest.mark.parametrize("include", [False, True], ids=["all-interfaces", "one-interface-included"])
 def test_idle_connections_neither_disable_nor_hold_up_the_ring_and_it_listens_where_told(tmp_path, include):
     """Eight connections that never speak reach rank 0's ring listener before its real left
-    neighbour (whose connects a preloaded shim holds back 2 s; tests/scripts/tcp_ring_setup.py):
-    the ring still connects on every rank, well within a generous bound. Before, each idle
-    connection held the listener for 3 s in turn while the neighbour waited 15: the ring was
-    dropped. The listener is bound to the interface MPI was told to use (or loopback, all ranks
-    being on this host), never to 0.0.0.0."""
+    neighbour (whose connects a preloaded shim holds back 2 s; tests/scripts/tcp_ring_setup.py,
+    whose watcher checks and reports that order): the ring still connects on every rank, well
+    within a generous bound. Before, each idle connection held the listener for 3 s in turn while
+    the neighbour waited 15: the ring was dropped. The listener is bound to the interface MPI was
+    told to use (or loopback, all ranks being on this host), never to 0.0.0.0."""
     shim = tmp_path / "slow_connect.so"
     (tmp_path / "slow_connect.c").write_text(SLOW_CONNECT)
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim), str(tmp_path / "slow_connect.c"), "-ldl"], check=True,
@@ -89,6 +89,8 @@ def test_idle_connections_neither_disable_nor_hold_up_the_ring_and_it_listens_wh
     run = run_ranks(3, [sys.executable, str(REPO / "tests" / "scripts" / "tcp_ring_setup.py")], env=env, timeout=180)
     assert run.returncode == 0, run.report()
     assert "IDLE 8" in run.outputs[0], run.report()
+    # the order the test relies on: all idle connections open before rank 2's connect was made
+    assert "IDLE-FIRST yes 0" in run.outputs[0], run.report()
     assert all(f"CHECKED rank {r}" in out for r, out in enumerate(run.outputs)), run.report()
     # connected at both inits on every rank; never "TCP ring unavailable"
     assert [out.count("TCP ring connected") for out in run.outputs] == [2, 2, 2], run.report()

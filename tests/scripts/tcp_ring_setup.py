@@ -6,8 +6,11 @@ After a first init and shutdown, rank 0 starts a watcher process and every rank 
 again. The watcher finds the listener rank 0's ring setup opens (a new listening socket of rank 0
 in /proc/net/tcp) and opens IDLE connections to it that never say a word, while the real left
 neighbour's connect is still held back by the shim. It prints the listener's address
-(``LISTENER a.b.c.d:port``) and ``IDLE <n>``. Each rank prints how long its second init took and
-``CHECKED rank <r>`` once its collectives after it are right."""
+(``LISTENER a.b.c.d:port``), ``IDLE <n>`` and ``IDLE-FIRST <yes|no> <others>``: whether, once
+its idle connections were open, no other connection to the listener existed yet (the test relies
+on that order, so it checks it rather than passing silently when the race is lost). Each rank
+prints how long its second init took and ``CHECKED rank <r>`` once its collectives after it are
+right."""
 
 import os
 import subprocess
@@ -64,9 +67,15 @@ else:
     print("WATCHER: no new listener", flush=True)
     sys.exit(1)
 ip, port = address(new[0])
-held = [socket.create_connection(("127.0.0.1" if ip == "0.0.0.0" else ip, port), timeout=5) for _ in range(idle)]
+target = ("127.0.0.1" if ip == "0.0.0.0" else ip, port)
+held = [socket.create_connection(target, timeout=5) for _ in range(idle)]
+# client ends of connections to the listener that are not ours: the real neighbour's, if it came first
+ours = sockets(os.getpid())
+others = [inode for local, remote, state, inode in table()
+          if remote != "00000000:0000" and address(remote) == target and inode not in ours]
 print(f"LISTENER {ip}:{port}", flush=True)
 print(f"IDLE {len(held)}", flush=True)
+print(f"IDLE-FIRST {'no' if others else 'yes'} {len(others)}", flush=True)
 time.sleep(120)  # hold the idle connections until the test is over (terminated)
 '''
 

@@ -176,50 +176,71 @@ bool read_some(int fd, uint8_t* buffer, size_t want, size_t& have) {
   }
 }
 
+// The listener's acknowledgement, sent once it has verified the connector's proof: only then does
+// the connector take the connection as its ring link. The connector already proved the listener
+// on this stream, so one fixed byte says enough.
+constexpr uint8_t kAcknowledged = 0x06;
+
+// How long a connector waits before it tries its neighbour's addresses again (a listener that
+// closed a connection without acknowledging it may have been crowded by strangers).
+constexpr int kRetryPauseMs = 100;
+
 // An accepted connection on its way to proving it is the left neighbour.
 struct Incoming {
   SocketFd fd;
   Clock::time_point deadline;
-  bool replied = false;  // hello read and answered; waiting for the proof
+  bool replied = false;  // a valid hello read and answered; waiting for the proof (never evicted)
   uint8_t buffer[std::max(sizeof(ConnectorHello), sizeof(ConnectorProof))] = {};
   size_t have = 0;
   ConnectorHello hello{};
   uint8_t nonce[kNonceBytes] = {};
 };
 
+// Where the connection to the right neighbour stands.
+enum class Stage { connecting, hello_sent, proof_sent };
+
 // The connection to the right neighbour, tried address after address.
 struct Outgoing {
   SocketFd fd;
   size_t next = 0;  // index of the next address to try
-  bool connected = false;
+  Stage stage = Stage::connecting;
   Clock::time_point deadline;
   uint8_t buffer[sizeof(ListenerReply)] = {};
   size_t have = 0;
   uint8_t nonce[kNonceBytes] = {};
 };
 
-constexpr size_t kMaxIncoming = 64;  // half-open connections kept at once; the oldest gives way
+// Half-open connections kept at once. When they are all taken, the oldest one that has not yet
+// sent a valid hello gives way; one that has (the left neighbour may be mid-proof) never does,
+// and a new connection is refused while every slot holds such a peer.
+constexpr size_t kMaxIncoming = 64;
 
 class Meeting {
  public:
   Meeting(const std::vector<int>& listeners, const std::vector<RingAddress>& right, const RingIdentity& me,
           const MeetTimeouts& timeouts)
-      : listeners_(listeners), right_(right), me_(me), timeouts_(timeouts) {}
+      : listeners_(listeners),
+        right_(right),
+        me_(me),
+        timeouts_(timeouts),
+        end_(after_ms(timeouts.total)),
+        ruled_out_(right.size(), false) {}
 
   std::string run(SocketFd& to_right, SocketFd& from_left) {
-    const Clock::time_point end = after_ms(timeouts_.total);
     while (!to_right_.valid() || !from_left_.valid()) {
       if (!to_right_.valid() && !out_.fd.valid() && !start_next_address()) {
         return "no address of rank " + std::to_string(me_.right) + " answered as rank " + std::to_string(me_.right) +
                " of this job (" + std::to_string(right_.size()) + " tried)";
       }
-      if (Clock::now() >= end) {
-        return !from_left_.valid() ? "rank " + std::to_string(me_.left) + " did not connect and prove itself within " +
-                                         std::to_string(timeouts_.total / 1000) + " s"
-                                   : "rank " + std::to_string(me_.right) + " did not answer within " +
-                                         std::to_string(timeouts_.total / 1000) + " s";
+      if (Clock::now() >= end_) {
+        if (!from_left_.valid()) {
+          return "rank " + std::to_string(me_.left) + " did not connect and prove itself within " +
+                 std::to_string(timeouts_.total / 1000) + " s";
+        }
+        return "rank " + std::to_string(me_.right) + " did not answer within " + std::to_string(timeouts_.total / 1000) +
+               " s" + (unacknowledged_ ? " (it proved itself but never acknowledged this rank's proof)" : "");
       }
-      wait_and_serve(end);
+      wait_and_serve();
     }
     to_right = std::move(to_right_);
     from_left = std::move(from_left_);
@@ -227,32 +248,60 @@ class Meeting {
   }
 
  private:
-  // Starts a non-blocking connect to the next address of the right neighbour; false when none is left.
+  // Starts a non-blocking connect to the next address of the right neighbour, or waits to go
+  // round the addresses not ruled out again; false only when every address is ruled out (it
+  // refused the connection or answered as someone else).
   bool start_next_address() {
-    while (out_.next < right_.size()) {
-      const RingAddress target = right_[out_.next++];
-      SocketFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-      if (!fd.valid()) continue;
-      const int one = 1;
-      setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      sockaddr_in peer{};
-      peer.sin_family = AF_INET;
-      peer.sin_addr.s_addr = target.address;
-      peer.sin_port = target.port;
-      if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&peer), sizeof(peer)) != 0 && errno != EINPROGRESS) continue;
-      const size_t next = out_.next;
-      out_ = Outgoing();
-      out_.fd = std::move(fd);
-      out_.next = next;
-      out_.deadline = out_.next < right_.size() ? after_ms(timeouts_.per_address) : after_ms(timeouts_.total);
-      return true;
+    for (;;) {
+      while (out_.next < right_.size()) {
+        const size_t index = out_.next++;
+        if (ruled_out_[index]) continue;
+        const RingAddress target = right_[index];
+        SocketFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+        if (!fd.valid()) continue;
+        const int one = 1;
+        setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        sockaddr_in peer{};
+        peer.sin_family = AF_INET;
+        peer.sin_addr.s_addr = target.address;
+        peer.sin_port = target.port;
+        if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&peer), sizeof(peer)) != 0 && errno != EINPROGRESS) {
+          ruled_out_[index] = true;
+          continue;
+        }
+        const size_t next = out_.next;
+        out_ = Outgoing();
+        out_.fd = std::move(fd);
+        out_.next = next;
+        out_.deadline = last_untried() ? end_ : std::min(end_, after_ms(timeouts_.per_address));
+        return true;
+      }
+      if (std::all_of(ruled_out_.begin(), ruled_out_.end(), [](bool out) { return out; })) return false;
+      if (retry_at_ == Clock::time_point{}) retry_at_ = after_ms(kRetryPauseMs);
+      if (Clock::now() < retry_at_) return true;  // wait_and_serve sleeps until retry_at_ at most
+      retry_at_ = Clock::time_point{};
+      out_.next = 0;
     }
-    return false;
   }
 
-  void wait_and_serve(Clock::time_point end) {
+  // Whether no address after the current one is left to try in this round.
+  bool last_untried() const {
+    for (size_t i = out_.next; i < right_.size(); ++i) {
+      if (!ruled_out_[i]) return false;
+    }
+    return true;
+  }
+
+  // Closes the connection to the current address; `rule_out` when that address will not answer
+  // as the neighbour however often it is asked.
+  void drop_outgoing(bool rule_out) {
+    if (rule_out) ruled_out_[out_.next - 1] = true;
+    out_.fd = SocketFd();
+  }
+
+  void wait_and_serve() {
     std::vector<pollfd> waits;
-    Clock::time_point soonest = end;
+    Clock::time_point soonest = end_;
     const bool accepting = !from_left_.valid();
     if (accepting) {
       for (int fd : listeners_) waits.push_back(pollfd{fd, POLLIN, 0});
@@ -263,13 +312,15 @@ class Meeting {
     }
     const bool connecting = !to_right_.valid() && out_.fd.valid();
     if (connecting) {
-      waits.push_back(pollfd{out_.fd.get(), static_cast<short>(out_.connected ? POLLIN : POLLOUT), 0});
+      waits.push_back(pollfd{out_.fd.get(), static_cast<short>(out_.stage == Stage::connecting ? POLLOUT : POLLIN), 0});
       soonest = std::min(soonest, out_.deadline);
+    } else if (!to_right_.valid() && retry_at_ != Clock::time_point{}) {
+      soonest = std::min(soonest, retry_at_);
     }
     if (poll(waits.data(), waits.size(), std::min(ms_until(soonest), 1000)) < 0 && errno != EINTR) return;
     size_t at = 0;
     if (accepting) {
-      // the connections polled first (accepting may push the oldest out), then the new ones
+      // the connections polled first (accepting may evict or add some), then the new ones
       const size_t first = listeners_.size(), known = waits.size() - first - (connecting ? 1 : 0);
       for (size_t i = 0; i < known; ++i) {
         if (waits[first + i].revents) serve(incoming_[i]);
@@ -282,23 +333,46 @@ class Meeting {
     }
     if (connecting) {
       if (waits[at].revents) advance_outgoing();
-      if (!to_right_.valid() && Clock::now() >= out_.deadline) out_.fd = SocketFd();  // next address
+      if (!to_right_.valid() && out_.fd.valid() && Clock::now() >= out_.deadline) {
+        if (out_.stage == Stage::proof_sent) unacknowledged_ = true;
+        drop_outgoing(out_.stage == Stage::connecting);  // nothing answered there: next address
+      }
     }
   }
 
   void accept_all(int listener) {
-    for (;;) {
+    while (!from_left_.valid()) {
       SocketFd fd(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!fd.valid()) return;
-      if (incoming_.size() >= kMaxIncoming) incoming_.pop_front();
+      if (!make_room()) continue;  // every slot holds a peer that sent a valid hello: refuse (close) this one
       incoming_.emplace_back();
       incoming_.back().fd = std::move(fd);
       incoming_.back().deadline = after_ms(timeouts_.hello);
+      serve(incoming_.back());  // its hello may be here already: answer it now, before more arrive
     }
   }
 
-  // Reads what an accepted connection sent; answers a valid hello, takes a valid proof; closes
-  // the connection on anything else.
+  // Frees a slot if all are taken, by evicting the oldest connection that has not sent a valid
+  // hello. Each candidate is read first, so a neighbour whose hello is already waiting in its
+  // socket is answered (and kept) rather than evicted unread. False when no slot can be freed.
+  bool make_room() {
+    drop_finished_or_late();
+    if (incoming_.size() < kMaxIncoming) return true;
+    for (Incoming& in : incoming_) {
+      if (in.replied) continue;
+      serve(in);
+      if (from_left_.valid()) return false;
+      if (!in.fd.valid() || !in.replied) {
+        in.fd = SocketFd();
+        drop_finished_or_late();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Reads what an accepted connection sent; answers a valid hello, takes and acknowledges a valid
+  // proof; closes the connection on anything else.
   void serve(Incoming& in) {
     if (!in.fd.valid() || from_left_.valid()) return;
     const size_t want = in.replied ? sizeof(ConnectorProof) : sizeof(ConnectorHello);  // <= sizeof(in.buffer)
@@ -324,7 +398,7 @@ class Meeting {
       return;
     }
     const Sha256Digest expected = proof(me_.key, "connector", me_.left, me_.rank, in.hello.nonce, in.nonce);
-    if (same_mac(in.buffer, expected.data())) {
+    if (same_mac(in.buffer, expected.data()) && send_message(in.fd.get(), &kAcknowledged, 1)) {
       from_left_ = std::move(in.fd);
     } else {
       in.fd = SocketFd();
@@ -339,52 +413,72 @@ class Meeting {
     if (from_left_.valid()) incoming_.clear();
   }
 
-  // Finishes the connect and sends the hello, or reads the listener's reply and, if it proves
-  // the key, sends this side's proof. Any failure moves on to the next address.
+  // Finishes the connect and sends the hello; reads the listener's reply and, if it proves the
+  // key, sends this side's proof; reads the listener's acknowledgement and only then takes the
+  // connection. A wrong answer rules the address out; a closed connection or a missing
+  // acknowledgement leaves it to be tried again (the listener may have been crowded).
   void advance_outgoing() {
-    if (!out_.connected) {
+    if (out_.stage == Stage::connecting) {
       int error = 0;
       socklen_t length = sizeof(error);
       if (getsockopt(out_.fd.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
-        out_.fd = SocketFd();
+        drop_outgoing(true);
         return;
       }
       ConnectorHello hello{kMagic, me_.rank, me_.right, {}};
       random_bytes(out_.nonce, kNonceBytes);
       std::memcpy(hello.nonce, out_.nonce, kNonceBytes);
       if (!send_message(out_.fd.get(), &hello, sizeof(hello))) {
-        out_.fd = SocketFd();
+        drop_outgoing(false);
         return;
       }
-      out_.connected = true;
+      out_.stage = Stage::hello_sent;
       return;
     }
-    if (!read_some(out_.fd.get(), out_.buffer, sizeof(ListenerReply), out_.have)) {
-      out_.fd = SocketFd();
+    const size_t want = out_.stage == Stage::hello_sent ? sizeof(ListenerReply) : 1;
+    if (!read_some(out_.fd.get(), out_.buffer, want, out_.have)) {
+      if (out_.stage == Stage::proof_sent) unacknowledged_ = true;
+      drop_outgoing(false);
       return;
     }
-    if (out_.have < sizeof(ListenerReply)) return;
+    if (out_.have < want) return;
+    out_.have = 0;
+    if (out_.stage == Stage::proof_sent) {
+      if (out_.buffer[0] == kAcknowledged) {
+        to_right_ = std::move(out_.fd);
+      } else {
+        drop_outgoing(true);
+      }
+      return;
+    }
     ListenerReply reply{};
     std::memcpy(&reply, out_.buffer, sizeof(reply));
     const Sha256Digest expected = proof(me_.key, "listener", me_.rank, me_.right, out_.nonce, reply.nonce);
     if (reply.magic != kMagic || reply.listener != me_.right || !same_mac(reply.mac, expected.data())) {
-      out_.fd = SocketFd();  // not our neighbour: it learnt a nonce, nothing of the key
+      drop_outgoing(true);  // not our neighbour: it learnt a nonce, nothing of the key
       return;
     }
     ConnectorProof mine{};
     const Sha256Digest mac = proof(me_.key, "connector", me_.rank, me_.right, out_.nonce, reply.nonce);
     std::memcpy(mine.mac, mac.data(), mac.size());
     if (!send_message(out_.fd.get(), &mine, sizeof(mine))) {
-      out_.fd = SocketFd();
+      drop_outgoing(false);
       return;
     }
-    to_right_ = std::move(out_.fd);
+    out_.stage = Stage::proof_sent;
+    // the listener acknowledges at once once it has read the proof; if it does not (it dropped
+    // the connection unread), go round again while the meeting has time
+    out_.deadline = std::min(end_, after_ms(timeouts_.hello));
   }
 
   const std::vector<int>& listeners_;
   const std::vector<RingAddress>& right_;
   const RingIdentity& me_;
   const MeetTimeouts& timeouts_;
+  const Clock::time_point end_;
+  std::vector<bool> ruled_out_;          // addresses of the right neighbour that will never answer as it
+  Clock::time_point retry_at_{};         // when to go round the addresses again (zero: not waiting)
+  bool unacknowledged_ = false;          // a listener proved itself but never acknowledged our proof
   std::deque<Incoming> incoming_;
   Outgoing out_;
   SocketFd to_right_, from_left_;

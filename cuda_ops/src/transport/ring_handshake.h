@@ -8,6 +8,13 @@
 //   connector -> listener  hello:  magic, connector's rank, listener's rank, nonce_c
 //   listener  -> connector reply:  magic, listener's rank, nonce_l, HMAC(key, "listener" | ranks | nonces)
 //   connector -> listener  proof:  HMAC(key, "connector" | ranks | nonces)
+//   listener  -> connector ack:    one byte, once the proof checked out
+//
+// The connector takes the connection only on the acknowledgement: a listener that dropped it
+// unread (crowded by strangers) leaves the connector to connect again while the meeting has time.
+// The listener keeps at most 64 half-open connections; when they are all taken the oldest that
+// has not sent a valid hello gives way, never one that has (it may be the neighbour mid-proof),
+// and a new connection is refused while every slot holds such a peer.
 //
 // The connector sends its proof only after the listener proved itself, so a process that happens
 // to listen on the port (another host's loopback, another job) learns a nonce and a rank, nothing
@@ -54,12 +61,15 @@ struct RingIdentity {
 struct MeetTimeouts {
   int total = 15000;     // the whole meeting: the neighbours are already listening when it starts
   int per_address = 5000;  // connect + the listener's reply, per address of the right neighbour but the last
-  int hello = 3000;      // an accepted connection's hello and proof, each connection on its own clock
+  int hello = 3000;      // an accepted connection's hello and proof, each connection on its own clock;
+                         // also how long a connector waits for the acknowledgement of its proof
 };
 
-// Connects to the right neighbour (the first of `right` that proves itself) and accepts the left
-// one (the first connection that proves itself) on any of `listeners` (listening, non-blocking),
-// concurrently. Returns "" with both sockets set, or why it failed.
+// Connects to the right neighbour (the first of `right` that proves itself and acknowledges this
+// rank's proof; addresses that closed or went quiet are tried again, those that refused or
+// answered as someone else are not) and accepts the left one (the first connection that proves
+// itself, acknowledged) on any of `listeners` (listening, non-blocking), concurrently. Returns ""
+// with both sockets set, or why it failed.
 std::string meet_neighbours(const std::vector<int>& listeners, const std::vector<RingAddress>& right,
                             const RingIdentity& me, const MeetTimeouts& timeouts, SocketFd& to_right,
                             SocketFd& from_left);
