@@ -9,8 +9,10 @@
 #include "codecs/codec.h"
 #include "collectives/reduce.h"
 #include "engine/request_kind.h"
+#include "transport/liveness.h"
 #include "transport/mpi_context.h"
 #include "util/flush_denormals.h"
+#include "util/backoff.h"
 #include "util/logging.h"
 #include "util/text.h"
 #include "util/types.h"
@@ -106,7 +108,8 @@ GroupCommunicators::~GroupCommunicators() {
   release_transient();
 }
 
-Status GroupCommunicators::acquire(const std::vector<int>& members, Collectives*& out, bool& transient) {
+Status GroupCommunicators::acquire(const std::vector<int>& members, Collectives*& out, bool& transient,
+                                   double timeout_s) {
   transient = false;
   auto it = cache_.find(members);
   if (it != cache_.end()) {
@@ -124,10 +127,23 @@ Status GroupCommunicators::acquire(const std::vector<int>& members, Collectives*
   MPI_Group_free(&parent_group);
   if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Comm_create_group");
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  // Cache only if every member can (decided together: caches never disagree).
-  int room = cache_.size() < capacity_ ? 1 : 0, all_have_room = 0;
-  rc = MPI_Allreduce(&room, &all_have_room, 1, MPI_INT, MPI_MIN, comm);
-  if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Allreduce");
+  // Cache only if every member can (decided together: caches never disagree). Non-blocking and
+  // bounded: a member that stops answering here fails the wait naming it; the reduction then
+  // stays posted (it cannot be cancelled), so its two words and the communicator are leaked.
+  auto room = std::make_unique<int[]>(2);
+  room[0] = cache_.size() < capacity_ ? 1 : 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  rc = MPI_Iallreduce(&room[0], &room[1], 1, MPI_INT, MPI_MIN, comm, &request);
+  if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Iallreduce");
+  bool timed_out = false;
+  rc = poll_with_backoff([&](int& done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); }, 200,
+                         /*yield=*/false, 1.0 / 32, timeout_s, timed_out);
+  if (timed_out || peer_silence_noted()) {
+    room.release();  // NOLINT: deliberately leaked, see above (comm likewise: never freed)
+    return Status::error(RELAX_ERR_STALLED, report_silence(comm, timeout_s, "the creation of a group's communicator"));
+  }
+  if (rc != MPI_SUCCESS) return mpi_failure(rc, "MPI_Test");
+  const int all_have_room = room[1];
   creation_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Entry entry{comm, std::make_unique<Collectives>(comm, config_)};
   out = entry.collectives.get();
@@ -174,6 +190,8 @@ DirectLane::DirectLane(MPI_Comm world, HandleTable& handles, const EngineConfig&
 
 DirectLane::~DirectLane() {
   stop("relaxlib was shut down");
+  // Requests still posted may touch these buffers for as long as the process lives.
+  if (!graveyard_.empty()) new std::vector<std::shared_ptr<void>>(std::move(graveyard_));  // NOLINT: leaked
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -251,14 +269,45 @@ std::vector<int> paired(const std::vector<int>& peers) {
 }
 }  // namespace
 
+double direct_lane_timeout_seconds(const EngineConfig& config) {
+  return peer_timeout_seconds(config.stall_shutdown_seconds);
+}
+
+Status DirectLane::refuse_if_silent() const {
+  return peer_silence_noted() ? Status::error(RELAX_ERR_STALLED, peer_silence_reason()) : Status::ok();
+}
+
+bool DirectLane::withdraw(std::vector<MPI_Request>& requests) {
+  for (MPI_Request& q : requests) {
+    if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
+  }
+  // A cancelled receive completes locally at once; a send MPI cannot cancel completes only once
+  // its peer receives it. Test briefly, then give up on (and keep the buffers of) the rest.
+  constexpr double kWithdrawSeconds = 0.1;
+  const double until = steady_seconds() + kWithdrawSeconds;
+  for (;;) {
+    bool posted = false;
+    for (MPI_Request& q : requests) {
+      int done = 0;
+      if (q != MPI_REQUEST_NULL && MPI_Test(&q, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) posted = true;
+    }
+    if (!posted || steady_seconds() >= until) return posted;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r,
-                            const std::vector<int>& receive_peers) {
+                            const std::vector<int>& receive_peers, bool& left_posted) {
+  left_posted = false;
   const double start = steady_seconds();
   double idle_since = start;
+  // Bounded whatever the settings: RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME, else the default.
+  const double limit = direct_lane_timeout_seconds(config_);
   // ~1 ms plus the transfer at 500 MB/s: beyond that, a missing completion means a late peer
   const double bytes = static_cast<double>(r.desc.num_elements()) * static_cast<double>(dtype_size(r.desc.dtype));
   const double spin_seconds = 1e-3 + bytes * static_cast<double>(std::max<size_t>(1, r.direct.peers.size())) / 500e6;
   double warned = 0;
+  const std::string what = request_type_name(r.desc.type) + " '" + r.desc.name + "'";
   Status failure;  // the first failed request; the others are still completed (no stale messages)
   std::vector<int> indices(requests.size());
   std::vector<MPI_Status> statuses(requests.size());
@@ -266,7 +315,10 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalReque
     int completed = 0;
     int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed, indices.data(),
                           statuses.data());
-    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return mpi_failure(rc, "MPI_Testsome");
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      left_posted = withdraw(requests);
+      return mpi_failure(rc, "MPI_Testsome");
+    }
     if (rc == MPI_ERR_IN_STATUS && failure.is_ok()) {
       for (int i = 0; i < completed; ++i) {
         if (statuses[static_cast<size_t>(i)].MPI_ERROR != MPI_SUCCESS) {
@@ -278,25 +330,27 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalReque
     if (completed == MPI_UNDEFINED) return failure;  // every request is complete
     const double waited = steady_seconds() - start;
     bool stopping;
+    std::string stop_reason;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping = stopping_;
+      stop_reason = stop_reason_;
+    }
+    if (peer_silence_noted()) {  // another lane (or the engine) found a silent rank: the job is over
+      left_posted = withdraw(requests);
+      return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
     }
     if (stopping) {  // shutdown: peers may be gone
-      for (MPI_Request& q : requests) {
-        if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
-      }
-      return Status::error(RELAX_ERR_SHUTDOWN, "relaxlib was shut down during " + request_type_name(r.desc.type) +
-                                                   " '" + r.desc.name + "'");
+      left_posted = withdraw(requests);
+      return Status::error(RELAX_ERR_SHUTDOWN, "relaxlib was shut down during " + what + ": " + stop_reason);
     }
     if (config_.stall_check_seconds > 0 && waited > config_.stall_check_seconds &&
         waited - warned > config_.stall_check_seconds) {
       warned = waited;
-      RELAX_LOG(Warning, "Stall: " << request_type_name(r.desc.type) << " '" << r.desc.name
-                                   << "' has waited " << static_cast<int>(waited) << " s for ranks "
+      RELAX_LOG(Warning, "Stall: " << what << " has waited " << static_cast<int>(waited) << " s for ranks "
                                    << rank_list(r.direct.peers) << "; they may run a different schedule or be stuck.");
     }
-    if (config_.stall_shutdown_seconds > 0 && waited > config_.stall_shutdown_seconds) {
+    if (waited > limit) {
       std::vector<int> silent;  // the ranks whose message has not come
       for (size_t i = 0; i < receive_peers.size() && i < requests.size(); ++i) {
         const int peer = receive_peers[i];
@@ -304,17 +358,13 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalReque
           silent.push_back(peer);
         }
       }
-      for (MPI_Request& q : requests) {
-        if (q != MPI_REQUEST_NULL) MPI_Cancel(&q);
-      }
+      left_posted = withdraw(requests);
+      // The lane's communicator spans every rank but its exchanges only the peers: the ranks whose
+      // message is missing are the silent ones (no token exchange needed). Noting the silence
+      // stops the engine and every lane, and skips MPI_Finalize (requests may stay posted).
       const std::vector<int>& named = silent.empty() ? r.direct.peers : silent;
-      return Status::error(RELAX_ERR_STALLED, request_type_name(r.desc.type) + " '" + r.desc.name + "': " +
-                                                  (named.size() == 1 ? "rank " + std::to_string(named.front())
-                                                                     : "ranks " + rank_list(named)) +
-                                                  " did not take part within RELAX_OP_TIMEOUT / "
-                                                  "RELAX_STALL_SHUTDOWN_TIME (" +
-                                                  std::to_string(static_cast<int>(config_.stall_shutdown_seconds)) +
-                                                  " s)");
+      return Status::error(RELAX_ERR_STALLED,
+                           note_peer_silence(peer_silence_message(named, limit, what + " on the direct lane")));
     }
     // MPI moves large messages only inside MPI calls: keep calling (yielding the core) for as
     // long as the transfer itself could take, then back off to sleeps (a peer is late).
@@ -334,8 +384,12 @@ Status DirectLane::neighbor_average(LocalRequest& r) {
   const size_t esize = dtype_size(d.dtype);
   const size_t bytes = static_cast<size_t>(count) * esize;
   const size_t npeers = r.direct.peers.size();
+  Status st = refuse_if_silent();  // before posting anything: nothing may stay posted needlessly
+  if (!st.is_ok()) return st;
+  // Receives land only in lane-owned buffers (scratch_, theirs), the result reaches r.output only
+  // on success, and the header sent lives on the heap: all are buried if requests stay posted.
   if (scratch_.size() < bytes * npeers) scratch_.resize(bytes * npeers);
-  const Header mine{fnv1a(d.name), 0, count, d.dtype, -1};
+  std::vector<Header> mine{Header{fnv1a(d.name), 0, count, d.dtype, -1}};
   std::vector<Header> theirs(npeers);
   std::vector<MPI_Request> requests;
   for (size_t k = 0; k < npeers; ++k) {
@@ -347,15 +401,21 @@ Status DirectLane::neighbor_average(LocalRequest& r) {
   }
   for (size_t k = 0; k < npeers; ++k) {
     requests.emplace_back();
-    MPI_Isend(&mine, sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
+    MPI_Isend(mine.data(), sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
     requests.emplace_back();
     MPI_Isend(r.input, static_cast<int>(bytes), MPI_BYTE, r.direct.peers[k], kDataTag, comm_, &requests.back());
   }
-  const Status waited = wait_all(requests, r, paired(r.direct.peers));
+  bool left_posted = false;
+  const Status waited = wait_all(requests, r, paired(r.direct.peers), left_posted);
+  if (left_posted) {
+    bury(scratch_);
+    bury(mine);
+    bury(theirs);
+  }
   traffic_.bytes_sent += static_cast<int64_t>(bytes * npeers);
   traffic_.bytes_received += static_cast<int64_t>(bytes * npeers);
-  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
-  Status st = check_headers(r, mine, theirs);  // a size mismatch also truncates: name it first
+  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED || left_posted) return waited;
+  st = check_headers(r, mine.front(), theirs);  // a size mismatch also truncates: name it first
   if (!st.is_ok()) return st;
   if (!waited.is_ok()) return waited;
   // x' = w_self x + sum_k w_k x_k in one cache-blocked pass, in the tensor's own precision.
@@ -375,6 +435,8 @@ Status DirectLane::neighbor_average(LocalRequest& r) {
 // the estimate, not x, is what neighbours average with.
 Status DirectLane::choco_average(LocalRequest& r) {
   const Descriptor& d = r.desc;
+  Status st = refuse_if_silent();
+  if (!st.is_ok()) return st;
   std::unique_ptr<Codec> codec = make_codec(r.direct.codec);
   const FlushDenormals flush;
   const int64_t count = d.num_elements();
@@ -389,7 +451,8 @@ Status DirectLane::choco_average(LocalRequest& r) {
   }
   std::vector<uint8_t> mine(encoded), theirs(encoded * npeers);
   if (finite) codec->encode(delta.data(), count, mine.data());
-  const Header header{fnv1a(d.name), static_cast<uint64_t>(r.direct.codec), count, d.dtype, finite ? -1 : rank_};
+  std::vector<Header> header{Header{fnv1a(d.name), static_cast<uint64_t>(r.direct.codec), count, d.dtype,
+                                    finite ? -1 : rank_}};
   std::vector<Header> headers(npeers);
   std::vector<MPI_Request> requests;
   for (size_t k = 0; k < npeers; ++k) {
@@ -401,15 +464,22 @@ Status DirectLane::choco_average(LocalRequest& r) {
   }
   for (size_t k = 0; k < npeers; ++k) {
     requests.emplace_back();
-    MPI_Isend(&header, sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
+    MPI_Isend(header.data(), sizeof(Header), MPI_BYTE, r.direct.peers[k], kHeaderTag, comm_, &requests.back());
     requests.emplace_back();
     MPI_Isend(mine.data(), static_cast<int>(encoded), MPI_BYTE, r.direct.peers[k], kDataTag, comm_, &requests.back());
   }
-  const Status waited = wait_all(requests, r, paired(r.direct.peers));
+  bool left_posted = false;
+  const Status waited = wait_all(requests, r, paired(r.direct.peers), left_posted);
+  if (left_posted) {  // every buffer of this exchange is the lane's own: keep them all
+    bury(header);
+    bury(headers);
+    bury(mine);
+    bury(theirs);
+  }
   traffic_.bytes_sent += static_cast<int64_t>(encoded * npeers);
   traffic_.bytes_received += static_cast<int64_t>(encoded * npeers);
-  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED) return waited;
-  Status st = check_headers(r, header, headers);
+  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED || left_posted) return waited;
+  st = check_headers(r, header.front(), headers);
   if (!st.is_ok()) return st;
   if (!waited.is_ok()) return waited;
   for (const Header& h : headers) {
@@ -449,7 +519,9 @@ Status DirectLane::group_average(LocalRequest& r) {
   for (int member : r.direct.peers) {
     if (member != rank_) others.push_back(member);
   }
-  const Header mine{fnv1a(d.name), fnv1a(rank_list(r.direct.peers)), count, d.dtype, -1};
+  Status st = refuse_if_silent();
+  if (!st.is_ok()) return st;
+  std::vector<Header> mine{Header{fnv1a(d.name), fnv1a(rank_list(r.direct.peers)), count, d.dtype, -1}};
   std::vector<Header> theirs(others.size());
   std::vector<MPI_Request> requests;
   for (size_t k = 0; k < others.size(); ++k) {
@@ -458,20 +530,28 @@ Status DirectLane::group_average(LocalRequest& r) {
   }
   for (int other : others) {
     requests.emplace_back();
-    MPI_Isend(&mine, sizeof(Header), MPI_BYTE, other, kHeaderTag, comm_, &requests.back());
+    MPI_Isend(mine.data(), sizeof(Header), MPI_BYTE, other, kHeaderTag, comm_, &requests.back());
   }
-  Status st = wait_all(requests, r, others);
+  bool left_posted = false;
+  st = wait_all(requests, r, others, left_posted);
+  if (left_posted) {
+    bury(mine);
+    bury(theirs);
+  }
   if (!st.is_ok()) return st;
   LocalRequest named = r;  // check_headers names peers by position
   named.direct.peers = others;
-  st = check_headers(named, mine, theirs);
+  st = check_headers(named, mine.front(), theirs);
   if (!st.is_ok()) return st;
   if (r.output != r.input) std::memcpy(r.output, r.input, bytes);
   scale_buffer(r.output, count, d.dtype, my_weight);
   if (others.empty()) return Status::ok();
   Collectives* collectives = nullptr;
   bool transient = false;
-  st = groups_.acquire(r.direct.peers, collectives, transient);
+  // Every member just answered the headers; the (blocking) group creation follows at once.
+  st = groups_.acquire(r.direct.peers, collectives, transient, direct_lane_timeout_seconds(config_));
+  if (!st.is_ok()) return st;
+  st = refuse_if_silent();  // no collective is posted once the job is over
   if (!st.is_ok()) return st;
   const int64_t sent_before = collectives->traffic().bytes_sent;
   const int64_t received_before = collectives->traffic().bytes_received;

@@ -34,7 +34,10 @@ class GroupCommunicators {
   ~GroupCommunicators();
   // Collectives over `members` (sorted world ranks incl. this rank). `transient` is set when the
   // communicator must be released with release_transient() after use.
-  Status acquire(const std::vector<int>& members, Collectives*& out, bool& transient);
+  // The membership vote after creation waits at most `timeout_s` (then fails naming the silent
+  // members); the creation itself (MPI_Comm_create_group) has no non-blocking form: callers make
+  // sure every member answered just before.
+  Status acquire(const std::vector<int>& members, Collectives*& out, bool& transient, double timeout_s);
   void release_transient();
   size_t cached() const { return cache_.size(); }
   double creation_seconds() const { return creation_seconds_; }
@@ -51,6 +54,10 @@ class GroupCommunicators {
   Entry transient_;
   double creation_seconds_ = 0;
 };
+
+// How long the direct lane waits for a peer's message: RELAX_OP_TIMEOUT / RELAX_STALL_SHUTDOWN_TIME,
+// or the default peer timeout (transport/liveness.h) when both are unset, never forever.
+double direct_lane_timeout_seconds(const EngineConfig& config);
 
 class DirectLane {
  public:
@@ -85,11 +92,26 @@ class DirectLane {
   Status neighbor_average(LocalRequest& r);
   Status choco_average(LocalRequest& r);
   Status group_average(LocalRequest& r);
-  // Waits for `requests` (to/from `peers`), warning about a stall and failing after the
-  // shutdown time, as the negotiation's stall inspector does.
+  // Waits for `requests` (to/from `peers`), warning about a stall and failing after
+  // direct_lane_timeout_seconds() (noting the silence process-wide, so the engine and every lane
+  // stop), at once when another part noted a silent peer, or when the lane stops.
   // `receive_peers[i]`: the rank that requests[i] receives from (the receives come first), so
-  // a timeout names the ranks that did not send.
-  Status wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r, const std::vector<int>& receive_peers);
+  // a timeout names the ranks that did not send. `left_posted`: requests that could not be
+  // withdrawn remain, so the caller must bury() every buffer they reference.
+  Status wait_all(std::vector<MPI_Request>& requests, const LocalRequest& r, const std::vector<int>& receive_peers,
+                  bool& left_posted);
+  // Cancels `requests` and tests them for a moment; true if some are still posted.
+  static bool withdraw(std::vector<MPI_Request>& requests);
+  // Fails STALLED with the recorded reason once a silent peer was noted: called before an
+  // exchange posts anything, so nothing is posted once the job is over.
+  Status refuse_if_silent() const;
+  // Keeps `buffer`'s storage alive (moved, so its heap block stays where MPI was told) for as long
+  // as requests may still touch it: for the process's life (~DirectLane leaks the graveyard).
+  template <class T>
+  void bury(T& buffer) {
+    graveyard_.push_back(std::make_shared<T>(std::move(buffer)));
+    buffer = T();
+  }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm join_comm_ = MPI_COMM_NULL;
@@ -103,6 +125,9 @@ class DirectLane {
   EngineConfig config_;
   GroupCommunicators groups_;
   std::vector<uint8_t> scratch_;
+  // Buffers of exchanges whose requests stay posted after a timeout or stop: a peer that wakes
+  // up may still write into them (receives) or have them read (sends).
+  std::vector<std::shared_ptr<void>> graveyard_;
   Traffic traffic_;
   std::atomic<int64_t> busy_ns_{0};
 

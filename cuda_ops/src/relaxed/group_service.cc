@@ -6,8 +6,11 @@
 #include <numeric>
 #include <chrono>
 #include <cstring>
+#include <memory>
 
+#include "transport/liveness.h"
 #include "transport/mpi_context.h"
+#include "util/backoff.h"
 
 namespace relax {
 namespace {
@@ -221,8 +224,10 @@ std::vector<GroupAssignment> GroupPolicy::form(double now) {
 
 GroupService::~GroupService() { stop(); }
 
-Status GroupService::start(MPI_Comm world, int group_size, int max_lag, double grace_ms, double grace_fraction) {
+Status GroupService::start(MPI_Comm world, int group_size, int max_lag, double grace_ms, double grace_fraction,
+                           double timeout_s) {
   if (started()) return Status::ok();
+  timeout_s_ = peer_timeout_seconds(timeout_s);
   if (group_size < 1 || max_lag < 0 || grace_ms < 0 || grace_fraction < 0 || grace_fraction >= 1) {
     return Status::error(RELAX_ERR_INVALID_ARGUMENT,
                          "group generator: group_size >= 1, max_lag >= 0, grace_ms >= 0, 0 <= grace_fraction < 1");
@@ -276,32 +281,57 @@ void GroupService::generate() {
     }
     if (!arrived) std::this_thread::sleep_for(std::chrono::microseconds(policy.waiting() ? 20 : 200));
   }
-  MPI_Cancel(&receive);
-  MPI_Request_free(&receive);
-  if (!sends.empty()) MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  MPI_Cancel(&receive);  // a cancelled receive completes locally: `incoming` may then go
+  MPI_Wait(&receive, MPI_STATUS_IGNORE);
+  // Replies to members that never take them (frozen, gone): bounded, then left posted with
+  // their buffers leaked instead of waiting forever.
+  bool timed_out = false;
+  poll_with_backoff(
+      [&](int& done) { return MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE); },
+      200, /*yield=*/false, 1.0 / 32, peer_silence_noted() ? 1e-3 : std::min(timeout_s_, 1.0), timed_out);
+  if (timed_out) new std::vector<std::vector<uint8_t>>(std::move(replies));  // NOLINT: leaked on purpose
 }
 
 Status GroupService::request(int64_t step, GroupAssignment& out) {
   if (!started()) return Status::error(RELAX_ERR_NOT_INITIALIZED, "the group generator was not started");
-  const int64_t message[2] = {rank_, step};
-  int rc = MPI_Send(message, 2, MPI_INT64_T, 0, kRequestTag, comm_);
+  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  // Heap buffers: if the generator (rank 0) stops answering, the request and the reply's receive
+  // stay posted and their buffers are leaked rather than freed under MPI.
+  auto message = std::make_unique<int64_t[]>(2);
+  message[0] = rank_;
+  message[1] = step;
+  auto bytes = std::make_unique<std::vector<uint8_t>>(24 + 16 * static_cast<size_t>(size_ + 1));
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int rc = MPI_Irecv(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, 0, kReplyTag, comm_, &requests[0]);
+  if (rc == MPI_SUCCESS) rc = MPI_Isend(message.get(), 2, MPI_INT64_T, 0, kRequestTag, comm_, &requests[1]);
   if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "group request failed: " + mpi_error_string(rc));
-  MPI_Status status;
-  MPI_Request reply;
-  std::vector<uint8_t> bytes(24 + 16 * static_cast<size_t>(size_ + 1));
-  MPI_Irecv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, 0, kReplyTag, comm_, &reply);
   int done = 0;
   const double start = steady_seconds();
   while (!done) {  // poll with back-off: a blocking receive would spin a core
-    MPI_Test(&reply, &done, &status);
-    if (!done && stopping_) {
-      MPI_Cancel(&reply);
-      MPI_Request_free(&reply);
+    MPI_Testall(2, requests, &done, MPI_STATUSES_IGNORE);
+    if (done) break;
+    const double waited = steady_seconds() - start;
+    const bool silent = peer_silence_noted(), too_long = waited > timeout_s_;
+    if (stopping_ || silent || too_long) {
+      MPI_Cancel(&requests[0]);  // the reply's receive; the small request went out eagerly or stays
+      int cancelled = 0;
+      MPI_Test(&requests[0], &cancelled, MPI_STATUS_IGNORE);
+      MPI_Test(&requests[1], &done, MPI_STATUS_IGNORE);
+      if (requests[0] != MPI_REQUEST_NULL || requests[1] != MPI_REQUEST_NULL) {
+        message.release();  // NOLINT: still posted, leaked on purpose
+        bytes.release();    // NOLINT: likewise
+      }
+      if (silent) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+      if (too_long) {
+        return Status::error(RELAX_ERR_STALLED,
+                             note_peer_silence(peer_silence_message(world_ranks_of(comm_, {0}), timeout_s_,
+                                                                    "a request to the group generator")));
+      }
       return Status::error(RELAX_ERR_SHUTDOWN, "relaxlib was shut down while waiting for a group");
     }
-    if (!done && steady_seconds() - start > 50e-6) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (waited > 50e-6) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  out = decode(bytes);
+  out = decode(*bytes);
   // Only a rank that adopts the average (weight 0) takes over the group's step.
   const auto me = std::find(out.members.begin(), out.members.end(), rank_);
   const bool adopts = me != out.members.end() && out.weights[static_cast<size_t>(me - out.members.begin())] == 0.0;
@@ -311,7 +341,8 @@ Status GroupService::request(int64_t step, GroupAssignment& out) {
 
 Status GroupService::retire() {
   if (!started()) return Status::ok();
-  const int64_t message[2] = {rank_, -1};
+  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  const int64_t message[2] = {rank_, -1};  // two words: sent eagerly, the blocking send returns at once
   int rc = MPI_Send(message, 2, MPI_INT64_T, 0, kRequestTag, comm_);
   return rc == MPI_SUCCESS ? Status::ok() : Status::error(RELAX_ERR_MPI, "group retire failed: " + mpi_error_string(rc));
 }

@@ -51,9 +51,13 @@ class GroupService {
   GroupService& operator=(const GroupService&) = delete;
 
   // Collective over `world`: creates the service communicator; rank 0 starts the generator.
-  Status start(MPI_Comm world, int group_size, int max_lag, double grace_ms, double grace_fraction);
+  // A request waits for the generator at most `timeout_s` (<= 0: the default peer timeout,
+  // transport/liveness.h), then fails naming rank 0.
+  Status start(MPI_Comm world, int group_size, int max_lag, double grace_ms, double grace_fraction,
+               double timeout_s = 0);
   bool started() const { return comm_ != MPI_COMM_NULL; }
-  // Asks the generator for this rank's next group (blocks until assigned).
+  // Asks the generator for this rank's next group (blocks until assigned, at most the timeout;
+  // fails at once once a silent peer was noted).
   Status request(int64_t step, GroupAssignment& out);
   // This rank stopped training (until it asks for a group again): others stop counting on it.
   Status retire();
@@ -69,6 +73,7 @@ class GroupService {
   int max_lag_ = 2;
   double grace_seconds_ = 0.002;
   double grace_fraction_ = 0.0;
+  double timeout_s_ = 1800.0;  // set by start()
   std::atomic<bool> stopping_{false};
   std::thread generator_;
 };

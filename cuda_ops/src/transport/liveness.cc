@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -13,9 +14,18 @@
 namespace relax {
 namespace {
 
-// A tag no collective uses (theirs are small or counted up from kPipelineTag) on whichever
-// communicator timed out; the tokens are only ever sent once a wait on it has failed.
-constexpr int kLivenessTag = 32001;
+// Tags no collective uses (theirs are small or counted up from kPipelineTag) on whichever
+// communicator timed out; these messages are only ever sent once a wait on it has failed.
+// A rank that timed out asks every other "did you time out too?" (kPingTag, payload: the
+// asker's epoch) and answers every such question it receives while it listens (kPongTag,
+// echoing the epoch). Only an answer carrying the asker's current epoch counts: a question
+// or an answer left over from an earlier report (by a rank that has since stopped listening)
+// can never make a rank look alive.
+constexpr int kPingTag = 32001;
+constexpr int kPongTag = 32002;
+
+// Per process, counted up by each report: answers are compared with it.
+std::atomic<int64_t> g_epoch{0};
 
 std::mutex g_silence_mutex;
 std::string g_silence_reason;
@@ -45,39 +55,84 @@ std::vector<int> world_ranks_of(MPI_Comm comm, const std::vector<int>& ranks) {
   return world;
 }
 
+namespace {
+
+// Sends `value` to `peer` and forgets the request: a send to a rank that no longer listens stays
+// posted for good, so its one-word payload is deliberately leaked (at most one per peer and report).
+void send_and_forget(int64_t value, int peer, int tag, MPI_Comm comm) {
+  auto* payload = new int64_t(value);  // NOLINT: leaked on purpose, see above
+  MPI_Request send = MPI_REQUEST_NULL;
+  if (MPI_Isend(payload, 1, MPI_INT64_T, peer, tag, comm, &send) == MPI_SUCCESS) MPI_Request_free(&send);
+}
+
+// A receive posted for this report: its buffer is heap-allocated and, if the receive cannot be
+// cancelled (it completed meanwhile, or MPI refuses), it is completed before the buffer goes.
+struct PostedReceive {
+  std::unique_ptr<int64_t> value = std::make_unique<int64_t>(0);
+  MPI_Request request = MPI_REQUEST_NULL;
+  int source = -1;
+  void post(int from, int tag, MPI_Comm comm) {
+    MPI_Irecv(value.get(), 1, MPI_INT64_T, from, tag, comm, &request);
+  }
+  bool test() {  // true once a message came (request freed, `source` set)
+    if (request == MPI_REQUEST_NULL) return false;
+    int done = 0;
+    MPI_Status status;
+    if (MPI_Test(&request, &done, &status) != MPI_SUCCESS || !done) return false;
+    source = status.MPI_SOURCE;
+    return true;
+  }
+  void withdraw() {  // a cancelled receive completes locally (MPI 3.1, 3.8.4)
+    if (request == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&request);
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+};
+
+}  // namespace
+
 std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds) {
   int size = 1, rank = 0;
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
-  static const char token = 1;  // static: a send to a silent peer may outlive this call
-  std::vector<char> received(static_cast<size_t>(size), 0);
-  std::vector<MPI_Request> receives(static_cast<size_t>(size), MPI_REQUEST_NULL);
+  const int64_t epoch = g_epoch.fetch_add(1) + 1;
+  std::vector<char> answered(static_cast<size_t>(size), 0);
+  std::vector<PostedReceive> answers(static_cast<size_t>(size));
+  PostedReceive question;
+  question.post(MPI_ANY_SOURCE, kPingTag, comm);
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
-    MPI_Request send = MPI_REQUEST_NULL;
-    if (MPI_Isend(&token, 1, MPI_CHAR, r, kLivenessTag, comm, &send) == MPI_SUCCESS) MPI_Request_free(&send);
-    MPI_Irecv(&received[static_cast<size_t>(r)], 1, MPI_CHAR, r, kLivenessTag, comm, &receives[static_cast<size_t>(r)]);
+    answers[static_cast<size_t>(r)].post(r, kPongTag, comm);
+    send_and_forget(epoch, r, kPingTag, comm);
   }
+  // Listen for the whole grace, even once every peer answered: a rank that times out a little
+  // later asks then, and must hear this one answer (ranks stuck in the same wait time out within
+  // moments of each other).
   const double until = steady_seconds() + grace_seconds;
-  for (;;) {
-    // MPI_Test per request (MPI_Testall frees none until all are done): completed ones become
-    // MPI_REQUEST_NULL, so the ones left at the end name the silent ranks.
-    bool all_done = true;
-    for (MPI_Request& request : receives) {
-      int done = 1;
-      if (request != MPI_REQUEST_NULL) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      all_done = all_done && done;
+  while (steady_seconds() < until) {
+    bool quiet = true;
+    while (question.test()) {  // answer every question, stale ones too (the asker ignores those)
+      send_and_forget(*question.value, question.source, kPongTag, comm);
+      question.post(MPI_ANY_SOURCE, kPingTag, comm);
+      quiet = false;
     }
-    if (all_done || steady_seconds() >= until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (int r = 0; r < size; ++r) {
+      PostedReceive& answer = answers[static_cast<size_t>(r)];
+      if (!answer.test()) continue;
+      quiet = false;
+      if (*answer.value == epoch) {
+        answered[static_cast<size_t>(r)] = 1;
+      } else {
+        answer.post(r, kPongTag, comm);  // an answer to an earlier report: drained, wait on
+      }
+    }
+    if (quiet) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  question.withdraw();
   std::vector<int> silent;
   for (int r = 0; r < size; ++r) {
-    MPI_Request& request = receives[static_cast<size_t>(r)];
-    if (request == MPI_REQUEST_NULL) continue;
-    silent.push_back(r);
-    MPI_Cancel(&request);  // a cancelled receive completes locally: `received` may then go
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    answers[static_cast<size_t>(r)].withdraw();
+    if (r != rank && !answered[static_cast<size_t>(r)]) silent.push_back(r);
   }
   if (silent.empty()) {
     for (int r = 0; r < size; ++r) {
@@ -94,7 +149,8 @@ std::string peer_silence_message(const std::vector<int>& world_ranks, double tim
                                 ? seconds_text(timeout) + " s (the default; RELAX_OP_TIMEOUT sets it)"
                                 : "RELAX_OP_TIMEOUT=" + seconds_text(timeout) + " s";
   return who + " did not answer within " + limit + " during " + during +
-         " (frozen, hung or far too slow); collectives are no longer possible in this job.";
+         " (frozen, hung, far too slow, or itself waiting on another communicator); collectives are no longer "
+         "possible in this job.";
 }
 
 std::string report_silence(MPI_Comm comm, double timeout, const std::string& during) {
@@ -111,6 +167,12 @@ std::string note_peer_silence(const std::string& message) {
 }
 
 bool peer_silence_noted() { return g_silence.load(std::memory_order_relaxed); }
+
+void forget_peer_silence_for_tests() {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  g_silence_reason.clear();
+  g_silence.store(false);
+}
 
 std::string peer_silence_reason() {
   std::lock_guard<std::mutex> lock(g_silence_mutex);

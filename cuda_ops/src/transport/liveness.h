@@ -28,10 +28,13 @@ struct PeerSilence {
 // World ranks (of MPI_COMM_WORLD) of `comm`'s ranks `ranks`.
 std::vector<int> world_ranks_of(MPI_Comm comm, const std::vector<int>& ranks);
 
-// After a wait on `comm` timed out: every rank that timed out too sends a token to every other
-// rank of `comm` and waits up to `grace_seconds` for theirs. Returns the world ranks whose token
-// did not come (a live rank stuck in the same wait answers; a frozen or hung one cannot), or all
-// peers if every token came (the wait itself failed to complete, not a peer).
+// After a wait on `comm` timed out: asks every other rank of `comm` whether it timed out too and,
+// for `grace_seconds`, answers the same question from the others (questions and answers carry
+// this report's epoch, so a leftover from an earlier report never counts). Returns the world
+// ranks that did not answer (a live rank stuck in a wait on `comm` answers once it times out
+// too; a frozen or hung one cannot, nor can a live one stuck on another communicator, which the
+// message says), or all peers if every one answered (the wait itself failed, not a peer).
+// Always takes the whole grace: later askers must hear this rank.
 std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds);
 // The grace silent_peers() gets after a wait of `timeout` seconds: ranks stuck in the same wait
 // time out within moments of each other, one stuck in a later wait at most a timeout later.
@@ -50,6 +53,8 @@ std::string peer_silence_message(const std::vector<int>& world_ranks, double tim
 // mpirun ends the job; lanes that poll peer_silence_noted() stop.
 std::string note_peer_silence(const std::string& message);
 bool peer_silence_noted();
+// Clears the note (C++ unit tests only: a noted silence would fail every later test's requests).
+void forget_peer_silence_for_tests();
 std::string peer_silence_reason();
 
 }  // namespace relax
