@@ -29,26 +29,21 @@ def test_demo_trains_on_digits():
 
 
 def test_make_demo_compares_relaxations_side_by_side(tmp_path):
+    plot = tmp_path / "tradeoff.png"
     out = subprocess.run([sys.executable, str(REPO / "examples" / "demo_relaxations.py"), "--np", "2", "--epochs", "3",
-                          "--modes", "allreduce,compressed-uint8,async", "--plot", str(tmp_path / "tradeoff.png")],
+                          "--modes", "allreduce,compressed-uint8,async", "--plot", str(plot)],
                          capture_output=True, text=True, timeout=600,
                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode == 0, out.stdout + out.stderr
-    table = out.stdout[out.stdout.index("kB sent/step"):].splitlines()[1:4]
-    rows = {line.split()[0]: [float(v) for v in line.split()[1:5]] for line in table}
-    assert list(rows) == ["allreduce", "compressed-uint8", "async"], out.stdout
-    assert all(row[0] > 0.8 for row in rows.values()), out.stdout  # test accuracy
-    assert rows["compressed-uint8"][2] < rows["allreduce"][2] / 3, out.stdout  # uint8 sends about a quarter
-    # part 2: the same modes and torch DDP behind shaped links (root), or a note saying why not
-    if os.geteuid() != 0:
-        assert "Part 2 (a slow link) skipped" in out.stdout, out.stdout
-        return
-    tradeoff = out.stdout[out.stdout.index("vs all-reduce"):].splitlines()[1:5]
-    shaped = {line.split()[0]: line.split()[1:] for line in tradeoff}
-    assert list(shaped) == ["ddp", "allreduce", "compressed-uint8", "async"], out.stdout
-    assert shaped["allreduce"][2] == "1.00x", out.stdout
-    assert all(float(shaped[m][0]) > 0.8 for m in ("ddp", "allreduce")), out.stdout  # exact modes learn
-    assert (tmp_path / "tradeoff.png").stat().st_size > 0
+    table = out.stdout[out.stdout.index("vs DDP"):].splitlines()[1:5]
+    rows = {line.split()[0]: line.split()[1:4] for line in table}
+    assert list(rows) == ["ddp", "allreduce", "compressed-uint8", "async"], out.stdout
+    assert rows["ddp"][2] == "1.00x", out.stdout
+    assert all(float(rows[m][0]) > 0.8 for m in ("ddp", "allreduce", "compressed-uint8")), out.stdout
+    expected_setting = "Mbit/s links" if os.geteuid() == 0 else "shared memory"
+    assert expected_setting in out.stdout, out.stdout
+    assert "relaxrun --advise" in out.stdout, out.stdout
+    assert plot.stat().st_size > 0
 
 
 @pytest.mark.parametrize("script", ["tf_keras_digits.py", "tf_custom_loop.py"])
