@@ -81,9 +81,11 @@ def main() -> None:
         codec = spec.id
         encoded = np.empty(encoded_bytes(name, n), dtype=np.uint8)
         encode_s = best_seconds(lambda codec=codec, encoded=encoded: core.relax_codec_encode(
-            codec, x.ctypes.data_as(ctypes.c_void_p), n, encoded.ctypes.data_as(ctypes.c_void_p)))
+            codec, x.ctypes.data_as(ctypes.c_void_p), x.nbytes, n, encoded.ctypes.data_as(ctypes.c_void_p),
+            encoded.nbytes))
         decode_s = best_seconds(lambda codec=codec, encoded=encoded: core.relax_codec_decode(
-            codec, encoded.ctypes.data_as(ctypes.c_void_p), n, src.ctypes.data_as(ctypes.c_void_p)))
+            codec, encoded.ctypes.data_as(ctypes.c_void_p), encoded.nbytes, n, src.ctypes.data_as(ctypes.c_void_p),
+            src.nbytes))
         if name not in TORCH_CODECS:
             print(f"{name}: no torch version to compare with; skipped")
             continue

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 14
+ABI_VERSION = 15
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 PENDING = 11  # relax_wait_for: not complete yet
@@ -261,15 +261,21 @@ _SIGNATURES = {
     "relax_codec_count": ([], ctypes.c_int32),
     "relax_codec_info": ([ctypes.c_int32, ctypes.POINTER(CodecInfo)], ctypes.c_int),
     "relax_codec_encoded_bytes": ([ctypes.c_int32, ctypes.c_int64], ctypes.c_int64),
-    "relax_codec_encode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
-    "relax_codec_decode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], ctypes.c_int),
+    # (codec, in, in_bytes, n, out, out_bytes): each buffer with its capacity in bytes
+    "relax_codec_encode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                            ctypes.c_int64], ctypes.c_int),
+    "relax_codec_decode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                            ctypes.c_int64], ctypes.c_int),
     "relax_compressed_parts": ([ctypes.c_int64, ctypes.c_int32], ctypes.c_int32),
-    "relax_scale_statistics": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p], ctypes.c_int),
-    "relax_scale_apply": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_float,
-                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                           ctypes.c_int64], ctypes.c_int),
-    "relax_scale_multiply": ([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_float, ctypes.c_void_p],
-                             ctypes.c_int),
+    # the step scale's host passes: each buffer followed by its capacity in bytes
+    "relax_scale_statistics": ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p,
+                                ctypes.c_int64], ctypes.c_int),
+    "relax_scale_apply": ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_int32, ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                           ctypes.c_int64, ctypes.c_int64], ctypes.c_int),
+    "relax_scale_multiply": ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32, ctypes.c_float,
+                              ctypes.c_void_p, ctypes.c_int64], ctypes.c_int),
     "relax_stop_timeline": ([], ctypes.c_int),
     "relax_direct_pending": ([], ctypes.c_int),
     "relax_direct_join_start": ([ctypes.c_int64], ctypes.c_int),

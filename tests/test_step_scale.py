@@ -83,9 +83,20 @@ def test_a_bad_shape_is_refused_naming_the_parameter():
     shapes = np.array([2, 3, 0, 4], np.int64)  # the second parameter has no rows
     step, out = np.zeros(10, np.float32), np.zeros(16, np.float32)
     with pytest.raises(InvalidArgumentError, match="parameter 1 has shape 0 x 4"):
-        _core.check(_core.lib().relax_scale_statistics(ctypes.c_void_p(step.ctypes.data),
+        _core.check(_core.lib().relax_scale_statistics(ctypes.c_void_p(step.ctypes.data), step.nbytes,
                                                        ctypes.c_void_p(shapes.ctypes.data), 2,
-                                                       ctypes.c_void_p(out.ctypes.data)))
+                                                       ctypes.c_void_p(out.ctypes.data), out.nbytes))
+
+
+def test_a_short_buffer_is_refused_by_the_buffer_rule():
+    """The core checks each buffer's capacity (relax.h, "Buffer capacities"): statistics of a 2 x 3
+    and a 1 x 4 parameter take 6 + 1 floats, 7 of them are 28 bytes, not 24."""
+    shapes = np.array([2, 3, 1, 4], np.int64)
+    step, out = np.zeros(10, np.float32), np.zeros(6, np.float32)
+    with pytest.raises(InvalidArgumentError, match="statistics .out. holds 24 bytes but the operation needs 28"):
+        _core.check(_core.lib().relax_scale_statistics(ctypes.c_void_p(step.ctypes.data), step.nbytes,
+                                                       ctypes.c_void_p(shapes.ctypes.data), 2,
+                                                       ctypes.c_void_p(out.ctypes.data), out.nbytes))
 
 
 def test_a_checkpoint_with_the_per_element_scale_of_older_versions_still_loads():

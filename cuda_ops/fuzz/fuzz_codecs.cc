@@ -31,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<uint8_t[]> wire(new uint8_t[static_cast<size_t>(encoded) + 1]);
   for (int64_t i = 0; i < encoded; ++i) wire[static_cast<size_t>(i)] = size ? data[static_cast<size_t>(i) % size] : 0;
   std::unique_ptr<float[]> decoded(new float[static_cast<size_t>(n) + 1]);
-  if (relax_codec_decode(info.id, wire.get(), n, decoded.get()) != RELAX_OK) std::abort();
+  const int64_t floats = n * 4;  // n is small here (the fuzzer's 4 bytes, bounded above)
+  if (relax_codec_decode(info.id, wire.get(), encoded, n, decoded.get(), floats) != RELAX_OK) std::abort();
 
   // Encode arbitrary floats (NaN, infinities, denormals included unless finite_only).
   std::unique_ptr<float[]> values(new float[static_cast<size_t>(n) + 1]);
@@ -42,8 +43,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (finite_only && std::fabs(v) > 1e4f) v = std::fmod(v, 1e4f);
     values[static_cast<size_t>(i)] = v;
   }
-  if (relax_codec_encode(info.id, values.get(), n, wire.get()) != RELAX_OK) std::abort();
-  if (relax_codec_decode(info.id, wire.get(), n, decoded.get()) != RELAX_OK) std::abort();
+  if (relax_codec_encode(info.id, values.get(), floats, n, wire.get(), encoded) != RELAX_OK) std::abort();
+  if (relax_codec_decode(info.id, wire.get(), encoded, n, decoded.get(), floats) != RELAX_OK) std::abort();
+  // One byte short of either buffer: refused by the buffer rule, never read or written past.
+  if (encoded > 0 && relax_codec_encode(info.id, values.get(), floats, n, wire.get(), encoded - 1) == RELAX_OK) {
+    std::abort();
+  }
+  if (encoded > 0 && relax_codec_decode(info.id, wire.get(), encoded - 1, n, decoded.get(), floats) == RELAX_OK) {
+    std::abort();
+  }
   if (finite_only) {
     for (int64_t i = 0; i < n; ++i) {
       if (!std::isfinite(decoded[static_cast<size_t>(i)])) std::abort();
@@ -53,8 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // buffer (the sign codec used to write before its buffer), a huge one has a size or none (-1)
   // instead of an overflowing one (fp16's 2 n).
   if (relax_codec_encoded_bytes(info.id, -n - 1) != -1) std::abort();
-  if (relax_codec_encode(info.id, values.get(), -n - 1, wire.get()) == RELAX_OK) std::abort();
-  if (relax_codec_decode(info.id, wire.get(), -n - 1, decoded.get()) == RELAX_OK) std::abort();
+  if (relax_codec_encode(info.id, values.get(), floats, -n - 1, wire.get(), encoded) == RELAX_OK) std::abort();
+  if (relax_codec_decode(info.id, wire.get(), encoded, -n - 1, decoded.get(), floats) == RELAX_OK) std::abort();
   if (relax_codec_encoded_bytes(info.id, INT64_MAX >> huge_shift) < -1) std::abort();
   return 0;
 }

@@ -62,10 +62,10 @@ TEST(codec_encode_and_decode_refuse_negative_counts_without_writing) {
     // The output lies in the middle of a guarded buffer: nothing around it may change.
     std::vector<uint8_t> guarded(8192, 0xAB);
     std::vector<float> in(16, 1.0f);
-    CHECK(relax_codec_encode(id, in.data(), -8001, guarded.data() + 4096) != RELAX_OK);
+    CHECK(relax_codec_encode(id, in.data(), 64, -8001, guarded.data() + 4096, 4096) != RELAX_OK);
     CHECK(last_error_mentions("element count -8001"));
     std::vector<float> floats(2048, 7.0f);
-    CHECK(relax_codec_decode(id, guarded.data() + 4096, -8001, floats.data() + 1024) != RELAX_OK);
+    CHECK(relax_codec_decode(id, guarded.data() + 4096, 4096, -8001, floats.data() + 1024, 4096) != RELAX_OK);
     bool untouched = true;
     for (uint8_t b : guarded) untouched = untouched && b == 0xAB;
     for (float f : floats) untouched = untouched && f == 7.0f;
@@ -81,30 +81,33 @@ TEST(codec_sizes_that_overflow_int64_are_refused) {
     CHECK(relax_codec_encoded_bytes(id, 1000) > 0);
     float in[1] = {0};
     uint8_t out[1] = {0};
-    // Refused before any access: the buffers are far too small for what the count claims.
-    CHECK(relax_codec_encode(id, in, kHuge, out) != RELAX_OK);
-    CHECK(relax_codec_decode(id, out, kHuge / 2, in) != RELAX_OK);
+    // Refused before any access: the buffers are far too small for what the count claims, even
+    // when the capacities claim as much.
+    CHECK(relax_codec_encode(id, in, kHuge, kHuge, out, kHuge) != RELAX_OK);
+    CHECK(relax_codec_decode(id, out, kHuge, kHuge / 2, in, kHuge) != RELAX_OK);
   }
   CHECK_EQ(relax_codec_encoded_bytes(9999, 10), int64_t{-1});
-  CHECK(relax_codec_encode(9999, nullptr, 0, nullptr) != RELAX_OK);
+  CHECK(relax_codec_encode(9999, nullptr, 0, 0, nullptr, 0) != RELAX_OK);
   CHECK(last_error_mentions("unknown codec 9999"));
 }
 
 TEST(codec_calls_refuse_null_buffers_they_would_touch) {
   for (int32_t id : codec_ids()) {
     std::vector<float> values(64, 0.5f);
-    std::vector<uint8_t> chunk(static_cast<size_t>(relax_codec_encoded_bytes(id, 64)));
-    CHECK(relax_codec_encode(id, nullptr, 64, chunk.data()) != RELAX_OK);
+    const int64_t floats = 64 * 4;
+    const int64_t bytes = relax_codec_encoded_bytes(id, 64);
+    std::vector<uint8_t> chunk(static_cast<size_t>(bytes));
+    CHECK(relax_codec_encode(id, nullptr, floats, 64, chunk.data(), bytes) != RELAX_OK);
     CHECK(last_error_mentions("NULL input"));
-    CHECK(relax_codec_encode(id, values.data(), 64, nullptr) != RELAX_OK);
+    CHECK(relax_codec_encode(id, values.data(), floats, 64, nullptr, bytes) != RELAX_OK);
     CHECK(last_error_mentions("NULL output"));
-    CHECK(relax_codec_decode(id, nullptr, 64, values.data()) != RELAX_OK);
-    CHECK(relax_codec_decode(id, chunk.data(), 64, nullptr) != RELAX_OK);
+    CHECK(relax_codec_decode(id, nullptr, bytes, 64, values.data(), floats) != RELAX_OK);
+    CHECK(relax_codec_decode(id, chunk.data(), bytes, 64, nullptr, floats) != RELAX_OK);
     // Valid calls still work, and an empty chunk needs no values.
-    CHECK_EQ(relax_codec_encode(id, values.data(), 64, chunk.data()), RELAX_OK);
-    CHECK_EQ(relax_codec_decode(id, chunk.data(), 64, values.data()), RELAX_OK);
+    CHECK_EQ(relax_codec_encode(id, values.data(), floats, 64, chunk.data(), bytes), RELAX_OK);
+    CHECK_EQ(relax_codec_decode(id, chunk.data(), bytes, 64, values.data(), floats), RELAX_OK);
     std::vector<uint8_t> empty(static_cast<size_t>(relax_codec_encoded_bytes(id, 0)) + 1);
-    CHECK_EQ(relax_codec_encode(id, nullptr, 0, empty.data()), RELAX_OK);
+    CHECK_EQ(relax_codec_encode(id, nullptr, 0, 0, empty.data(), static_cast<int64_t>(empty.size())), RELAX_OK);
   }
 }
 
@@ -264,4 +267,71 @@ TEST(an_owner_residual_is_checked_whether_or_not_a_worker_residual_is_given) {
   CHECK(s.message.find("holds 4 bytes but the operation needs 16 bytes") != std::string::npos);
   CHECK(check_residuals(worker, sizeof worker, owner, sizeof owner).is_ok());
   CHECK(check_residuals(nullptr, 0, nullptr, 0).is_ok());  // no error feedback
+}
+
+// The codec C ABI takes each buffer's capacity (ABI 15): a buffer one byte short of what the call
+// reads or writes, or an unset (0) capacity, is refused by the buffer rule, with its message,
+// and nothing around the buffers changes. Before, only the count and NULL were checked.
+TEST(codec_calls_refuse_buffers_shorter_than_the_chunk_or_the_values) {
+  for (int32_t id : codec_ids()) {
+    const int64_t n = 100, floats = n * 4, bytes = relax_codec_encoded_bytes(id, n);
+    std::vector<float> values(static_cast<size_t>(n), 0.25f);
+    std::vector<uint8_t> chunk(static_cast<size_t>(bytes) + 64, 0xAB);
+    std::vector<float> decoded(static_cast<size_t>(n) + 16, 7.0f);
+    CHECK(relax_codec_encode(id, values.data(), floats, n, chunk.data(), bytes - 1) != RELAX_OK);
+    CHECK(last_error_mentions("relax_codec_encode: the output (out) holds " + std::to_string(bytes - 1) +
+                              " bytes but the operation needs " + std::to_string(bytes) + " bytes"));
+    CHECK(relax_codec_encode(id, values.data(), floats - 4, n, chunk.data(), bytes) != RELAX_OK);
+    CHECK(last_error_mentions("the input (in) holds " + std::to_string(floats - 4) + " bytes"));
+    CHECK(relax_codec_encode(id, values.data(), 0, n, chunk.data(), bytes) != RELAX_OK);  // unset: refused
+    bool untouched = true;
+    for (uint8_t b : chunk) untouched = untouched && b == 0xAB;
+    CHECK(untouched);
+    CHECK_EQ(relax_codec_encode(id, values.data(), floats, n, chunk.data(), bytes), RELAX_OK);
+    CHECK(relax_codec_decode(id, chunk.data(), bytes - 1, n, decoded.data(), floats) != RELAX_OK);
+    CHECK(last_error_mentions("relax_codec_decode: the input (in) holds " + std::to_string(bytes - 1) + " bytes"));
+    CHECK(relax_codec_decode(id, chunk.data(), bytes, n, decoded.data(), floats - 1) != RELAX_OK);
+    CHECK(last_error_mentions("the output (out) holds " + std::to_string(floats - 1) + " bytes"));
+    CHECK(last_error_mentions("a buffer must hold what the operation reads or writes in it"));
+    for (float f : decoded) untouched = untouched && f == 7.0f;
+    CHECK(untouched);
+    CHECK_EQ(relax_codec_decode(id, chunk.data(), bytes, n, decoded.data(), floats), RELAX_OK);
+  }
+}
+
+// The step scale's host passes take each buffer's capacity too (ABI 15): two parameters, 2 x 3
+// (statistics: 2 rows + 3 columns + 1 whole) and a vector of 4 (1), so 10 elements and 7 statistics.
+TEST(step_scale_calls_refuse_buffers_shorter_than_the_bucket_or_its_statistics) {
+  const int64_t shapes[4] = {2, 3, 1, 4};
+  const int64_t elements = 10 * 4, statistics = 7 * 4;
+  std::vector<float> step(10, 1.0f), out(10, 0.0f), stats(7, 1.0f), previous(7, 1.0f), smoothed(7, 1.0f);
+  std::vector<float> worker(10, 0.5f), owner(4, 0.5f);
+  CHECK_EQ(relax_scale_statistics(step.data(), elements, shapes, 2, stats.data(), statistics), RELAX_OK);
+  CHECK(relax_scale_statistics(step.data(), elements - 4, shapes, 2, stats.data(), statistics) != RELAX_OK);
+  CHECK(last_error_mentions("relax_scale_statistics: the step (step) holds 36 bytes but the operation needs 40"));
+  CHECK(relax_scale_statistics(step.data(), elements, shapes, 2, stats.data(), 0) != RELAX_OK);
+  CHECK(last_error_mentions("the statistics (out) holds 0 bytes but the operation needs 28"));
+  CHECK(relax_scale_statistics(nullptr, elements, shapes, 2, stats.data(), statistics) != RELAX_OK);
+  CHECK(last_error_mentions("NULL step"));
+  const auto apply = [&](int64_t previous_bytes, int64_t out_bytes, int64_t worker_bytes, int64_t owner_bytes,
+                         int64_t owner_offset, int64_t owner_count) {
+    return relax_scale_apply(previous.data(), previous_bytes, smoothed.data(), statistics, shapes, 2, 0.1f,
+                             step.data(), elements, out.data(), out_bytes, worker.data(), worker_bytes, owner.data(),
+                             owner_bytes, owner_offset, owner_count);
+  };
+  CHECK_EQ(apply(statistics, elements, elements, 16, 3, 4), RELAX_OK);
+  CHECK(apply(statistics - 1, elements, elements, 16, 3, 4) != RELAX_OK);
+  CHECK(last_error_mentions("the previous statistics (previous) holds 27 bytes"));
+  CHECK(apply(statistics, 8, elements, 16, 3, 4) != RELAX_OK);
+  CHECK(last_error_mentions("the output (out) holds 8 bytes"));
+  CHECK(apply(statistics, elements, 0, 16, 3, 4) != RELAX_OK);
+  CHECK(last_error_mentions("the worker residual (worker) holds 0 bytes"));
+  CHECK(apply(statistics, elements, elements, 4, 3, 4) != RELAX_OK);
+  CHECK(last_error_mentions("the owner residual (owner) holds 4 bytes but the operation needs 16"));
+  CHECK(apply(statistics, elements, elements, 16, 8, 4) != RELAX_OK);  // past the bucket's end
+  CHECK(last_error_mentions("not within the bucket's 10 elements"));
+  CHECK(apply(statistics, elements, elements, 16, 0, kHuge) != RELAX_OK);
+  CHECK_EQ(relax_scale_multiply(smoothed.data(), statistics, shapes, 2, 0.1f, out.data(), elements), RELAX_OK);
+  CHECK(relax_scale_multiply(smoothed.data(), statistics, shapes, 2, 0.1f, out.data(), elements - 1) != RELAX_OK);
+  CHECK(last_error_mentions("relax_scale_multiply: the data (data) holds 39 bytes"));
 }

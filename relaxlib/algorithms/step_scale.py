@@ -90,8 +90,8 @@ class FactoredScale:
         host = ctx.host_view(step)
         out = ctx.zeros(self.stats_numel) if host is not None else None
         if out is not None and ctx.host_view(out) is not None:
-            _core.check(_core.lib().relax_scale_statistics(_address(host), _address(self._shapes),
-                                                            len(self.factors), _address(ctx.host_view(out))))
+            _core.check(_core.lib().relax_scale_statistics(*_buffer(host), _address(self._shapes),
+                                                            len(self.factors), *_buffer(ctx.host_view(out))))
             return out
         parts, offset = [], 0
         for rows, cols, numel in self.factors:
@@ -123,9 +123,9 @@ class FactoredScale:
             step_view, worker, owner = views
             owner_offset, owner_count = (memory.owner_offset, owner.size) if memory is not None else (0, 0)
             _core.check(_core.lib().relax_scale_apply(
-                _address(ctx.host_view(self._previous)), _address(ctx.host_view(self._smoothed)),
-                _address(self._shapes), len(self.factors), self.floor, _address(step_view), _address(step_view),
-                _address(worker), _address(owner), owner_offset, owner_count))
+                *_buffer(ctx.host_view(self._previous)), *_buffer(ctx.host_view(self._smoothed)),
+                _address(self._shapes), len(self.factors), self.floor, *_buffer(step_view), *_buffer(step_view),
+                *_buffer(worker), *_buffer(owner), owner_offset, owner_count))
             return step
         scale = self._scale_of(ctx, self._smoothed)
         if memory is not None:
@@ -169,8 +169,8 @@ class FactoredScale:
         host, smoothed = ctx.host_view(averaged), ctx.host_view(self._smoothed)
         if host is None or smoothed is None:
             return averaged * self._scale_of(ctx, self._smoothed)
-        _core.check(_core.lib().relax_scale_multiply(_address(smoothed), _address(self._shapes), len(self.factors),
-                                                     self.floor, _address(host)))
+        _core.check(_core.lib().relax_scale_multiply(*_buffer(smoothed), _address(self._shapes), len(self.factors),
+                                                     self.floor, *_buffer(host)))
         return averaged
 
     def _host_views(self, ctx: TrainingContext, step: Any, memory: Any) -> tuple | None:
@@ -199,3 +199,9 @@ class FactoredScale:
 def _address(array: np.ndarray | None) -> ctypes.c_void_p:
     """The data pointer of a host array for the core (NULL for None)."""
     return ctypes.c_void_p(array.ctypes.data if array is not None else None)
+
+
+def _buffer(array: np.ndarray | None) -> tuple[ctypes.c_void_p, int]:
+    """A host array as the core's step-scale functions take each buffer: its data pointer and its
+    capacity in bytes, which the core checks against what it reads or writes (NULL, 0 for None)."""
+    return _address(array), (array.nbytes if array is not None else 0)

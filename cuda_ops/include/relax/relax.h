@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 14
+#define RELAX_ABI_VERSION 15
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -163,7 +163,8 @@ typedef struct {            /* compressed_allreduce */
   int32_t reduce_op;        /* Average or Sum */
   int32_t codec;            /* a codec id (relax_codec_info) */
   float* worker_error;      /* error feedback: this rank's residual, count floats (NULL: no feedback) */
-  float* owner_error;       /* error feedback: residual of the chunk this rank owns and reduces */
+  float* owner_error;       /* error feedback: residual of the chunk this rank owns and reduces (only
+                               with worker_error: one given alone is refused) */
   const relax_step_scale_args_t* step_scale; /* NULL: none; read during relax_enqueue only (its state
                                                 buffers must stay valid until the handle completes) */
   double prescale;          /* multiply the input by this before compressing (1.0 = none), e.g. an SGD
@@ -220,11 +221,15 @@ typedef struct {            /* group_average */
  * arguments), which a binding fills from the tensor it holds (elements x element size). The core
  * computes what the operation will read or write in each (for a process set, from the set's size
  * and this rank's place in it) and refuses a request whose buffer is smaller, naming the request,
- * the buffer and both sizes (RELAX_ERR_INVALID_ARGUMENT, announced to the other members). A NULL
- * buffer needs no capacity; `output_bytes` is ignored when an `alloc` callback provides the output;
- * tensors laid end to end are read as `inputs.counts` says (their capacity). An output whose size
+ * the buffer and both sizes (RELAX_ERR_INVALID_ARGUMENT, announced to the other members). An
+ * unset capacity (0) is a capacity of 0 bytes, refused for any buffer the operation touches: it
+ * never means "unknown, skip the check". A NULL buffer needs no capacity; `output_bytes` is
+ * ignored when an `alloc` callback provides the output; tensors laid end to end are read as
+ * `inputs.counts` says (their capacity). An output whose size
  * depends on other ranks (allgather, alltoall without `alloc`) is checked when the request runs:
- * the request then fails on this rank and its output is left untouched.
+ * the request then fails on this rank and its output is left untouched. The host functions beside
+ * requests (relax_codec_encode/_decode, relax_scale_*) take each buffer's capacity after it and
+ * apply the same rule, with the same message, before touching anything.
  *
  * relax_request_layout() gives the offset and size of every field, for bindings that mirror this
  * struct (Python's ctypes) to check themselves against.
@@ -382,8 +387,14 @@ RELAX_API int32_t relax_codec_count(void);
 RELAX_API int relax_codec_info(int32_t index, relax_codec_info_t* out);
 /* Bytes of `n` float32 values encoded with `codec` (one chunk), or -1 for an unknown codec. */
 RELAX_API int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n);
-RELAX_API int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out);
-RELAX_API int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out);
+/* One chunk of `n` float32 values: encode reads n * 4 bytes of `in` and writes
+ * relax_codec_encoded_bytes(codec, n) to `out`, decode the reverse. `in_bytes` and `out_bytes` are
+ * the buffers' capacities in bytes, checked by the buffer rule (see "Buffer capacities" above);
+ * RELAX_ERR_INVALID_ARGUMENT, nothing read or written, for a short or NULL buffer. */
+RELAX_API int relax_codec_encode(int32_t codec, const float* in, int64_t in_bytes, int64_t n, uint8_t* out,
+                                 int64_t out_bytes);
+RELAX_API int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t in_bytes, int64_t n, float* out,
+                                 int64_t out_bytes);
 /* A compressed all-reduce of `count` elements over `size` ranks splits every rank's chunk into
  * this many parts, each encoded on its own behind a 4-byte marker (docs/architecture.md). */
 RELAX_API int32_t relax_compressed_parts(int64_t count, int32_t size);
@@ -397,13 +408,20 @@ RELAX_API int32_t relax_compressed_parts(int64_t count, int32_t size);
  * element's scale from both, multiplies the error-feedback residuals by previous / new scale
  * (`worker` over the bucket, `owner` over `owner_count` elements from `owner_offset`; either may
  * be NULL) and writes step / scale to `out` (which may be `step`). relax_scale_multiply multiplies
- * `data` by the scale of `smoothed`. RELAX_ERR_INVALID_ARGUMENT for a bad shape. */
-RELAX_API int relax_scale_statistics(const float* step, const int64_t* shapes, int32_t count, float* out);
-RELAX_API int relax_scale_apply(const float* previous, const float* smoothed, const int64_t* shapes, int32_t count,
-                                float floor, const float* step, float* out, float* worker, float* owner,
-                                int64_t owner_offset, int64_t owner_count);
-RELAX_API int relax_scale_multiply(const float* smoothed, const int64_t* shapes, int32_t count, float floor,
-                                   float* data);
+ * `data` by the scale of `smoothed`. Each buffer is followed by its capacity in bytes, checked by
+ * the buffer rule (see "Buffer capacities" above): the bucket's elements x 4 for `step`, `out`,
+ * `worker` and `data`, relax_scale_statistics' count x 4 for the statistics, owner_count x 4 for
+ * `owner` (whose range must lie within the bucket). RELAX_ERR_INVALID_ARGUMENT for a bad shape or
+ * a short or NULL buffer, before anything is read or written. */
+RELAX_API int relax_scale_statistics(const float* step, int64_t step_bytes, const int64_t* shapes, int32_t count,
+                                     float* out, int64_t out_bytes);
+RELAX_API int relax_scale_apply(const float* previous, int64_t previous_bytes, const float* smoothed,
+                                int64_t smoothed_bytes, const int64_t* shapes, int32_t count, float floor,
+                                const float* step, int64_t step_bytes, float* out, int64_t out_bytes, float* worker,
+                                int64_t worker_bytes, float* owner, int64_t owner_bytes, int64_t owner_offset,
+                                int64_t owner_count);
+RELAX_API int relax_scale_multiply(const float* smoothed, int64_t smoothed_bytes, const int64_t* shapes,
+                                   int32_t count, float floor, float* data, int64_t data_bytes);
 
 /* ---- termination of relaxed schedules (ranks stopping at different steps) ---- */
 /* With no neighbour/group average of this rank in flight: 1 if a peer's header for a step this

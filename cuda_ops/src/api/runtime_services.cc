@@ -11,6 +11,7 @@
 #include "codecs/step_scale.h"
 #include "collectives/compressed.h"
 #include "engine/config.h"
+#include "engine/requests/kind_support.h"
 #include "relax/relax.h"
 #include "util/flush_denormals.h"
 
@@ -31,13 +32,12 @@ int lookup_set(int32_t process_set, relax::ProcessSetInfo& info) {
 }
 
 // The codec `codec` for a chunk of `n` float32 values, and the chunk's encoded size in
-// `*encoded`. The C ABI takes no buffer lengths, so the count and the pointers are everything
-// it can check before a codec reads or writes.
+// `*encoded`: the count and the codec are checked before any buffer size is computed from them.
 relax::Status codec_chunk(int32_t codec, int64_t n, std::unique_ptr<relax::Codec>& c, int64_t& encoded) {
   c = relax::make_codec(codec);
   if (!c) return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "unknown codec " + std::to_string(codec));
-  // A codec's chunk is a header plus at most a few bytes per value (fp16: 2): bounding n to a
-  // quarter of what float32 bytes allow keeps n * 4 and every codec's encoded size exact.
+  // A codec's chunk is a header plus at most a few bytes per value (fp16: 2): bounding n to an
+  // eighth of int64 (less a header's room) keeps n * 4 and every codec's encoded size exact.
   constexpr int64_t kMaxValues = (INT64_MAX - 4096) / 8;
   if (n < 0 || n > kMaxValues) {
     return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, std::string(c->name()) + ": element count " +
@@ -52,44 +52,73 @@ relax::Status codec_chunk(int32_t codec, int64_t n, std::unique_ptr<relax::Codec
   return relax::Status::ok();
 }
 
-// codec_chunk for relax_codec_encode (`encoding`: reads n floats, writes the chunk) or
-// relax_codec_decode (reads the chunk, writes n floats): a buffer may be NULL only when nothing
-// is read from or written to it. A chunk is never empty (sign and uint8 write a header even for
-// n = 0), so an encode's output and a decode's input are always needed.
-relax::Status codec_call(bool encoding, int32_t codec, const void* in, int64_t n, const void* out,
-                         std::unique_ptr<relax::Codec>& c) {
-  const std::string function = encoding ? "relax_codec_encode" : "relax_codec_decode";
-  int64_t encoded = 0;
-  const relax::Status s = codec_chunk(codec, n, c, encoded);
-  if (!s.is_ok()) return relax::Status::error(s.code, function + ": " + s.message);
-  const int64_t in_bytes = encoding ? n : encoded;
-  const int64_t out_bytes = encoding ? encoded : n;
-  if ((in_bytes > 0 && !in) || (out_bytes > 0 && !out)) {
-    return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, function + ": " + c->name() + " of " + std::to_string(n) +
-                                                                " elements needs both buffers, got a NULL " +
-                                                                (in_bytes > 0 && !in ? "input" : "output"));
+// The buffer rule (relax.h, "Buffer capacities") for one buffer of a C ABI call outside requests:
+// a buffer the call reads or writes `needed` > 0 bytes of must be given and hold them
+// (kinds::require_capacity, so the message is the requests' own); an unused one may be NULL.
+relax::Status check_buffer(const std::string& function, const std::string& buffer, const void* data, int64_t needed,
+                           int64_t capacity, const std::string& detail) {
+  if (needed > 0 && !data) {
+    return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, function + ": got a NULL " + buffer +
+                                                                " where the operation needs " +
+                                                                std::to_string(needed) + " bytes (" + detail + ")");
   }
-  return relax::Status::ok();
+  return relax::kinds::require_capacity(function, buffer, needed, capacity, detail);
 }
 
-// scale_factors, and the parameters' elements (rows * cols each, and their total) fit in int64
-// float32 bytes: the step-scale functions read and write that many values without a length.
-relax::Status scale_factors_checked(const int64_t* shapes, int32_t count, std::vector<relax::ScaleFactor>& factors) {
-  relax::Status s = relax::scale_factors(shapes, count, factors);
+// codec_chunk and the buffer rule for relax_codec_encode (`encoding`: reads n floats, writes the
+// chunk) or relax_codec_decode (reads the chunk, writes n floats). A chunk is never empty (sign
+// and uint8 write a header even for n = 0), so an encode's output and a decode's input are
+// always needed.
+relax::Status codec_call(bool encoding, int32_t codec, const void* in, int64_t in_bytes, int64_t n, const void* out,
+                         int64_t out_bytes, std::unique_ptr<relax::Codec>& c) {
+  const std::string function = encoding ? "relax_codec_encode" : "relax_codec_decode";
+  int64_t encoded = 0;
+  relax::Status s = codec_chunk(codec, n, c, encoded);
+  if (!s.is_ok()) return relax::Status::error(s.code, function + ": " + s.message);
+  const int64_t values = relax::kinds::float_bytes(n);  // exact: n is bounded above
+  const std::string detail = std::string(c->name()) + " of " + std::to_string(n) + " elements";
+  s = check_buffer(function, "input (in)", in, encoding ? values : encoded, in_bytes, detail);
   if (!s.is_ok()) return s;
-  int64_t total = 0;
+  return check_buffer(function, "output (out)", out, encoding ? encoded : values, out_bytes, detail);
+}
+
+// What the step-scale host passes read and write for a bucket: its elements and its statistics
+// (relax_scale_statistics' count), each in float32 bytes.
+struct ScaleSizes {
+  int64_t element_bytes = 0;
+  int64_t statistics_bytes = 0;
+};
+
+// scale_factors, and the bucket's elements and statistics in float32 bytes, refused where they
+// do not fit in int64.
+relax::Status scale_factors_checked(const std::string& function, const int64_t* shapes, int32_t count,
+                                    std::vector<relax::ScaleFactor>& factors, ScaleSizes& sizes) {
+  relax::Status s = relax::scale_factors(shapes, count, factors);
+  if (!s.is_ok()) return relax::Status::error(s.code, function + ": " + s.message);
+  int64_t elements = 0, statistics = 0;
   for (const relax::ScaleFactor& f : factors) {
-    int64_t elements = 0, bytes = 0;
+    int64_t own = 0, bytes = 0;
     std::string why;
-    if (!relax::checked_tensor_size({f.rows, f.cols}, sizeof(float), elements, bytes, why) ||
-        !relax::checked_add(total, elements, total) || !relax::checked_mul(total, int64_t{sizeof(float)}, bytes)) {
-      return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                                  "step scale: the parameters' shapes hold more float32 bytes than fit in int64");
+    if (!relax::checked_tensor_size({f.rows, f.cols}, sizeof(float), own, bytes, why) ||
+        !relax::checked_add(elements, own, elements) ||
+        !relax::checked_add(statistics, relax::scale_statistics_count(f), statistics) ||
+        !relax::checked_mul(elements, int64_t{sizeof(float)}, sizes.element_bytes) ||
+        !relax::checked_mul(statistics, int64_t{sizeof(float)}, sizes.statistics_bytes)) {
+      return relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, function + ": the parameters' shapes hold more "
+                                                                         "float32 bytes than fit in int64");
     }
   }
   return relax::Status::ok();
 }
 
+// "the bucket's 12 elements" / "relax_scale_statistics' count for 3 parameters": where each
+// step-scale buffer's size comes from, for the buffer rule's message.
+std::string bucket_detail(const ScaleSizes& sizes) {
+  return "the bucket's " + std::to_string(sizes.element_bytes / 4) + " elements";
+}
+std::string statistics_detail(int32_t count) {
+  return "relax_scale_statistics' count for " + std::to_string(count) + " parameters";
+}
 
 }  // namespace
 
@@ -142,47 +171,90 @@ int32_t relax_compressed_parts(int64_t count, int32_t size) {
   return count >= 0 && size > 0 ? relax::compressed_parts(count, size) : -1;
 }
 
-int relax_codec_encode(int32_t codec, const float* in, int64_t n, uint8_t* out) {
+int relax_codec_encode(int32_t codec, const float* in, int64_t in_bytes, int64_t n, uint8_t* out,
+                       int64_t out_bytes) {
   std::unique_ptr<relax::Codec> c;
-  const relax::Status s = codec_call(true, codec, in, n, out, c);
+  const relax::Status s = codec_call(true, codec, in, in_bytes, n, out, out_bytes, c);
   if (!s.is_ok()) return relax::fail(s);
   const relax::FlushDenormals flush;  // as inside the compressed collectives
   c->encode(in, n, out);
   return RELAX_OK;
 }
 
-int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t n, float* out) {
+int relax_codec_decode(int32_t codec, const uint8_t* in, int64_t in_bytes, int64_t n, float* out,
+                       int64_t out_bytes) {
   std::unique_ptr<relax::Codec> c;
-  const relax::Status s = codec_call(false, codec, in, n, out, c);
+  const relax::Status s = codec_call(false, codec, in, in_bytes, n, out, out_bytes, c);
   if (!s.is_ok()) return relax::fail(s);
   const relax::FlushDenormals flush;
   c->decode(in, n, out);
   return RELAX_OK;
 }
 
-int relax_scale_statistics(const float* step, const int64_t* shapes, int32_t count, float* out) {
+int relax_scale_statistics(const float* step, int64_t step_bytes, const int64_t* shapes, int32_t count, float* out,
+                           int64_t out_bytes) {
+  const std::string function = "relax_scale_statistics";
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = scale_factors_checked(shapes, count, factors);
-  if (!status.is_ok()) return relax::fail(status);
+  ScaleSizes sizes;
+  relax::Status s = scale_factors_checked(function, shapes, count, factors, sizes);
+  if (s.is_ok()) s = check_buffer(function, "step (step)", step, sizes.element_bytes, step_bytes, bucket_detail(sizes));
+  if (s.is_ok()) {
+    s = check_buffer(function, "statistics (out)", out, sizes.statistics_bytes, out_bytes, statistics_detail(count));
+  }
+  if (!s.is_ok()) return relax::fail(s);
   relax::scale_statistics(step, factors.data(), count, out);
   return RELAX_OK;
 }
 
-int relax_scale_apply(const float* previous, const float* smoothed, const int64_t* shapes, int32_t count,
-                      float floor, const float* step, float* out, float* worker, float* owner, int64_t owner_offset,
-                      int64_t owner_count) {
+int relax_scale_apply(const float* previous, int64_t previous_bytes, const float* smoothed, int64_t smoothed_bytes,
+                      const int64_t* shapes, int32_t count, float floor, const float* step, int64_t step_bytes,
+                      float* out, int64_t out_bytes, float* worker, int64_t worker_bytes, float* owner,
+                      int64_t owner_bytes, int64_t owner_offset, int64_t owner_count) {
+  const std::string function = "relax_scale_apply";
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = scale_factors_checked(shapes, count, factors);
-  if (!status.is_ok()) return relax::fail(status);
+  ScaleSizes sizes;
+  relax::Status s = scale_factors_checked(function, shapes, count, factors, sizes);
+  const std::string bucket = bucket_detail(sizes), statistics = statistics_detail(count);
+  if (s.is_ok()) s = check_buffer(function, "previous statistics (previous)", previous, sizes.statistics_bytes,
+                                  previous_bytes, statistics);
+  if (s.is_ok()) s = check_buffer(function, "smoothed statistics (smoothed)", smoothed, sizes.statistics_bytes,
+                                  smoothed_bytes, statistics);
+  if (s.is_ok()) s = check_buffer(function, "step (step)", step, sizes.element_bytes, step_bytes, bucket);
+  if (s.is_ok()) s = check_buffer(function, "output (out)", out, sizes.element_bytes, out_bytes, bucket);
+  // The residuals are optional (NULL: none), so each is checked only when given.
+  if (s.is_ok() && worker) {
+    s = check_buffer(function, "worker residual (worker)", worker, sizes.element_bytes, worker_bytes, bucket);
+  }
+  const int64_t elements = sizes.element_bytes / 4;
+  if (s.is_ok() && owner) {
+    // The owner's chunk is a range of the bucket; checked as such, owner_count * 4 cannot overflow.
+    if (owner_count < 0 || owner_offset < 0 || owner_count > elements || owner_offset > elements - owner_count) {
+      s = relax::Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                               function + ": the owner residual's range (" + std::to_string(owner_count) +
+                                   " elements from " + std::to_string(owner_offset) + ") is not within " +
+                                   bucket);
+    } else {
+      s = check_buffer(function, "owner residual (owner)", owner, relax::kinds::float_bytes(owner_count),
+                       owner_bytes, std::to_string(owner_count) + " floats from element " +
+                                        std::to_string(owner_offset) + " of the bucket");
+    }
+  }
+  if (!s.is_ok()) return relax::fail(s);
   relax::scale_apply(previous, smoothed, factors.data(), count, floor, step, out,
                      relax::ScaleResiduals{worker, owner, owner_offset, owner_count});
   return RELAX_OK;
 }
 
-int relax_scale_multiply(const float* smoothed, const int64_t* shapes, int32_t count, float floor, float* data) {
+int relax_scale_multiply(const float* smoothed, int64_t smoothed_bytes, const int64_t* shapes, int32_t count,
+                         float floor, float* data, int64_t data_bytes) {
+  const std::string function = "relax_scale_multiply";
   std::vector<relax::ScaleFactor> factors;
-  const relax::Status status = scale_factors_checked(shapes, count, factors);
-  if (!status.is_ok()) return relax::fail(status);
+  ScaleSizes sizes;
+  relax::Status s = scale_factors_checked(function, shapes, count, factors, sizes);
+  if (s.is_ok()) s = check_buffer(function, "smoothed statistics (smoothed)", smoothed, sizes.statistics_bytes,
+                                  smoothed_bytes, statistics_detail(count));
+  if (s.is_ok()) s = check_buffer(function, "data (data)", data, sizes.element_bytes, data_bytes, bucket_detail(sizes));
+  if (!s.is_ok()) return relax::fail(s);
   relax::scale_multiply(smoothed, factors.data(), count, floor, data);
   return RELAX_OK;
 }
