@@ -360,9 +360,9 @@ int64_t alltoall_async(const at::Tensor& input, const std::vector<int64_t>& spli
   return submit(r, std::make_unique<InFlight>(InFlight{input, at::Tensor(), input.scalar_type()}), true);
 }
 
-// A compressed all-reduce's codec, reduction and input scale, and its error-feedback states (of
-// `numel` elements) kept alive by `flight`.
-void set_compressed_args(relax_request_t& r, InFlight& flight, int64_t numel,
+// A compressed all-reduce's codec, reduction and input scale, and its error-feedback states kept
+// alive by `flight` (their sizes are checked by the core against the tensor and the set's chunk).
+void set_compressed_args(relax_request_t& r, InFlight& flight,
                          const std::optional<at::Tensor>& worker_error, const std::optional<at::Tensor>& owner_error,
                          int64_t codec, int64_t op, double prescale) {
   relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
@@ -371,10 +371,9 @@ void set_compressed_args(relax_request_t& r, InFlight& flight, int64_t numel,
   args.prescale = prescale;
   if (worker_error && worker_error->defined()) {
     check_tensor(*worker_error, "worker error state");
-    TORCH_CHECK(worker_error->numel() == numel && worker_error->scalar_type() == at::kFloat,
-                "relaxlib: the worker error state must be float32 with as many elements as the tensor");
+    TORCH_CHECK(worker_error->scalar_type() == at::kFloat, "relaxlib: the worker error state must be float32");
     args.worker_error = worker_error->data_ptr<float>();
-    args.worker_error_bytes = capacity(*worker_error);
+    args.worker_error_bytes = capacity(*worker_error);  // its size is the core's to check (one rule)
     flight.keep.push_back(*worker_error);
   }
   if (owner_error && owner_error->defined()) {
@@ -399,7 +398,7 @@ int64_t compressed_allreduce_async(const at::Tensor& input, const std::optional<
         out && out->defined() ? *out : relaxlib_torch::OutputCache::instance().empty(input.sizes(), input.scalar_type());
     r = same_shape_request(RELAX_REQ_COMPRESSED_ALLREDUCE, "compressed_allreduce", input, output, name, process_set);
     flight = std::make_unique<InFlight>(InFlight{input, output, input.scalar_type()});
-    set_compressed_args(r, *flight, input.numel(), worker_error, owner_error, codec, op, prescale);
+    set_compressed_args(r, *flight, worker_error, owner_error, codec, op, prescale);
   });
   return submit(r, std::move(flight), false);
 }
@@ -423,7 +422,7 @@ int64_t compressed_allreduce_concatenated_async(const std::vector<at::Tensor>& i
     r.dtype = RELAX_FLOAT32;
     r.output = output.data_ptr();
     r.output_bytes = capacity(output);
-    set_compressed_args(r, *flight, laid->total, worker_error, owner_error, codec, op, prescale);
+    set_compressed_args(r, *flight, worker_error, owner_error, codec, op, prescale);
   });
   laid->describe(r, r.args.compressed_allreduce.inputs);
   return submit(r, std::move(flight), false);
