@@ -49,8 +49,6 @@ RoundBuffers& round_buffers() {
   return buffers;
 }
 
-// A payload length no record can state: the sender's payload is over kMaxPayloadBytes.
-constexpr uint32_t kPayloadTooLarge = 0xffffffffu;
 // MPI counts and displacements are int: a round's payloads must fit in one all-gather.
 constexpr int64_t kMaxPayloadBytes = INT_MAX;
 
@@ -96,6 +94,22 @@ Status leave_posted(const Status& status, RoundBuffers& buffers, std::vector<cha
 }
 
 }  // namespace
+
+Status place_payload(int rank, uint32_t announced, int64_t& total, int& length, int& displacement) {
+  // Checked before the all-gather whose int counts and displacements would overflow.
+  if (announced == kPayloadTooLarge || total + static_cast<int64_t>(announced) > kMaxPayloadBytes) {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                         "negotiation round too large: rank " + std::to_string(rank) +
+                             (announced == kPayloadTooLarge ? " announced more than 2 GiB of descriptors"
+                                                            : " brought the round's descriptors past 2 GiB") +
+                             " (too many requests, or huge names or shapes, submitted at once); submit fewer "
+                             "requests between waits");
+  }
+  length = static_cast<int>(announced);
+  displacement = static_cast<int>(total);
+  total += announced;
+  return Status::ok();
+}
 
 Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
                       size_t set_count, const InlineData* inline_data, double timeout_s,
@@ -152,19 +166,9 @@ Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& min
     uint32_t len = 0;
     std::memcpy(&m.flags, rec, 4);
     std::memcpy(&len, rec + 4, 4);
-    // Every rank reads the same records, so every rank fails here alike, before the all-gather
-    // whose int counts and displacements would overflow.
-    if (len == kPayloadTooLarge || total_payload + len > kMaxPayloadBytes) {
-      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
-                           "negotiation round too large: rank " + std::to_string(r) +
-                               (len == kPayloadTooLarge ? " announced more than 2 GiB of descriptors"
-                                                        : " brought the round's descriptors past 2 GiB") +
-                               " (too many requests, or huge names or shapes, submitted at once); submit fewer "
-                               "requests between waits");
-    }
-    lengths[static_cast<size_t>(r)] = static_cast<int>(len);
-    displs[static_cast<size_t>(r)] = static_cast<int>(total_payload);
-    total_payload += len;
+    Status placed = place_payload(r, len, total_payload, lengths[static_cast<size_t>(r)],
+                                  displs[static_cast<size_t>(r)]);
+    if (!placed.is_ok()) return placed;
     read_bits(rec + kHeaderBytes, words, m.cached);
     read_bits(rec + kHeaderBytes + 8 * words, set_words, m.active_sets);
   }

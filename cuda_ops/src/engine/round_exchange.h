@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "collectives/shm_collectives.h"
@@ -31,5 +32,14 @@ struct InlineData {
 Status exchange_round(MPI_Comm comm, ShmCollectives* shm, const RankMessage& mine, size_t cache_size,
                       size_t set_count, const InlineData* inline_data, double timeout_s,
                       std::vector<RankMessage>& all);
+
+// The payload length a record states when its sender's payload is over 2 GiB (no record can state it).
+constexpr uint32_t kPayloadTooLarge = 0xffffffffu;
+
+// Places rank `rank`'s announced payload of `announced` bytes in the round's variable-size
+// all-gather, whose MPI counts and displacements are int: sets `length` and `displacement` (=
+// `total`) and adds it to `total`; or fails naming the rank when `announced` is the too-large marker
+// or would take the round past 2 GiB. Every rank runs it over the same records, so all fail alike.
+Status place_payload(int rank, uint32_t announced, int64_t& total, int& length, int& displacement);
 
 }  // namespace relax
