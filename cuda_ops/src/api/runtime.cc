@@ -114,6 +114,7 @@ int initialize() {
                                    << (config.yield_while_waiting ? ", waits yield the core" : ""));
   register_finalize_hook();
   rt.engine = std::make_shared<Engine>(rt.mpi, rt.handles, config);
+  rt.peer_timeout_s = config.stall_shutdown_seconds;
   rt.lane.reset();
   if (rt.mpi.thread_level() >= MPI_THREAD_MULTIPLE) {
     rt.lane = std::make_unique<DirectLane>(rt.mpi.data(), rt.handles, config,

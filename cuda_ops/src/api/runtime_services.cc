@@ -297,7 +297,8 @@ int relax_group_service_start(int32_t group_size, int32_t max_lag, double grace_
   std::lock_guard<std::mutex> lock(rt.mutex);
   if (!relax::current_engine()) return relax::not_initialized();
   if (rt.mpi.thread_level() < MPI_THREAD_MULTIPLE) return relax::fail(relax::no_lane());
-  relax::Status s = rt.groups.start(rt.mpi.data(), group_size, max_lag, grace_ms, grace_fraction);
+  // The generator's replies are bounded by the same timeout as every other wait.
+  relax::Status s = rt.groups.start(rt.mpi.data(), group_size, max_lag, grace_ms, grace_fraction, rt.peer_timeout_s);
   return s.is_ok() ? RELAX_OK : relax::fail(s);
 }
 

@@ -22,6 +22,7 @@ struct Runtime {
   std::shared_ptr<Engine> engine;  // shared: a driving caller keeps it alive through a shutdown
   std::unique_ptr<DirectLane> lane;  // null when MPI lacks MPI_THREAD_MULTIPLE
   GroupService groups;
+  double peer_timeout_s = 0;  // the engine's RELAX_OP_TIMEOUT / stall shutdown time (0: the default)
   MPI_Request rendezvous = MPI_REQUEST_NULL;  // relax_init_rendezvous's barrier, while pending
   bool initialized_once = false;
 };
