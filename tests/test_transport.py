@@ -101,4 +101,4 @@ def test_a_tcp_send_size_in_a_parameter_file_is_kept(tmp_path):
 
 def test_invalid_tcp_eager_limit_fails_init_on_every_rank_naming_it():
     seen = setting_on_every_rank({"RELAX_TCP_EAGER_LIMIT": "huge"}, label="TCP_EAGER")
-    assert all("RELAX_TCP_EAGER_LIMIT=huge is not auto, off or a byte count" in line for line in seen), seen
+    assert all("RELAX_TCP_EAGER_LIMIT=huge is not a whole number in [4096, 1073741824]" in line for line in seen), seen
