@@ -6,7 +6,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from rank_results import RESULTS_DIR_VARIABLE, RankResultsPlugin  # noqa: E402 - needs the path above
+
 _exit_status = None
+
+
+def pytest_configure(config):
+    """Under run_pytest_on_ranks, each rank records its test results for the launching test to name."""
+    if os.environ.get(RESULTS_DIR_VARIABLE):
+        config.pluginmanager.register(RankResultsPlugin(os.environ[RESULTS_DIR_VARIABLE]), "relax-rank-results")
 
 
 def pytest_sessionfinish(session, exitstatus):

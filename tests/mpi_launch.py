@@ -10,6 +10,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rank_results import RESULTS_DIR_VARIABLE, RankResults, failure_lines, read_rank_results
+
 from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,14 +25,30 @@ class RankRun:
     outputs: list[str]
     launcher_output: str
     timed_out: bool
+    results: list[RankResults] | None = None  # each rank's pytest results (run_pytest_on_ranks only)
 
-    def report(self) -> str:
-        """All output, rank by rank, for assertion messages."""
-        parts = [f"mpirun exit code {self.returncode}{' (TIMED OUT)' if self.timed_out else ''}",
-                 "--- mpirun ---", self.launcher_output[-4000:]]
+    def failures(self, module: str | None = None) -> list[str]:
+        """"rank R: <inner test> — <message>" for each inner test that failed (in ``module`` if given)."""
+        return [] if self.results is None else failure_lines(self.results, module, timed_out=self.timed_out)
+
+    def report(self, module: str | None = None) -> str:
+        """The failing inner tests rank by rank first, then all output rank by rank, for assertion messages."""
+        parts = [f"mpirun exit code {self.returncode}{' (TIMED OUT)' if self.timed_out else ''}"]
+        failed = self.failures(module)
+        if failed:
+            parts += ["--- failed on ranks ---", *failed]
+        parts += ["--- mpirun ---", self.launcher_output[-4000:]]
         for rank, text in enumerate(self.outputs):
             parts += [f"--- rank {rank} ---", text[-8000:]]
         return "\n".join(parts)
+
+    def check(self, module: str | None = None) -> None:
+        """Fails (naming rank and inner test first) unless every rank passed; with ``module``, only its tests count
+        and the job's exit code does not (other modules of a shared launch answer for theirs)."""
+        if module is None:
+            assert self.returncode == 0 and not self.failures(), self.report()
+        else:
+            assert not self.failures(module), self.report(module)
 
 
 def mpirun_prefix(np: int, extra_args: list[str] | None = None) -> list[str]:
@@ -66,9 +84,17 @@ def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, ti
     return RankRun(proc.returncode, outputs, launcher_output or "", timed_out)
 
 
-def run_pytest_on_ranks(np: int, module: str, *, env: dict[str, str] | None = None, timeout: float = 600,
-                        per_test_timeout: int = 120) -> RankRun:
-    """Runs a tests/parallel module under pytest on every rank (each rank asserts its own results)."""
+def run_pytest_on_ranks(np: int, modules: str | list[str], *, env: dict[str, str] | None = None,
+                        timeout: float = 600, per_test_timeout: int = 120) -> RankRun:
+    """Runs tests/parallel modules under one pytest on every rank (each rank asserts its own results).
+
+    One launch for several modules saves each rank's start (importing TensorFlow or torch takes seconds
+    per rank). The result carries every rank's inner test results (``RankRun.failures``).
+    """
+    modules = [modules] if isinstance(modules, str) else list(modules)
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "--color=no",
-            f"--timeout={per_test_timeout}", str(REPO / "tests" / "parallel" / module)]
-    return run_ranks(np, argv, env=env, timeout=timeout)
+            f"--timeout={per_test_timeout}", *(str(REPO / "tests" / "parallel" / m) for m in modules)]
+    with tempfile.TemporaryDirectory(prefix="relax-results-") as results_dir:
+        run = run_ranks(np, argv, env={**(env or {}), RESULTS_DIR_VARIABLE: results_dir}, timeout=timeout)
+        run.results = read_rank_results(results_dir, np)
+    return run

@@ -1,0 +1,72 @@
+"""A multi-rank pytest run that fails names the inner test and the rank, not only mpirun's exit code."""
+
+import json
+
+import pytest
+from rank_results import failure_lines, read_rank_results
+
+from mpi_launch import run_pytest_on_ranks
+
+MODULE = "rank_report_probe.py"
+NODE = "tests/parallel/rank_report_probe.py"
+
+
+@pytest.mark.mpi
+def test_a_failing_inner_test_is_named_with_its_rank_and_message():
+    run = run_pytest_on_ranks(3, MODULE, env={"RELAX_PROBE_FAIL_RANK": "2"}, timeout=120)
+    assert run.returncode != 0
+    assert run.failures() == [
+        f"rank 2: {NODE}::test_fails_on_one_rank — AssertionError: rank 2 told to fail (rank_report_probe.py:22)"
+    ], run.report()
+    report = run.report()
+    assert report.index("--- failed on ranks ---") < report.index("--- rank 0 ---"), report  # the summary first
+    with pytest.raises(AssertionError, match=rf"rank 2: {NODE}::test_fails_on_one_rank — AssertionError"):
+        run.check()
+
+
+@pytest.mark.mpi
+def test_a_rank_that_ends_inside_a_test_is_named_with_that_test():
+    run = run_pytest_on_ranks(2, MODULE, env={"RELAX_PROBE_EXIT_RANK": "1"}, timeout=120)
+    assert run.returncode != 0
+    assert f"rank 1: {NODE}::test_ends_on_one_rank — did not finish (the rank ended inside it)" in run.failures(), \
+        run.report()
+    with pytest.raises(AssertionError, match="rank 1: .*test_ends_on_one_rank — did not finish"):
+        run.check(MODULE)
+
+
+@pytest.mark.mpi
+def test_a_passing_run_has_no_failures():
+    run = run_pytest_on_ranks(2, MODULE, timeout=120)
+    run.check()
+    run.check(MODULE)
+    assert all(res.outcomes == {f"{NODE}::test_passes_everywhere": "passed",
+                                f"{NODE}::test_fails_on_one_rank": "passed",
+                                f"{NODE}::test_ends_on_one_rank": "passed"} for res in run.results)
+
+
+def _write(folder, rank, *events):
+    """Events as RankResultsPlugin writes them; a str is written as it is (a line cut short)."""
+    (folder / f"rank{rank}.jsonl").write_text("".join((e if isinstance(e, str) else json.dumps(e)) + "\n"
+                                                      for e in events))
+
+
+def test_module_filter_and_ranks_that_ran_nothing(tmp_path):
+    """A shared launch answers per module: another module's failure is not this one's, and a rank that
+    ran none of this module's tests (it died before them, or never started) fails it."""
+    _write(tmp_path, 0, {"event": "start", "nodeid": "tests/parallel/a.py::t"},
+           {"event": "result", "nodeid": "tests/parallel/a.py::t", "when": "call", "outcome": "passed"},
+           {"event": "start", "nodeid": "tests/parallel/b.py::u"},
+           {"event": "result", "nodeid": "tests/parallel/b.py::u", "when": "call", "outcome": "failed",
+            "message": "ValueError: bad"},
+           {"event": "finish", "exitstatus": 1})
+    _write(tmp_path, 1, {"event": "start", "nodeid": "tests/parallel/a.py::t"},
+           {"event": "result", "nodeid": "tests/parallel/a.py::t", "when": "call", "outcome": "passed"},
+           '{"event": "start", "nod')  # cut short by a kill
+    results = read_rank_results(tmp_path, 3)
+    assert failure_lines(results, "a.py") == [  # rank 1 died after a.py's test: perhaps in its teardown
+        "rank 1: ended after tests/parallel/a.py::t without finishing its pytest session",
+        "rank 2: no test of a.py ran (its session never finished)"]
+    assert failure_lines(results, "b.py", timed_out=True) == [
+        "rank 0: tests/parallel/b.py::u — ValueError: bad",
+        "rank 1: no test of b.py ran (its session never finished)",
+        "rank 2: no test of b.py ran (its session never finished)"]
