@@ -28,14 +28,35 @@ help:
 
 deps: $(DEPS_STAMP)
 
-$(DEPS_STAMP): requirements.txt
+# Open MPI from apt when missing, and the .venv.
+define INSTALL_MPI_AND_VENV
 	@if ! command -v mpicxx >/dev/null || ! command -v mpirun >/dev/null; then \
 		echo "Installing Open MPI (apt)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			openmpi-bin libopenmpi-dev >/dev/null; \
 	fi
 	@test -x $(PY) || python3 -m venv $(VENV)
+endef
+
+$(DEPS_STAMP): requirements.txt
+	$(INSTALL_MPI_AND_VENV)
 	$(PIP) install -q -r requirements.txt
+	@touch $@
+
+# `make demo` on a fresh machine installs only what the demo runs (requirements-demo.txt: torch, no
+# TensorFlow, docs or test tools) and builds the core and the torch extension (setup.py skips the TF
+# ops when TensorFlow is absent). Where `make test` already installed everything, it uses that build.
+DEMO_DEPS_STAMP := $(VENV)/.demo-deps-stamp
+DEMO_BUILD_STAMP := $(VENV)/.demo-build-stamp
+DEMO_BUILD := $(if $(wildcard $(DEPS_STAMP)),$(BUILD_STAMP),$(DEMO_BUILD_STAMP))
+
+$(DEMO_DEPS_STAMP): requirements-demo.txt
+	$(INSTALL_MPI_AND_VENV)
+	$(PIP) install -q -r requirements-demo.txt
+	@touch $@
+
+$(DEMO_BUILD_STAMP): $(DEMO_DEPS_STAMP) $(BUILD_SOURCES) $(if $(wildcard $(CORE_LIB)),,FORCE)
+	$(PIP) install -q --no-build-isolation --no-deps -e .
 	@touch $@
 
 build: $(BUILD_STAMP)
@@ -183,7 +204,7 @@ pytest: build
 
 test: build cpp-test test-asan fuzz-smoke cuda-check lint pytest
 
-demo: build
+demo: $(DEMO_BUILD)
 	$(PY) examples/demo_relaxations.py --np 4
 
 # The site's API pages come from docstrings by static analysis: no build of the core is needed.

@@ -30,19 +30,26 @@ def test_demo_trains_on_digits():
 
 def test_make_demo_compares_relaxations_side_by_side(tmp_path):
     plot = tmp_path / "tradeoff.png"
-    out = subprocess.run([sys.executable, str(REPO / "examples" / "demo_relaxations.py"), "--np", "2", "--epochs", "3",
-                          "--modes", "allreduce,compressed-uint8,async", "--plot", str(plot)],
+    out = subprocess.run([sys.executable, str(REPO / "examples" / "demo_relaxations.py"), "--np", "2", "--epochs", "2",
+                          "--modes", "allreduce,compressed-uint8,partial-smart", "--plot", str(plot)],
                          capture_output=True, text=True, timeout=600,
                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode == 0, out.stdout + out.stderr
-    table = out.stdout[out.stdout.index("vs DDP"):].splitlines()[1:5]
-    rows = {line.split()[0]: line.split()[1:4] for line in table}
-    assert list(rows) == ["ddp", "allreduce", "compressed-uint8", "async"], out.stdout
-    assert rows["ddp"][2] == "1.00x", out.stdout
-    assert all(float(rows[m][0]) > 0.8 for m in ("ddp", "allreduce", "compressed-uint8")), out.stdout
-    expected_setting = "Mbit/s links" if os.geteuid() == 0 else "shared memory"
-    assert expected_setting in out.stdout, out.stdout
-    assert "relaxrun --advise" in out.stdout, out.stdout
+    shaped = os.geteuid() == 0
+    assert ("Mbit/s links" if shaped else "shared memory") in out.stdout, out.stdout
+    header = next(i for i, line in enumerate(out.stdout.splitlines()) if line.startswith("mode "))
+    table = out.stdout.splitlines()[header + 1:]
+    table = table[:table.index("")]
+    # name, test acc, points vs DDP, samples/s, speed vs DDP, lr, epochs, what it trades
+    rows = {line.split()[0]: line.split()[1:7] for line in table}
+    # As root the smart groups run behind one slow link, beside all-reduce on that same network.
+    expected = ["ddp", "allreduce", "compressed-uint8"] + (["allreduce+slow", "partial-smart+slow"] if shaped
+                                                           else ["partial-smart"])
+    assert list(rows) == expected, out.stdout
+    assert rows["ddp"][1] == "+0.0pt" and rows["ddp"][3] == "1.00x", out.stdout
+    assert all(float(rows[m][0]) > 0.7 for m in ("ddp", "allreduce", "compressed-uint8")), out.stdout
+    assert abs(float(rows["allreduce"][1][:-2])) <= 1.0, out.stdout  # exact: DDP's model up to rounding
+    assert "relaxrun --advise" in out.stdout.splitlines()[-2], out.stdout
     assert plot.stat().st_size > 0
 
 
