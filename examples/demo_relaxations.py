@@ -67,7 +67,7 @@ ROWS = (
     Row("decentralized-random", "models averaged in random pairs: 1 model sent/step", epoch_factor=2),
     Row("async", "models averaged in the background, ~every 10 steps", epoch_factor=2),
     Row("allreduce", "exact, held back by the slow link", slow_link=True),
-    Row("partial-smart", "models averaged in groups of ready ranks", slow_link=True),
+    Row("partial-smart", "models averaged in groups of ready ranks", epoch_factor=2, slow_link=True),
 )
 MODES = tuple(dict.fromkeys(row.mode for row in ROWS if row.mode != REFERENCE))
 
@@ -177,7 +177,8 @@ def print_table(rows: list[Row], results: dict[str, dict | None], setting: str, 
         what = row.what
         slow_allreduce = results.get(Row("allreduce", "", slow_link=True).name)
         if row.slow_link and row.mode != "allreduce" and slow_allreduce:  # its fair reference: the same network
-            what += f"; {r['samples_per_sec'] / slow_allreduce['samples_per_sec']:.2f}x allreduce+slow"
+            speedup = r["samples_per_sec"] / slow_allreduce["samples_per_sec"]
+            what += f"; {speedup:.2f}x allreduce+slow's speed, {row.epoch_factor / speedup:.2f} its time"
         print(f"{row.name:<22} {r['test_accuracy']:>8.3f} {points:>7} {r['samples_per_sec']:>9.1f} {speed:>7} "
               f"{row.lr:>5g} {args.epochs * row.epoch_factor:>6} {time:>5}  {what}")
 
@@ -205,6 +206,7 @@ def plot(rows: list[Row], results: dict[str, dict | None], setting: str, path: s
         ax.axvline(ddp["samples_per_sec"], color="black", linestyle="--", linewidth=0.8)
         ax.axhline(ddp["test_accuracy"], color="black", linestyle="--", linewidth=0.8)
     ax.set_xscale("log")
+    ax.margins(x=0.12, y=0.1)  # no marker on the frame, and a labelled tick beyond the fastest
     ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
