@@ -50,9 +50,15 @@ DEMO_DEPS_STAMP := $(VENV)/.demo-deps-stamp
 DEMO_BUILD_STAMP := $(VENV)/.demo-build-stamp
 DEMO_BUILD := $(if $(wildcard $(DEPS_STAMP)),$(BUILD_STAMP),$(DEMO_BUILD_STAMP))
 
+# The core needs only MPI: it compiles while pip installs (setup.py --core-only; the build below finds
+# its objects up to date, or compiles what a failed prebuild left out).
 $(DEMO_DEPS_STAMP): requirements-demo.txt
 	$(INSTALL_MPI_AND_VENV)
-	$(PIP) install -q -r requirements-demo.txt
+	@$(PY) setup.py --core-only >$(VENV)/core-prebuild.log 2>&1 & core=$$!; \
+		echo "$(PIP) install -q -r requirements-demo.txt (the core compiles meanwhile)"; \
+		$(PIP) install -q -r requirements-demo.txt; status=$$?; \
+		wait $$core || echo "core prebuild failed ($(VENV)/core-prebuild.log): the build below compiles it"; \
+		exit $$status
 	@touch $@
 
 $(DEMO_BUILD_STAMP): $(DEMO_DEPS_STAMP) $(BUILD_SOURCES) $(if $(wildcard $(CORE_LIB)),,FORCE)
