@@ -4,11 +4,21 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rank_results import RESULTS_DIR_VARIABLE, RankResultsPlugin  # noqa: E402 - needs the path above
 
 _exit_status = None
+
+
+@pytest.fixture(scope="session")
+def rank_groups(request):
+    """Shared launches of tests/parallel modules (tests/rank_groups.py): each group starts once."""
+    from rank_groups import RankGroupRuns
+
+    return RankGroupRuns(request.session)
 
 
 def pytest_configure(config):

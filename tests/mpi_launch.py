@@ -43,12 +43,11 @@ class RankRun:
         return "\n".join(parts)
 
     def check(self, module: str | None = None) -> None:
-        """Fails (naming rank and inner test first) unless every rank passed; with ``module``, only its tests count
-        and the job's exit code does not (other modules of a shared launch answer for theirs)."""
-        if module is None:
-            assert self.returncode == 0 and not self.failures(), self.report()
-        else:
-            assert not self.failures(module), self.report(module)
+        """Fails (naming rank and inner test first) unless every rank passed; with ``module``, only its tests'
+        failures count (other modules of a shared launch answer for theirs), but a job that failed with no
+        inner test to blame (a crash at exit, say) fails every module."""
+        assert not self.failures(module), self.report(module)
+        assert self.returncode == 0 or self.failures(), self.report()
 
 
 def mpirun_prefix(np: int, extra_args: list[str] | None = None) -> list[str]:

@@ -32,7 +32,8 @@ def _crash_message(report) -> str:
         first = ((crash.message or "").strip().splitlines() or ["failed"])[0]
         return f"{first[:600]} ({Path(crash.path).name}:{crash.lineno})"
     text = str(report.longrepr or "").strip().splitlines()
-    return (text[-1] if text else "failed")[:600]
+    last = text[-1].strip() if text else "failed"
+    return (last[1:].strip() if last.startswith("E ") else last)[:600]  # pytest's "E   " error-line prefix
 
 
 class RankResultsPlugin:

@@ -1,100 +1,49 @@
-"""Runs the torch parallel modules on real ranks (2, 3 and 4) and fails with every rank's output."""
+"""Runs the torch tests/parallel modules on real ranks (1 to 4) and fails naming each failing rank and inner test.
+
+Each case is a (rank group, module) pair: modules that need the same ranks and settings run in one launch
+(tests/rank_groups.py), and each case checks only its own module's inner results.
+"""
 
 import pytest
-
-from mpi_launch import run_pytest_on_ranks
+from rank_groups import GROUP_PARAM, MODULE_PARAM, cases, group
 
 pytestmark = pytest.mark.mpi
 
+NP2 = group("np2", 2)                        # one node: shared-memory collectives
+NP3 = group("np3", 3)
+NP4 = group("np4", 4)
+NP3_RING = group("np3-ring", 3,              # odd world size, every allreduce and allgather on our ring
+                 RELAX_SHM_COLLECTIVES="off",  # over MPI, in 4 KiB segments (messages split as between nodes)
+                 RELAX_MPI_ALLREDUCE_MAX_BYTES="0", RELAX_MPI_ALLGATHER_MAX_BYTES="0",
+                 RELAX_RING_SEGMENT_BYTES="4096")
+NP3_SHM_ROUNDS = group("np3-shm-rounds", 3, RELAX_SHM_SLOT_BYTES="4096")  # shared memory in many rounds per op
+NP4_SMALL_FUSION = group("np4-small-fusion", 4, RELAX_FUSION_THRESHOLD="65536")  # many fused batches
+NP2_MPI = group("np2-mpi", 2, RELAX_SHM_COLLECTIVES="off")  # MPI's own allreduce and allgather
+NP4_TCP_RING = group("np4-two-nodes-tcp-ring", 4,  # two nodes: the ring's steps over the TCP ring's sockets
+                     RELAX_LOCAL_SIZE="2", RELAX_MPI_ALLREDUCE_MAX_BYTES="0", RELAX_MPI_ALLGATHER_MAX_BYTES="0")
+NP3_JOINED_NOTHING = group("np3-joined-contribute-nothing", 3, RELAX_JOINED_RANKS="contribute-nothing")
+NP3_GATHER_STREAMED = group("np3-gather-streamed", 3, RELAX_SHM_COLLECTIVES="off")  # the all-gather as across nodes
+NP4_TWO_NODES = group("np4-two-nodes", 4, RELAX_LOCAL_SIZE="2")  # hierarchical=True between the two nodes
 
-@pytest.mark.parametrize("np_, env", [
-    (2, {}),                                      # one node: shared-memory collectives
-    (3, {"RELAX_SHM_COLLECTIVES": "off",          # odd world size, every allreduce and
-         "RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # allgather on our ring over MPI, in 4 KiB
-         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0",    # segments (messages split as between nodes)
-         "RELAX_RING_SEGMENT_BYTES": "4096"}),
-    (3, {"RELAX_SHM_SLOT_BYTES": "4096"}),        # shared memory in many rounds per operation
-    (4, {"RELAX_FUSION_THRESHOLD": "65536"}),     # small fusion buffer: many fused batches
-    (2, {"RELAX_SHM_COLLECTIVES": "off"}),        # MPI's own allreduce and allgather
-    (4, {"RELAX_LOCAL_SIZE": "2",                 # two nodes: the ring's steps over the TCP
-         "RELAX_MPI_ALLREDUCE_MAX_BYTES": "0",    # ring's sockets, for every size
-         "RELAX_MPI_ALLGATHER_MAX_BYTES": "0"}),
-], ids=["np2", "np3-ring", "np3-shm-rounds", "np4-small-fusion", "np2-mpi", "np4-two-nodes-tcp-ring"])
-def test_collectives(np_, env):
-    run = run_pytest_on_ranks(np_, "torch_collectives.py", env=env)
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.parametrize("np_", [2, 4])
-def test_distributed_optimizer(np_):
-    run = run_pytest_on_ranks(np_, "torch_optimizer.py")
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.parametrize("np_", [2, 3])
-def test_bad_input_errors(np_):
-    run = run_pytest_on_ranks(np_, "torch_errors.py")
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.parametrize("np_, env", [(2, {}), (4, {}), (3, {"RELAX_JOINED_RANKS": "contribute-nothing"})],
-                         ids=["np2", "np4", "np3-joined-contribute-nothing"])
-def test_horovod_api_parity(np_, env):
-    run = run_pytest_on_ranks(np_, "torch_api_parity.py", env=env)
-    assert run.returncode == 0, run.report()
+CASES = cases(
+    *[(g, "torch_collectives.py") for g in (NP2, NP3_RING, NP3_SHM_ROUNDS, NP4_SMALL_FUSION, NP2_MPI, NP4_TCP_RING)],
+    *[(g, "torch_optimizer.py") for g in (NP2, NP4)],
+    *[(g, "torch_errors.py") for g in (NP2, NP3)],
+    *[(g, "torch_api_parity.py") for g in (NP2, NP4, NP3_JOINED_NOTHING)],
+    *[(g, "torch_dear.py") for g in (NP2, NP4)],
+    *[(g, "torch_compression.py") for g in (NP2, NP4, NP3_GATHER_STREAMED, NP4_TWO_NODES)],
+    *[(g, "torch_decentralized.py") for g in (NP2, NP3, NP4)],
+    (NP4, "torch_stragglers.py"),
+    (NP3, "telemetry.py"),
+    (NP2, "advisor.py"),
+    # Convergence: digits with every relaxation, cells of benchmarks/convergence_grid.py with the grid's
+    # targets as assertions, and the grid's worst 1-bit cells with and without the per-element step scale.
+    pytest.param(NP4_TWO_NODES, "torch_convergence.py", marks=pytest.mark.slow),
+    pytest.param(NP4, "torch_convergence_grid.py", marks=pytest.mark.slow),
+    pytest.param(NP2, "torch_sign_two_ranks.py", marks=pytest.mark.slow),
+)
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_dear(np_):
-    run = run_pytest_on_ranks(np_, "torch_dear.py")
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.parametrize("np_, env", [(2, {}), (4, {}), (3, {"RELAX_SHM_COLLECTIVES": "off"}),
-                                     (4, {"RELAX_LOCAL_SIZE": "2"})],
-                         # np3: the all-gather as it runs across nodes; two nodes: hierarchical=True between them
-                         ids=["np2", "np4", "np3-gather-streamed", "np4-two-nodes"])
-def test_compressed_scatter_reduce(np_, env):
-    run = run_pytest_on_ranks(np_, "torch_compression.py", env=env)
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.slow
-def test_convergence_on_digits_with_four_ranks():
-    run = run_pytest_on_ranks(4, "torch_convergence.py", env={"RELAX_LOCAL_SIZE": "2"}, per_test_timeout=300)
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.slow
-def test_convergence_grid_slice_with_four_ranks():
-    """Cells of benchmarks/convergence_grid.py with the grid's targets as assertions."""
-    run = run_pytest_on_ranks(4, "torch_convergence_grid.py", per_test_timeout=300)
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.slow
-def test_scaled_sign_compression_on_two_ranks_keeps_allreduce_accuracy():
-    """The grid's worst 1-bit cells without the per-element step scale, with it and without."""
-    run = run_pytest_on_ranks(2, "torch_sign_two_ranks.py", per_test_timeout=300)
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.parametrize("np_", [2, 3, 4])
-def test_decentralized_and_partial_allreduce(np_):
-    run = run_pytest_on_ranks(np_, "torch_decentralized.py")
-    assert run.returncode == 0, run.report()
-
-
-def test_stragglers_with_four_ranks():
-    run = run_pytest_on_ranks(4, "torch_stragglers.py")
-    assert run.returncode == 0, run.report()
-
-
-def test_step_telemetry():
-    run = run_pytest_on_ranks(3, "telemetry.py")
-    assert run.returncode == 0, run.report()
-
-
-def test_calibration_and_advisor():
-    run = run_pytest_on_ranks(2, "advisor.py")
-    assert run.returncode == 0, run.report()
+@pytest.mark.parametrize(f"{GROUP_PARAM}, {MODULE_PARAM}", CASES)
+def test_parallel_module(rank_group, rank_module, rank_groups):
+    rank_groups.check(rank_group, rank_module)
