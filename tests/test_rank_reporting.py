@@ -1,11 +1,13 @@
 """A multi-rank pytest run that fails names the inner test and the rank, not only mpirun's exit code."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
-from rank_results import failure_lines, read_rank_results
+import rank_groups
+from rank_results import RankResults, failure_lines, read_rank_results
 
-from mpi_launch import run_pytest_on_ranks
+from mpi_launch import RankRun, run_pytest_on_ranks
 
 MODULE = "rank_report_probe.py"
 NODE = "tests/parallel/rank_report_probe.py"
@@ -70,3 +72,45 @@ def test_module_filter_and_ranks_that_ran_nothing(tmp_path):
         "rank 0: tests/parallel/b.py::u — ValueError: bad",
         "rank 1: no test of b.py ran (its session never finished)",
         "rank 2: no test of b.py ran (its session never finished)"]
+
+
+def test_a_rank_group_launches_once_with_the_modules_of_its_selected_cases(monkeypatch):
+    """Cases naming the same group share one launch holding each of their modules once; a case of another
+    group is not in it; each case answers only for its own module."""
+
+    from rank_results import RankResults
+
+    from mpi_launch import RankRun
+
+    two, three = rank_groups.group("two", 2), rank_groups.group("three", 3, RELAX_X="1")
+
+    def item(group_, module):
+        return SimpleNamespace(callspec=SimpleNamespace(params={rank_groups.GROUP_PARAM: group_,
+                                                                rank_groups.MODULE_PARAM: module}))
+
+    session = SimpleNamespace(items=[item(two, "a.py"), item(three, "a.py"), item(two, "b.py"), item(two, "a.py")])
+    launches = []
+
+    def fake_run(np, modules, *, env, per_test_timeout, timeout):
+        launches.append((np, modules, env))
+        ranks = [RankResults(r, outcomes={f"tests/parallel/{m}::t": "passed" for m in modules}, exitstatus=0)
+                 for r in range(np)]
+        ranks[1].outcomes["tests/parallel/b.py::t"] = "failed"
+        ranks[1].failures.append(("tests/parallel/b.py::t", "AssertionError: b"))
+        return RankRun(1, [""] * np, "", False, ranks)
+
+    monkeypatch.setattr(rank_groups, "run_pytest_on_ranks", fake_run)
+    runs = rank_groups.RankGroupRuns(session)
+    runs.check(two, "a.py")
+    with pytest.raises(AssertionError, match=r"rank 1: tests/parallel/b.py::t — AssertionError: b"):
+        runs.check(two, "b.py")
+    runs.check(three, "a.py")
+    assert launches == [(2, ["a.py", "b.py"], {}), (3, ["a.py"], {"RELAX_X": "1"})]
+
+
+def test_a_job_that_failed_with_every_inner_test_passed_fails_each_module():
+    """A crash at exit (after every test passed) is nobody's inner failure, so every module of the launch fails."""
+    ranks = [RankResults(r, outcomes={"tests/parallel/a.py::t": "passed"}, exitstatus=0) for r in range(2)]
+    RankRun(0, ["", ""], "", False, ranks).check("a.py")
+    with pytest.raises(AssertionError, match="mpirun exit code 139"):
+        RankRun(139, ["", ""], "", False, ranks).check("a.py")
