@@ -100,7 +100,7 @@ int initialize() {
   }
   const std::string transport = prepare_shm_transport(config.shm_single_copy);
   const std::string tcp = prepare_tcp_transport(config.tcp_eager_limit, config.ring_segment_bytes);
-  Status s = rt.mpi.open();
+  Status s = rt.mpi.open(config.stall_shutdown_seconds);  // bounded by the peer timeout
   if (!s.is_ok()) return fail(s);
   RELAX_LOG(Debug, transport);
   RELAX_LOG(Debug, tcp);

@@ -11,6 +11,7 @@
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
 #include "transport/liveness.h"
+#include "transport/setup_wait.h"
 #include "util/backoff.h"
 
 namespace relax {
@@ -57,6 +58,13 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t sl
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  // MPI_Comm_split_type has no nonblocking form: a bounded barrier first names a rank that is
+  // frozen or gone (at once if one was found silent already) instead of entering it with them.
+  const Status ready = bounded_barrier(comm, timeout_s, "the shared-memory collectives' set-up");
+  if (!ready.is_ok()) {
+    why = ready.message;
+    return nullptr;
+  }
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   int node_size = 0;
@@ -72,7 +80,7 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t sl
   slot_bytes = (slot_bytes + kPage - 1) / kPage * kPage;
   const size_t header = header_bytes(size);
   const size_t bytes = header + 2 * static_cast<size_t>(size) * static_cast<size_t>(slot_bytes);
-  std::unique_ptr<SharedSegment> segment = SharedSegment::create(comm, bytes, why);
+  std::unique_ptr<SharedSegment> segment = SharedSegment::create(comm, bytes, timeout_s, why);
   if (!segment) return nullptr;
   std::vector<int> ranks(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/engine.h"
+#include "transport/setup_wait.h"
 #include "util/logging.h"
 #include "util/text.h"
 
@@ -46,6 +47,15 @@ void Engine::add_process_set(const Response& response) {
       return;
     }
   }
+  // MPI_Comm_create has no nonblocking form: a bounded barrier over the same ranks first, so a
+  // rank frozen or gone before it is named on every other rank instead of holding them inside
+  // it (setup_wait.h; the window left between the two: docs/security.md).
+  const double timeout = collective_config_.peer_timeout_s;
+  Status ready = bounded_barrier(mpi_.control(), timeout, "the creation of process set " + rank_list(ranks));
+  if (!ready.is_ok()) {
+    finish_membership(response, global, ready, -1);
+    return;
+  }
   MPI_Group world_group, group;
   MPI_Comm_group(mpi_.control(), &world_group);
   MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group);
@@ -64,8 +74,12 @@ void Engine::add_process_set(const Response& response) {
   const auto me = std::find(ranks.begin(), ranks.end(), mpi_.topology().rank);
   const int rank = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());
   if (rank >= 0) {
-    MPI_Comm_dup(control, &data);
     MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN);
+    const Status duplicated = bounded_comm_dup(control, data, timeout, "the creation of process set " + rank_list(ranks));
+    if (!duplicated.is_ok()) {  // `control` may still be in use by the posted duplication: kept
+      finish_membership(response, global, duplicated, -1);
+      return;
+    }
     MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN);
   }
   {

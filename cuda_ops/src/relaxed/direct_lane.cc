@@ -12,6 +12,7 @@
 #include "engine/request_kind.h"
 #include "transport/liveness.h"
 #include "transport/mpi_context.h"
+#include "transport/setup_wait.h"
 #include "util/flush_denormals.h"
 #include "util/backoff.h"
 #include "util/logging.h"
@@ -83,9 +84,12 @@ void mix(const T* x, const std::vector<const void*>& peers, double self_weight, 
 
 namespace {
 
-MPI_Comm duplicate(MPI_Comm world) {
+// Nonblocking and bounded (transport/setup_wait.h): a rank that never joins the duplication is
+// named instead of holding init() forever; MPI_COMM_NULL then (the lane starts stopped).
+MPI_Comm duplicate(MPI_Comm world, double timeout_s) {
   MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_dup(world, &comm);
+  const Status s = bounded_comm_dup(world, comm, timeout_s, "the direct lane's set-up");
+  if (!s.is_ok()) RELAX_LOG(Error, "Direct lane not set up: " << s.message);
   return comm;
 }
 
@@ -93,11 +97,16 @@ MPI_Comm duplicate(MPI_Comm world) {
 
 DirectLane::DirectLane(MPI_Comm world, HandleTable& handles, const EngineConfig& config,
                        CollectiveConfig collective_config)
-    : comm_(duplicate(world)),
-      join_comm_(duplicate(world)),
+    : comm_(duplicate(world, direct_lane_timeout_seconds(config))),
+      join_comm_(duplicate(world, direct_lane_timeout_seconds(config))),
       handles_(handles),
       config_(config),
       groups_(comm_, static_cast<size_t>(config.group_cache_capacity), collective_config) {
+  if (comm_ == MPI_COMM_NULL || join_comm_ == MPI_COMM_NULL) {  // a peer went silent: every request fails
+    abort(peer_silence_noted() ? peer_silence_reason() : "the direct lane could not be set up");
+    thread_ = std::thread([this] { loop(); });
+    return;
+  }
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
@@ -480,6 +489,7 @@ Status DirectLane::group_average(LocalRequest& r) {
 
 bool DirectLane::header_pending() {
   int flag = 0;
+  if (comm_ == MPI_COMM_NULL) return false;  // never set up (a peer went silent)
   MPI_Iprobe(MPI_ANY_SOURCE, kHeaderTag, comm_, &flag, MPI_STATUS_IGNORE);
   return flag != 0;
 }
@@ -492,6 +502,7 @@ Status DirectLane::stopped_status() {
 
 Status DirectLane::start_join(int64_t last_step) {
   if (join_request_ != MPI_REQUEST_NULL) return Status::error(RELAX_ERR_INVALID_ARGUMENT, "a join is already pending");
+  if (join_comm_ == MPI_COMM_NULL) return stopped_status();  // never set up (a peer went silent)
   join_step_ = last_step;
   join_stopped_since_ = -1;
   int rc = MPI_Iallreduce(&join_step_, &join_max_, 1, MPI_INT64_T, MPI_MAX, join_comm_, &join_request_);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "transport/liveness.h"
+#include "transport/setup_wait.h"
 #include "util/logging.h"
 
 namespace relax {
@@ -44,26 +45,33 @@ std::string mpi_error_string(int code) {
   return std::string(text, static_cast<size_t>(length));
 }
 
-bool every_rank_succeeded(MPI_Comm comm, const std::string& local_why, std::string& why) {
+bool every_rank_succeeded(MPI_Comm comm, const std::string& local_why, std::string& why, double timeout_s,
+                          const std::string& during) {
   constexpr int kWhyBytes = 256;
   constexpr int kNoFailure = std::numeric_limits<int>::max();
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   const int failed_mine = local_why.empty() ? kNoFailure : rank;
   int failed = kNoFailure;
-  MPI_Allreduce(&failed_mine, &failed, 1, MPI_INT, MPI_MIN, comm);
+  Status s = bounded_allreduce_int(comm, failed_mine, MPI_MIN, failed, timeout_s, during);
+  if (!s.is_ok()) {
+    why = s.message;
+    return false;
+  }
   if (failed == kNoFailure) return true;
   char message[kWhyBytes] = {};
   if (rank == failed) std::strncpy(message, local_why.c_str(), kWhyBytes - 1);
-  MPI_Bcast(message, kWhyBytes, MPI_CHAR, failed, comm);
-  why = "rank " + std::to_string(failed) + ": " + message;
+  s = bounded_bcast(comm, message, kWhyBytes, failed, timeout_s, during);
+  message[kWhyBytes - 1] = '\0';
+  why = s.is_ok() ? "rank " + std::to_string(failed) + ": " + message : s.message;
   return false;
 }
 
 MpiContext::~MpiContext() { close(); }
 
-Status MpiContext::open() {
+Status MpiContext::open(double timeout_s) {
   if (open_) return Status::ok();
+  timeout_s_ = timeout_s;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) {
@@ -91,11 +99,15 @@ Status MpiContext::open() {
     RELAX_LOG(Warning, "MPI provides MPI_THREAD_SERIALIZED only; do not call MPI from other threads while "
                        "relaxlib is running.");
   }
-  MPI_Comm_dup(MPI_COMM_WORLD, &control_);
-  MPI_Comm_dup(MPI_COMM_WORLD, &data_);
-  MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
-  Status s = derive_topology();
+  // Nonblocking and bounded (setup_wait.h), as is every exchange below: a rank that never
+  // answers fails open() on every other rank, naming it, instead of holding them here.
+  Status s = bounded_comm_dup(MPI_COMM_WORLD, control_, timeout_s_, "relaxlib's start (communicator set-up)");
+  if (s.is_ok()) s = bounded_comm_dup(MPI_COMM_WORLD, data_, timeout_s_, "relaxlib's start (communicator set-up)");
+  if (s.is_ok()) {
+    MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+    s = derive_topology();
+  }
   if (!s.is_ok()) {
     close();
     return s;
@@ -108,6 +120,18 @@ Status MpiContext::open() {
 Status MpiContext::derive_topology() {
   MPI_Comm_rank(control_, &topology_.rank);
   MPI_Comm_size(control_, &topology_.size);
+  // Host names first: a bounded exchange with every rank before the splits, which have no
+  // nonblocking form.
+  Status s = count_host_ranks();
+  if (s.is_ok()) s = split_by_node();
+  return s.is_ok() ? agree_core_sharing() : s;
+}
+
+// The node (local_) and cross-node (cross_) communicators. MPI_Comm_split(_type) cannot be
+// bounded: a bounded barrier first names a rank frozen or absent before them.
+Status MpiContext::split_by_node() {
+  Status s = bounded_barrier(control_, timeout_s_, "relaxlib's start (before the node communicators' creation)");
+  if (!s.is_ok()) return s;
   // RELAX_LOCAL_SIZE=k pretends nodes hold k consecutive ranks each (to test hierarchical
   // algorithms on one machine); otherwise nodes are the shared-memory domains MPI reports.
   int node_key = 0;
@@ -139,8 +163,7 @@ Status MpiContext::derive_topology() {
   MPI_Comm_split(control_, topology_.local_rank, topology_.rank, &cross_);
   MPI_Comm_rank(cross_, &topology_.cross_rank);
   MPI_Comm_size(cross_, &topology_.cross_size);
-  Status s = count_host_ranks();
-  return s.is_ok() ? agree_core_sharing() : s;
+  return Status::ok();
 }
 
 // Ranks whose host name equals this one's: the processes that share this machine's cores, even
@@ -150,8 +173,9 @@ Status MpiContext::count_host_ranks() {
   std::vector<char> names(static_cast<size_t>(kNameBytes) * static_cast<size_t>(topology_.size), '\0');
   char mine[kNameBytes] = {};
   gethostname(mine, kNameBytes - 1);
-  const int rc = MPI_Allgather(mine, kNameBytes, MPI_CHAR, names.data(), kNameBytes, MPI_CHAR, control_);
-  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "host-name all-gather failed");
+  Status s = bounded_allgather(control_, mine, kNameBytes, names.data(), timeout_s_,
+                               "relaxlib's start (the exchange of host names)");
+  if (!s.is_ok()) return s;
   topology_.host_size = 0;
   for (int r = 0; r < topology_.size; ++r) {
     topology_.host_size += std::strncmp(mine, names.data() + static_cast<size_t>(r) * kNameBytes, kNameBytes) == 0;
@@ -164,9 +188,9 @@ Status MpiContext::agree_core_sharing() {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());  // 0: unknown
   const int shared_here = cores > 0 && topology_.host_size > cores ? 1 : 0;
   int shared_somewhere = 0;
-  if (MPI_Allreduce(&shared_here, &shared_somewhere, 1, MPI_INT, MPI_MAX, control_) != MPI_SUCCESS) {
-    return Status::error(RELAX_ERR_MPI, "all-reduce of the hosts' core sharing failed");
-  }
+  Status s = bounded_allreduce_int(control_, shared_here, MPI_MAX, shared_somewhere, timeout_s_,
+                                   "relaxlib's start (the agreement on core sharing)");
+  if (!s.is_ok()) return s;
   topology_.cores_shared_somewhere = shared_somewhere != 0;
   return Status::ok();
 }
@@ -174,7 +198,8 @@ Status MpiContext::agree_core_sharing() {
 void MpiContext::close() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) {
+  // After a peer went silent, exchanges may still be posted on these communicators: leave them.
+  if (!finalized && !peer_silence_noted()) {
     free_comm(cross_);
     free_comm(local_);
     free_comm(data_);

@@ -28,7 +28,10 @@ class MpiContext {
   ~MpiContext();
 
   // Initializes MPI if needed (MPI_THREAD_MULTIPLE requested) and creates the communicators.
-  Status open();
+  // Every exchange with the other ranks is bounded by `timeout_s` (<= 0: the default of
+  // peer_timeout_seconds()): a rank that does not answer fails open() with RELAX_ERR_STALLED
+  // naming it (transport/setup_wait.h); MPI_Init_thread itself cannot be bounded.
+  Status open(double timeout_s = 0);
   // Frees the communicators (MPI itself is finalized at process exit if we initialized it).
   void close();
   bool is_open() const { return open_; }
@@ -42,11 +45,13 @@ class MpiContext {
 
  private:
   Status derive_topology();
+  Status split_by_node();
   Status count_host_ranks();
   Status agree_core_sharing();
 
   bool open_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;
+  double timeout_s_ = 0;  // of open(): bounds every exchange it runs
   Topology topology_;
   std::vector<int> local_world_ranks_;
   MPI_Comm control_ = MPI_COMM_NULL;
@@ -60,7 +65,9 @@ std::string mpi_error_string(int code);
 
 // Collective over `comm`, for setups that must succeed on every rank or on none: returns true if
 // `local_why` is empty on every rank, else false on every rank with the lowest failed rank's
-// reason in `why` ("rank N: ...").
-bool every_rank_succeeded(MPI_Comm comm, const std::string& local_why, std::string& why);
+// reason in `why` ("rank N: ..."). Bounded by `timeout_s` (setup_wait.h): a rank that does not
+// answer makes it return false with the silence message (naming that rank and `during`) in `why`.
+bool every_rank_succeeded(MPI_Comm comm, const std::string& local_why, std::string& why, double timeout_s,
+                          const std::string& during);
 
 }  // namespace relax

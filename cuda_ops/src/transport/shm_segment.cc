@@ -12,11 +12,13 @@
 #include <random>
 
 #include "transport/mpi_context.h"
+#include "transport/setup_wait.h"
 
 namespace relax {
 namespace {
 
 constexpr int kNameBytes = 96;
+constexpr const char* kDuring = "the shared-memory segment's set-up";
 
 // Opens (with `create`: creates and reserves) and maps the segment; returns null and sets `why`
 // on failure, after removing a name it created.
@@ -52,7 +54,8 @@ std::string unique_name() {
 
 }  // namespace
 
-std::unique_ptr<SharedSegment> SharedSegment::create(MPI_Comm comm, size_t bytes, std::string& why) {
+std::unique_ptr<SharedSegment> SharedSegment::create(MPI_Comm comm, size_t bytes, double timeout_s,
+                                                     std::string& why) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   char name[kNameBytes] = {};
@@ -67,7 +70,17 @@ std::unique_ptr<SharedSegment> SharedSegment::create(MPI_Comm comm, size_t bytes
     }
     if (!data) name[0] = '\0';
   }
-  MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, comm);
+  // Bounded (setup_wait.h): a rank that never joins is named instead of holding the others.
+  const Status sent = bounded_bcast(comm, name, kNameBytes, 0, timeout_s, kDuring);
+  if (!sent.is_ok()) {
+    if (data) {  // rank 0: nobody maps it now
+      shm_unlink(name);
+      munmap(data, bytes);
+    }
+    why = sent.message;
+    return nullptr;
+  }
+  name[kNameBytes - 1] = '\0';
   if (rank != 0) {
     if (name[0] == '\0') {
       local_why = "rank 0 could not create it";
@@ -77,7 +90,7 @@ std::unique_ptr<SharedSegment> SharedSegment::create(MPI_Comm comm, size_t bytes
   }
   if (!data && local_why.empty()) local_why = "mapping failed";
   // Every rank has mapped (or failed) after this: the name can go.
-  const bool mapped_everywhere = every_rank_succeeded(comm, local_why, why);
+  const bool mapped_everywhere = every_rank_succeeded(comm, local_why, why, timeout_s, kDuring);
   if (rank == 0 && name[0] != '\0') shm_unlink(name);
   if (mapped_everywhere) return std::make_unique<SharedSegment>(Key(), data, bytes);
   if (data) munmap(data, bytes);

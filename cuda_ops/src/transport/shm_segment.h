@@ -16,8 +16,9 @@ class SharedSegment {
   // a full /dev/shm fails here rather than with SIGBUS later), every rank maps it, and the name is
   // unlinked once all have, so the memory goes with the last process that maps it. (A rank dying
   // during this call can leave the name behind.) Returns null on every rank if any rank failed,
-  // with the first failure in `why`.
-  static std::unique_ptr<SharedSegment> create(MPI_Comm comm, size_t bytes, std::string& why);
+  // with the first failure in `why`. Its exchanges are bounded by `timeout_s` (setup_wait.h): a
+  // rank that does not answer makes it fail, naming that rank in `why`.
+  static std::unique_ptr<SharedSegment> create(MPI_Comm comm, size_t bytes, double timeout_s, std::string& why);
 
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;

@@ -24,6 +24,7 @@
 #include "transport/mpi_context.h"
 #include "transport/open_mpi_params.h"
 #include "transport/ring_handshake.h"
+#include "transport/setup_wait.h"
 
 namespace relax {
 namespace {
@@ -188,22 +189,30 @@ bool is_loopback(uint32_t address) { return (ntohl(address) >> 24) == 127; }
 // The setup of one rank's two connections; returns "" or why it failed.
 class RingSetup {
  public:
-  RingSetup(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  RingSetup(MPI_Comm comm, int rank, int size, double timeout_s)
+      : comm_(comm), rank_(rank), size_(size), timeout_s_(timeout_s) {}
 
-  std::string run(SocketFd& to_right, SocketFd& from_left) {
-    // Every rank joins these collectives, failed or not, so the others never wait for it.
+  // Returns "" or why it failed; `stalled` is set when a peer did not answer an exchange (then
+  // the reason names it and no further exchange is tried).
+  std::string run(SocketFd& to_right, SocketFd& from_left, bool& stalled) {
+    // Every rank joins these exchanges, failed or not, so the others never wait for it; each is
+    // bounded by the peer timeout (setup_wait.h), so a rank that never joins is named.
+    stalled = false;
     const HostId mine_host = this_host();
     std::vector<HostId> hosts(static_cast<size_t>(size_));
-    MPI_Allgather(&mine_host, sizeof(HostId), MPI_BYTE, hosts.data(), sizeof(HostId), MPI_BYTE, comm_);
+    Status s = bounded_allgather(comm_, &mine_host, sizeof(HostId), hosts.data(), timeout_s_, kDuring);
+    if (!s.is_ok()) return failed_exchange(s, stalled);
     const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const HostId& h) { return h == mine_host; });
     Endpoint mine{};
     std::string why = listen_on(one_host, mine);
     std::vector<Endpoint> all(static_cast<size_t>(size_));
-    MPI_Allgather(&mine, sizeof(Endpoint), MPI_BYTE, all.data(), sizeof(Endpoint), MPI_BYTE, comm_);
+    s = bounded_allgather(comm_, &mine, sizeof(Endpoint), all.data(), timeout_s_, kDuring);
+    if (!s.is_ok()) return failed_exchange(s, stalled);
     // The key proves membership in this job (ring_handshake.h); it travels only over MPI.
     RingIdentity me{rank_, (rank_ + 1) % size_, (rank_ + size_ - 1) % size_, {}};
     if (rank_ == 0) random_bytes(me.key.data(), me.key.size());
-    MPI_Bcast(me.key.data(), static_cast<int>(me.key.size()), MPI_BYTE, 0, comm_);
+    s = bounded_bcast(comm_, me.key.data(), static_cast<int>(me.key.size()), 0, timeout_s_, kDuring);
+    if (!s.is_ok()) return failed_exchange(s, stalled);
     for (int r = 0; r < size_ && why.empty(); ++r) {  // a rank that cannot listen fails every rank at once
       if (all[static_cast<size_t>(r)].count <= 0) why = "rank " + std::to_string(r) + " could not listen on a TCP port";
     }
@@ -254,9 +263,17 @@ class RingSetup {
     return "";
   }
 
+  static constexpr const char* kDuring = "the TCP ring's set-up";
+
+  static std::string failed_exchange(const Status& s, bool& stalled) {
+    stalled = s.code == RELAX_ERR_STALLED;
+    return s.message;
+  }
+
   MPI_Comm comm_;
   int rank_;
   int size_;
+  double timeout_s_;
   std::vector<SocketFd> listeners_;
 };
 
@@ -280,12 +297,17 @@ std::unique_ptr<TcpRing> TcpRing::connect(MPI_Comm comm, double timeout_s, std::
   MPI_Comm_size(comm, &size);
   SocketFd to_right, from_left;
   std::string local_why;
+  bool stalled = false;
   try {  // nothing may escape before the agreement below: the other ranks wait in it
-    local_why = RingSetup(comm, rank, size).run(to_right, from_left);
+    local_why = RingSetup(comm, rank, size, timeout_s).run(to_right, from_left, stalled);
   } catch (const std::exception& e) {
     local_why = e.what();
   }
-  if (!every_rank_succeeded(comm, local_why, why)) return nullptr;
+  if (stalled) {  // a peer did not answer: no agreement can be reached with it
+    why = local_why;
+    return nullptr;
+  }
+  if (!every_rank_succeeded(comm, local_why, why, timeout_s, "the TCP ring's set-up")) return nullptr;
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
   auto ring = std::make_unique<TcpRing>(std::move(to_right), std::move(from_left), right, left, timeout_s);
   const std::vector<int> world = world_ranks_of(comm, {right, left});  // a process set's ranks are not the world's
