@@ -9,17 +9,14 @@ from pathlib import Path
 
 from relaxlib.errors import InvalidArgumentError, error_for
 
-ABI_VERSION = 15
+# The ABI this binding was written against (RELAX_ABI_VERSION): a core of another ABI is refused at
+# load. Every other constant of relax.h (status codes, dtypes, reduce ops, request kinds) is read
+# from the core (relax_abi_constants) as an attribute of this module without the RELAX_ prefix,
+# e.g. ``_core.REQ_ALLREDUCE``, ``_core.FLOAT32``, ``_core.OP_SUM``, ``_core.PENDING``.
+ABI_VERSION = 16
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
-PENDING = 11  # relax_wait_for: not complete yet
 WAIT_SLICE_MS = 50  # waits return to Python this often, so Ctrl-C and signal-based timeouts work
-
-# relax_dtype_t / relax_reduce_op_t / relax_request_type_t values
-FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8, INT8, BOOL = range(9)
-(REQ_ALLREDUCE, REQ_ALLGATHER, REQ_BROADCAST, REQ_REDUCESCATTER, REQ_ALLTOALL, REQ_BARRIER, REQ_JOIN,
- REQ_ADD_PROCESS_SET, REQ_REMOVE_PROCESS_SET, REQ_COMPRESSED_ALLREDUCE, REQ_NEIGHBOR_AVERAGE,
- REQ_GROUP_AVERAGE) = range(12)
 
 
 class CodecInfo(ctypes.Structure):
@@ -171,10 +168,11 @@ class RequestArgs(ctypes.Union):
 
 
 class Request(ctypes.Structure):
-    """relax_request_t: the base every kind has, and ``args``. A new Request is all zeros (ctypes
-    zero-fills it), so set the defaults that are not zero (e.g. prescale/postscale 1.0). Every
-    buffer travels with its capacity in bytes (``input_bytes``, ``output_bytes``, the ``*_bytes``
-    fields of the kinds' state buffers): the core refuses a buffer smaller than what it touches."""
+    """relax_request_t: the base every kind has, and ``args``. Start one with ``new_request(kind)``,
+    which has the core fill its kind's defaults (a bare Request is all zeros: no scaling would be
+    a scale of 0). Every buffer travels with its capacity in bytes (``input_bytes``,
+    ``output_bytes``, the ``*_bytes`` fields of the kinds' state buffers): the core refuses a
+    buffer smaller than what it touches."""
 
     _fields_ = [
         ("type", ctypes.c_int32),
@@ -240,6 +238,10 @@ _SIGNATURES = {
     "relax_version": ([], ctypes.c_char_p),
     "relax_abi_version": ([], ctypes.c_int),
     "relax_request_layout": ([], ctypes.c_char_p),
+    "relax_abi_constants": ([], ctypes.c_char_p),
+    "relax_request_init": ([ctypes.POINTER(Request), ctypes.c_int32], ctypes.c_int),
+    "relax_request_member_name": ([ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32],
+                                  ctypes.c_int),
     "relax_enqueue": ([ctypes.POINTER(Request), ALLOC_FN, DONE_FN, ctypes.c_void_p], ctypes.c_int64),
     "relax_reject": ([ctypes.POINTER(Request), ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p], ctypes.c_int),
     "relax_drive": ([ctypes.c_int64], ctypes.c_int),
@@ -288,6 +290,7 @@ _SIGNATURES = {
 }
 
 _lib: ctypes.CDLL | None = None
+_constants: dict[str, int] | None = None
 _lock = threading.Lock()
 
 
@@ -326,6 +329,53 @@ def _load() -> ctypes.CDLL:
     return handle
 
 
+def constants() -> dict[str, int]:
+    """The constants of relax.h as the core was compiled with them (relax_abi_constants), by name
+    without the ``RELAX_`` prefix: ``{"ABI_VERSION": 16, "OK": 0, ..., "REQ_GROUP_AVERAGE": 11}``."""
+    global _constants
+    if _constants is None:
+        values = {}
+        for line in lib().relax_abi_constants().decode().splitlines():
+            name, value = line.split()
+            values[name.removeprefix("RELAX_")] = int(value)
+        _constants = values
+    return _constants
+
+
+def __getattr__(name: str) -> int:
+    """A constant of relax.h read from the core (PEP 562), e.g. ``_core.REQ_ALLREDUCE``."""
+    if name.isupper():
+        value = constants().get(name)
+        if value is not None:
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def request_kinds() -> dict[str, int]:
+    """The request kinds of relax_request_type_t, by lower-case name: ``{"allreduce": 0, ...}``."""
+    return {name.removeprefix("REQ_").lower(): value for name, value in constants().items()
+            if name.startswith("REQ_")}
+
+
+def new_request(kind: int) -> Request:
+    """A Request of ``kind`` with its kind's defaults, filled by the core (relax_request_init)."""
+    request = Request()
+    check(lib().relax_request_init(ctypes.byref(request), kind))
+    return request
+
+
+def member_name(base: str, index: int, count: int) -> str:
+    """The name of member ``index`` of ``count`` requests submitted as one group under ``base``,
+    by the core's rule (relax_request_member_name), which every binding follows."""
+    core = lib()
+    length = core.relax_request_member_name(base.encode(), index, count, None, 0)
+    if length < 0:
+        raise_last_error()
+    out = ctypes.create_string_buffer(length + 1)
+    core.relax_request_member_name(base.encode(), index, count, out, length + 1)
+    return out.value.decode()
+
+
 def check(code: int) -> int:
     """Raises the matching RelaxError when a core call returned an error code."""
     if code != 0:
@@ -344,7 +394,7 @@ def reject(request_type: int, names: list[str], process_set: int, message: str) 
     submitting them, so the other members fail instead of waiting for it (relax_reject; best
     effort: this rank raises its own error regardless)."""
     encoded = [n.encode() for n in names]
-    requests = (Request * len(encoded))()
+    requests = (Request * len(encoded))()  # relax_reject reads only type, name and process_set
     for request, name in zip(requests, encoded):
         request.type, request.name, request.process_set = request_type, name, process_set
     lib().relax_reject(requests, len(encoded), InvalidArgumentError.code, message.encode())
@@ -370,5 +420,5 @@ def wait_interruptibly(handle: int, wait_for=None) -> int:
     wait_for = wait_for or lib().relax_wait_for
     while True:
         status = wait_for(handle, WAIT_SLICE_MS)
-        if status != PENDING:
+        if status != constants()["PENDING"]:
             return status

@@ -25,7 +25,9 @@ from relaxlib import _core
 from relaxlib.compression import codec_id
 from relaxlib.errors import error_for
 
-DTYPES = {"float32": _core.FLOAT32, "float64": _core.FLOAT64}
+# The dtypes of flat buffers, by numpy name: the relax_dtype_t constant's name (read from the core
+# when a request is built, so importing this module loads no library).
+DTYPES = {"float32": "FLOAT32", "float64": "FLOAT64"}
 
 
 @dataclass
@@ -78,7 +80,8 @@ class DirectHandle:
 
 
 def _request(kind: int, src: Buffer, dst: Buffer, name: str) -> tuple[_core.Request, tuple[Any, ...]]:
-    """The request's base (its ``args`` stay zero: the caller sets those of its kind)."""
+    """The request's base, its ``args`` at the kind's defaults (relax_request_init): the caller
+    sets those its caller chose."""
     if src.count != dst.count or src.dtype != dst.dtype:
         raise ValueError(f"{name}: input and output buffers differ ({src.count} {src.dtype} vs "
                          f"{dst.count} {dst.dtype})")
@@ -86,10 +89,9 @@ def _request(kind: int, src: Buffer, dst: Buffer, name: str) -> tuple[_core.Requ
         raise ValueError(f"{name}: dtype {src.dtype} is not supported; use one of {sorted(DTYPES)}")
     shape = (ctypes.c_int64 * 1)(src.count)
     encoded = name.encode()
-    request = _core.Request()
-    request.type = kind
+    request = _core.new_request(kind)
     request.name = encoded
-    request.dtype = DTYPES[src.dtype]
+    request.dtype = getattr(_core, DTYPES[src.dtype])
     request.ndim = 1
     request.shape = shape
     request.input = src.address
@@ -123,9 +125,9 @@ def _floats(buffer: Buffer | None) -> Any:
     return None if buffer is None else ctypes.cast(buffer.address, ctypes.POINTER(ctypes.c_float))
 
 
-def _set_reduce(args: _core.ReduceArgs, reduce_op: int) -> None:
-    args.reduce_op = reduce_op
-    args.prescale = args.postscale = 1.0
+def _reduce_op(average: bool) -> int:
+    """The relax_reduce_op_t of a mean (Average) or a sum (Sum)."""
+    return _core.OP_AVERAGE if average else _core.OP_SUM
 
 
 def _submit(request: _core.Request, name: str, keepalive: tuple[Any, ...], result: Any, alloc: Any = None,
@@ -151,7 +153,7 @@ def neighbor_average_async(src: Buffer, dst: Buffer, name: str, peers: Sequence[
     args.npeers = len(peers)
     args.peers = peer_array
     args.weights = weight_array
-    args.self_weight = self_weight  # without a codec the other arguments stay zero (ctypes zeroes them)
+    args.self_weight = self_weight  # without a codec the other arguments keep their defaults (zero)
     if codec is not None:
         if estimate_self is None or (peers and estimate_peers is None):
             raise ValueError(f"{name}: a compressed neighbour average needs the estimate buffers")
@@ -201,7 +203,7 @@ def flat_allreduce_async(src: Buffer, dst: Buffer, name: str, average: bool = Tr
     context)."""
     request, hold = _request(_core.REQ_ALLREDUCE, src, dst, name)
     request.process_set = process_set
-    _set_reduce(request.args.allreduce, 0 if average else 1)  # relax_reduce_op_t: Average, Sum
+    request.args.allreduce.reduce_op = _reduce_op(average)  # no scaling: the defaults
     return _submit(request, name, hold + keepalive, result)
 
 
@@ -228,7 +230,7 @@ def flat_reducescatter_async(src: Buffer | Sequence[Buffer], dst: Buffer, name: 
     request, hold = _request(_core.REQ_REDUCESCATTER, src, src, name)
     request.output, request.output_bytes = dst.address, dst.nbytes
     args = request.args.reducescatter
-    _set_reduce(args.reduce, 0 if average else 1)  # relax_reduce_op_t: Average, Sum; no recv_counts: even split
+    args.reduce.reduce_op = _reduce_op(average)  # no scaling, no recv_counts (an even split): the defaults
     if pieces is not None:
         args.inputs = pieces
     return _submit(request, name, hold + held + keepalive, result)
@@ -307,7 +309,7 @@ def flat_compressed_allreduce_async(src: Buffer | Sequence[Buffer], dst: Buffer,
     request, hold = _request(_core.REQ_COMPRESSED_ALLREDUCE, src, dst, name)
     request.process_set = process_set
     args = request.args.compressed_allreduce
-    args.reduce_op = 0 if average else 1  # relax_reduce_op_t: Average, Sum
+    args.reduce_op = _reduce_op(average)
     args.codec = codec_id(codec)
     args.prescale = prescale
     if pieces is not None:

@@ -10,6 +10,7 @@ the other lacks.
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from relaxlib import _core
+from relaxlib.errors import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,13 +72,11 @@ def test_the_args_union_holds_one_struct_per_kind():
     """Each member of the union mirror is the struct the header names for that kind, at offset 0."""
     union = _core.RequestArgs
     by_class = {mirror: name for name, mirror in _core.REQUEST_LAYOUT_STRUCTS.items()}
-    expected = {
-        "allreduce": "relax_reduce_args_t", "broadcast": "relax_broadcast_args_t",
-        "reducescatter": "relax_reducescatter_args_t", "alltoall": "relax_alltoall_args_t",
-        "add_process_set": "relax_add_process_set_args_t", "remove_process_set": "relax_remove_process_set_args_t",
-        "compressed_allreduce": "relax_compressed_allreduce_args_t",
-        "neighbor_average": "relax_neighbor_average_args_t", "group_average": "relax_group_average_args_t",
-    }
+    # the union as relax.h declares it: "relax_<kind>_args_t <member>;" lines
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    body = re.search(r"union\s*\{(.*?)\}\s*args;", text, flags=re.S).group(1)
+    expected = {member: struct for struct, member in re.findall(r"(relax_\w+_t)\s+(\w+);", body)}
+    assert len(expected) >= 9, "the header parse found too few union members"
     assert {name: by_class[kind] for name, kind in union._fields_} == expected
     assert all(getattr(union, name).offset == 0 for name, _ in union._fields_)
     assert ctypes.sizeof(union) == max(ctypes.sizeof(kind) for _, kind in union._fields_)
@@ -124,4 +124,66 @@ def test_every_lent_buffer_travels_with_its_capacity():
     for struct, buffers in LENT_BUFFERS.items():
         for buffer in buffers:
             assert core[struct][f"{buffer}_bytes"][1] == 8, f"{struct}.{buffer}_bytes"
-    assert _core.lib().relax_abi_version() == _core.ABI_VERSION == 15
+    assert _core.lib().relax_abi_version() == _core.ABI_VERSION == header_constants()["ABI_VERSION"]
+
+
+HEADER = ROOT / "cuda_ops" / "include" / "relax" / "relax.h"
+
+
+def header_constants() -> dict[str, int]:
+    """RELAX_ABI_VERSION and every enumerator of relax.h's enums (each with an explicit value),
+    read from the header's text, by name without the RELAX_ prefix, in declaration order."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    constants = {"ABI_VERSION": int(re.search(r"#define RELAX_ABI_VERSION (\d+)", text).group(1))}
+    for body in re.findall(r"typedef enum\s*\{(.*?)\}", text, flags=re.S):
+        entries = [entry.strip() for entry in body.split(",") if entry.strip()]
+        for entry in entries:
+            match = re.fullmatch(r"RELAX_(\w+)\s*=\s*(-?\d+)", entry)
+            assert match, f"relax.h enumerator without an explicit value: {entry!r}"
+            constants[match.group(1)] = int(match.group(2))
+    return constants
+
+
+def test_the_core_reports_every_constant_of_the_header():
+    """relax_abi_constants() lists the header's constants with the header's values, in its order:
+    an enumerator added to relax.h but not to the core's list (api/abi_constants.cc) fails here."""
+    header = header_constants()
+    assert len(header) > 40, "the header parse found too few constants"
+    assert list(_core.constants().items()) == list(header.items())
+
+
+def test_the_binding_reads_every_constant_from_the_core():
+    """Every constant of relax.h is an attribute of relaxlib._core with the header's value (the
+    hand-kept copies lacked INT16 and UINT16), and the binding expects the header's ABI."""
+    header = header_constants()
+    for name, value in header.items():
+        assert getattr(_core, name) == value, name
+    assert _core.ABI_VERSION == header["ABI_VERSION"] == _core.lib().relax_abi_version()
+    kinds = {name.removeprefix("REQ_").lower(): value for name, value in header.items() if name.startswith("REQ_")}
+    assert _core.request_kinds() == kinds and len(kinds) == 12
+    with pytest.raises(AttributeError):
+        _core.REQ_NO_SUCH_KIND  # noqa: B018
+
+
+def test_new_requests_carry_the_core_defaults():
+    """_core.new_request starts a request as the C++ bindings do (relax_request_init): no
+    scaling for the reductions and the compressed all-reduce, zero elsewhere."""
+    allreduce = _core.new_request(_core.REQ_ALLREDUCE)
+    assert allreduce.type == _core.REQ_ALLREDUCE
+    assert (allreduce.args.allreduce.reduce_op, allreduce.args.allreduce.prescale,
+            allreduce.args.allreduce.postscale) == (_core.OP_AVERAGE, 1.0, 1.0)
+    scatter = _core.new_request(_core.REQ_REDUCESCATTER).args.reducescatter
+    assert (scatter.reduce.prescale, scatter.reduce.postscale, scatter.ncounts) == (1.0, 1.0, 0)
+    compressed = _core.new_request(_core.REQ_COMPRESSED_ALLREDUCE).args.compressed_allreduce
+    assert (compressed.prescale, compressed.reduce_op, compressed.codec) == (1.0, _core.OP_AVERAGE, 0)
+    group = _core.new_request(_core.REQ_GROUP_AVERAGE)
+    assert bytes(group.args) == bytes(ctypes.sizeof(group.args))
+    with pytest.raises(InvalidArgumentError, match="unknown request type 99"):
+        _core.new_request(99)
+
+
+def test_grouped_members_are_named_by_the_core():
+    """One rule for every binding: "<base>.<index>of<count>"."""
+    assert [_core.member_name("grads", i, 3) for i in range(3)] == ["grads.0of3", "grads.1of3", "grads.2of3"]
+    with pytest.raises(InvalidArgumentError, match="index 3, count 3"):
+        _core.member_name("grads", 3, 3)

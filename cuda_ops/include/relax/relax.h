@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 15
+#define RELAX_ABI_VERSION 16
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -307,6 +307,28 @@ RELAX_API int relax_abi_version(void);
  * "<struct>.<field> <offset> <size>\n" (e.g. "relax_request_t.args 56 64"), first a line
  * "<struct> 0 <sizeof>" per struct. */
 RELAX_API const char* relax_request_layout(void);
+/* This header's constants as compiled into the core, one per line, "<NAME> <value>\n":
+ * RELAX_ABI_VERSION, then every enumerator of relax_status_t, relax_dtype_t, relax_reduce_op_t and
+ * relax_request_type_t in declaration order, for bindings that cannot include this header
+ * (Python's ctypes reads its constants here instead of copying the numbers). */
+RELAX_API const char* relax_abi_constants(void);
+
+/* ---- building requests (relax/request_builder.h wraps these for C++ bindings) ---- */
+/* Starts a request of `type`: every field zero except the defaults of its kind, which live here
+ * only: reduce_op Average with prescale and postscale 1.0 for allreduce and reducescatter
+ * (args.reducescatter.reduce), reduce_op Average and prescale 1.0 for compressed_allreduce. A
+ * binding then sets the name, the tensor and what its caller chose. A NULL request or an
+ * unknown type is refused (RELAX_ERR_INVALID_ARGUMENT; *request is then all zeros). */
+RELAX_API int relax_request_init(relax_request_t* request, int32_t type);
+/* The name of member `index` (from 0) of `count` requests submitted as one group under the name
+ * `base` (grouped allreduce, allgather, reducescatter): "<base>.<index>of<count>", the count
+ * keeping groups of different sizes apart and members clear of a request named "<base>.<index>".
+ * Writes at most `capacity` bytes, terminating NUL included (`out` may be NULL when capacity is 0),
+ * and returns the full name's length as snprintf does (>= capacity: cut short), or -1 with
+ * RELAX_ERR_INVALID_ARGUMENT for a NULL base, a count < 1, an index outside [0, count) or a
+ * negative capacity. */
+RELAX_API int relax_request_member_name(const char* base, int32_t index, int32_t count, char* out,
+                                        int32_t capacity);
 
 /* ---- requests ---- */
 /* Returns a handle > 0, or 0 on a local error (relax_last_error() says why). */

@@ -1,6 +1,8 @@
-// relax_request_layout(): the offsets and sizes of relax_request_t and its argument structs as
-// this compiler laid them out, so that bindings mirroring the struct (Python's ctypes) can
-// check themselves against the core in their tests.
+// What relax.h compiled to, for bindings that mirror it instead of including it (Python's
+// ctypes): relax_request_layout(), the offsets and sizes of relax_request_t and its argument
+// structs as this compiler laid them out, which the bindings check themselves against in their
+// tests; and relax_abi_constants(), the header's constants, which they read instead of copying
+// numbers that drift (tests/test_request_layout.py checks the list against the header's text).
 #include <cstddef>
 #include <sstream>
 #include <string>
@@ -90,9 +92,69 @@ std::string describe_layout() {
 #undef RELAX_FIELD
 #undef RELAX_STRUCT
 
+#define RELAX_CONSTANT(name) os << #name " " << static_cast<long long>(name) << '\n'
+
+std::string describe_constants() {
+  std::ostringstream os;
+  RELAX_CONSTANT(RELAX_ABI_VERSION);
+  // relax_status_t
+  RELAX_CONSTANT(RELAX_OK);
+  RELAX_CONSTANT(RELAX_ERR_NOT_INITIALIZED);
+  RELAX_CONSTANT(RELAX_ERR_INVALID_ARGUMENT);
+  RELAX_CONSTANT(RELAX_ERR_MISMATCH);
+  RELAX_CONSTANT(RELAX_ERR_SHUTDOWN);
+  RELAX_CONSTANT(RELAX_ERR_STALLED);
+  RELAX_CONSTANT(RELAX_ERR_DUPLICATE_NAME);
+  RELAX_CONSTANT(RELAX_ERR_MPI);
+  RELAX_CONSTANT(RELAX_ERR_INTERNAL);
+  RELAX_CONSTANT(RELAX_ERR_UNKNOWN_HANDLE);
+  RELAX_CONSTANT(RELAX_ERR_PROCESS_SET);
+  RELAX_CONSTANT(RELAX_PENDING);
+  // relax_dtype_t
+  RELAX_CONSTANT(RELAX_FLOAT32);
+  RELAX_CONSTANT(RELAX_FLOAT64);
+  RELAX_CONSTANT(RELAX_FLOAT16);
+  RELAX_CONSTANT(RELAX_BFLOAT16);
+  RELAX_CONSTANT(RELAX_INT32);
+  RELAX_CONSTANT(RELAX_INT64);
+  RELAX_CONSTANT(RELAX_UINT8);
+  RELAX_CONSTANT(RELAX_INT8);
+  RELAX_CONSTANT(RELAX_BOOL);
+  RELAX_CONSTANT(RELAX_INT16);
+  RELAX_CONSTANT(RELAX_UINT16);
+  // relax_reduce_op_t
+  RELAX_CONSTANT(RELAX_OP_AVERAGE);
+  RELAX_CONSTANT(RELAX_OP_SUM);
+  RELAX_CONSTANT(RELAX_OP_ADASUM);
+  RELAX_CONSTANT(RELAX_OP_MIN);
+  RELAX_CONSTANT(RELAX_OP_MAX);
+  RELAX_CONSTANT(RELAX_OP_PRODUCT);
+  // relax_request_type_t
+  RELAX_CONSTANT(RELAX_REQ_ALLREDUCE);
+  RELAX_CONSTANT(RELAX_REQ_ALLGATHER);
+  RELAX_CONSTANT(RELAX_REQ_BROADCAST);
+  RELAX_CONSTANT(RELAX_REQ_REDUCESCATTER);
+  RELAX_CONSTANT(RELAX_REQ_ALLTOALL);
+  RELAX_CONSTANT(RELAX_REQ_BARRIER);
+  RELAX_CONSTANT(RELAX_REQ_JOIN);
+  RELAX_CONSTANT(RELAX_REQ_ADD_PROCESS_SET);
+  RELAX_CONSTANT(RELAX_REQ_REMOVE_PROCESS_SET);
+  RELAX_CONSTANT(RELAX_REQ_COMPRESSED_ALLREDUCE);
+  RELAX_CONSTANT(RELAX_REQ_NEIGHBOR_AVERAGE);
+  RELAX_CONSTANT(RELAX_REQ_GROUP_AVERAGE);
+  return os.str();
+}
+
+#undef RELAX_CONSTANT
+
 }  // namespace
 
 const char* relax_request_layout(void) {
   static const std::string layout = describe_layout();
   return layout.c_str();
+}
+
+const char* relax_abi_constants(void) {
+  static const std::string constants = describe_constants();
+  return constants.c_str();
 }
