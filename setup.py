@@ -22,6 +22,7 @@ VERSION = "0.1.0"
 CORE_SOURCES = sorted((ROOT / "cuda_ops" / "src").rglob("*.cc"))
 CORE_HEADERS = sorted((ROOT / "cuda_ops").rglob("*.h"))
 CORE_INCLUDE = ROOT / "cuda_ops" / "include"
+CORE_PUBLIC_HEADERS = sorted((CORE_INCLUDE / "relax").glob("*.h"))  # relax.h and the bindings' request builder
 TF_DIR = ROOT / "relaxlib_tf" / "csrc"
 TF_SOURCES = sorted(TF_DIR.glob("*.cc"))
 
@@ -119,7 +120,7 @@ def build_tf_ops(core_dir: Path, info: dict, build_dir: Path) -> Path:
     cxx = os.environ.get("CXX", "g++")
     target = build_dir / "_ops.so"
     stamp = build_dir / "tf_version.txt"  # the TF version the cached library was compiled against
-    inputs = [*TF_SOURCES, *TF_DIR.glob("*.h"), CORE_INCLUDE / "relax" / "relax.h"]
+    inputs = [*TF_SOURCES, *TF_DIR.glob("*.h"), *CORE_PUBLIC_HEADERS]
     newest_input = max(path.stat().st_mtime for path in inputs)
     if (target.exists() and target.stat().st_mtime >= newest_input and stamp.exists()
             and stamp.read_text().strip() == info["version"]):
@@ -158,9 +159,8 @@ def torch_extension() -> list[Extension]:
         return []
     return [CppExtension(
         "relaxlib_torch._ops",
-        ["relaxlib_torch/csrc/ops.cc", "relaxlib_torch/csrc/output_cache.cc", "relaxlib_torch/csrc/python_bindings.cc"],
-        depends=["relaxlib_torch/csrc/sync_ops.h", "relaxlib_torch/csrc/output_cache.h",
-                 str(CORE_INCLUDE / "relax" / "relax.h")],
+        sorted(str(path.relative_to(ROOT)) for path in (ROOT / "relaxlib_torch" / "csrc").glob("*.cc")),
+        depends=[*map(str, (ROOT / "relaxlib_torch" / "csrc").glob("*.h")), *map(str, CORE_PUBLIC_HEADERS)],
         include_dirs=[str(CORE_INCLUDE)],
         libraries=["relax_core"],
         # -g0: Python's CFLAGS carry -g, and debug info for torch's and pybind11's templates doubled the

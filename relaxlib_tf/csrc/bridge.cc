@@ -2,7 +2,6 @@
 #include "bridge.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "interrupts.h"
@@ -43,12 +42,8 @@ Status LastError() {
 }
 
 void AnnounceRejection(int32_t type, const std::vector<std::string>& names, int32_t process_set, const Status& why) {
-  std::vector<relax_request_t> skeletons;
-  skeletons.reserve(names.size());
-  for (const std::string& name : names) skeletons.push_back(EmptyRequest(type, name, process_set));
-  const std::string message(why.message());
-  (void)relax_reject(skeletons.data(), static_cast<int32_t>(skeletons.size()), RELAX_ERR_INVALID_ARGUMENT,
-                     message.c_str());  // best effort: this rank fails with `why` regardless
+  // best effort: this rank fails with `why` regardless
+  (void)relax::announce_rejection(type, names, process_set, std::string(why.message()));
 }
 
 Status Invalid(const std::string& message) {
@@ -209,43 +204,14 @@ void Submit(std::unique_ptr<Call> call, std::vector<relax_request_t>& requests, 
   }
 }
 
-static void DefaultReduceArgs(relax_reduce_args_t* a) {
-  a->reduce_op = RELAX_OP_AVERAGE;
-  a->prescale = 1.0;
-  a->postscale = 1.0;
-}
-
-relax_request_t EmptyRequest(int32_t type, const std::string& name, int32_t process_set) {
-  relax_request_t r;
-  std::memset(&r, 0, sizeof r);  // `relax_request_t{}` only guarantees the union's first member
-  r.type = type;
-  r.name = name.c_str();
-  r.process_set = process_set;
-  if (type == RELAX_REQ_ALLREDUCE) DefaultReduceArgs(&r.args.allreduce);  // the rest stays zero
-  if (type == RELAX_REQ_REDUCESCATTER) DefaultReduceArgs(&r.args.reducescatter.reduce);
-  return r;
-}
-
-relax_reduce_args_t* ReduceArgs(relax_request_t* r) {
-  switch (r->type) {
-    case RELAX_REQ_ALLREDUCE: return &r->args.allreduce;
-    case RELAX_REQ_REDUCESCATTER: return &r->args.reducescatter.reduce;
-    default: return nullptr;
-  }
-}
-
-Status MakeRequest(int32_t type, Part& p, const std::string& name, int32_t process_set, relax_request_t* r) {
-  *r = EmptyRequest(type, name, process_set);
-  if (!p.input.IsInitialized()) return Status();
-  if (!ToRelaxDtype(p.input.dtype(), &r->dtype)) {
+Status SetInput(Part& p, const std::string& name, relax::RequestBuilder& r) {
+  int32_t dtype = 0;
+  if (!ToRelaxDtype(p.input.dtype(), &dtype)) {
     return Invalid("'" + name + "': unsupported data type " + tensorflow::DataTypeString(p.input.dtype()));
   }
   p.shape.clear();
   for (int64_t d : p.input.shape().dim_sizes()) p.shape.push_back(d);
-  r->ndim = static_cast<int32_t>(p.shape.size());
-  r->shape = p.shape.empty() ? nullptr : p.shape.data();
-  r->input = DataPtr(p.input);
-  r->input_bytes = Capacity(p.input);
+  r.tensor(dtype, static_cast<int32_t>(p.shape.size()), p.shape.data(), DataPtr(p.input), Capacity(p.input));
   return Status();
 }
 

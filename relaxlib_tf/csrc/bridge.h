@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "relax/relax.h"
+#include "relax/request_builder.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -111,12 +112,8 @@ std::unique_ptr<Call> NewCall(OpKernelContext* ctx, AsyncOpKernel::DoneCallback 
 // Submits the call's requests (one, or an atomic group) and returns at once; the callbacks own
 // the call from then on. On a local error the op fails immediately.
 void Submit(std::unique_ptr<Call> call, std::vector<relax_request_t>& requests, bool allocating);
-// A request with no tensor whose arguments (those of `type`) all hold their defaults: no scaling,
-// no splits or counts. The name must outlive the request.
-relax_request_t EmptyRequest(int32_t type, const std::string& name, int32_t process_set);
-// The reduction arguments of an allreduce or reducescatter request (nullptr for other kinds).
-relax_reduce_args_t* ReduceArgs(relax_request_t* r);
-// A request for `p.input` (or none: barrier, join), its arguments set as EmptyRequest sets them.
-Status MakeRequest(int32_t type, Part& p, const std::string& name, int32_t process_set, relax_request_t* r);
+// Sets `p.input` as the request's tensor (dtype, shape, buffer); the request is built with
+// relax/request_builder.h, which starts it with its kind's defaults. `name` is for the error.
+Status SetInput(Part& p, const std::string& name, relax::RequestBuilder& r);
 
 }  // namespace relaxlib_tf

@@ -26,14 +26,7 @@ struct ReduceAttrs {
   }
 
   // Into args.allreduce or args.reducescatter.reduce, as the request's type says.
-  Status Apply(relax_request_t& r) const {
-    relax_reduce_args_t* a = ReduceArgs(&r);
-    if (a == nullptr) return Invalid("internal error: request type " + std::to_string(r.type) + " has no reduction");
-    a->reduce_op = reduce_op;
-    a->prescale = prescale;
-    a->postscale = postscale;
-    return Status();
-  }
+  void Apply(relax::RequestBuilder& r) const { r.reduce(reduce_op, prescale, postscale); }
 };
 
 class CollectiveKernel : public AsyncOpKernel {
@@ -85,18 +78,16 @@ class TensorsOp : public CollectiveKernel {
     for (int i = 0; i < n; ++i) {
       Part& p = call->parts[static_cast<size_t>(i)];
       p.input = ctx->input(i);
-      relax_request_t& r = requests[static_cast<size_t>(i)];
-      RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(type_, p, names[static_cast<size_t>(i)], process_set_, &r),
-                                  call->done, type_, names, process_set_);
+      const std::string& name = names[static_cast<size_t>(i)];
+      relax::RequestBuilder r(type_, name.c_str(), process_set_);
+      RELAX_REJECT_IF_ERROR_ASYNC(ctx, SetInput(p, name, r), call->done, type_, names, process_set_);
       if (!allocating) {
         p.output = *outputs[static_cast<size_t>(i)];
-        r.output = DataPtr(p.output);
-        r.output_bytes = Capacity(p.output);
+        r.output(DataPtr(p.output), Capacity(p.output));
       }
-      if (attrs_) {
-        RELAX_REJECT_IF_ERROR_ASYNC(ctx, attrs_->Apply(r), call->done, type_, names, process_set_);
-      }
-      if (type_ == RELAX_REQ_BROADCAST) r.args.broadcast.root_rank = root_rank_;
+      if (attrs_) attrs_->Apply(r);
+      if (type_ == RELAX_REQ_BROADCAST) r.root(root_rank_);
+      requests[static_cast<size_t>(i)] = r.get();
     }
     Submit(std::move(call), requests, allocating);
   }
@@ -152,11 +143,11 @@ class AlltoallOp : public CollectiveKernel {
       if (n > 0) relax_handle_received_splits(handle, out->flat<int64_t>().data(), n);
       return Status();
     };
-    std::vector<relax_request_t> requests(1);
-    RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(RELAX_REQ_ALLTOALL, p, name, process_set_, &requests[0]), call->done,
-                                RELAX_REQ_ALLTOALL, {name}, process_set_);
-    requests[0].args.alltoall.nsplits = static_cast<int32_t>(splits.NumElements());
-    requests[0].args.alltoall.splits = splits.NumElements() > 0 ? splits.flat<int64_t>().data() : nullptr;
+    relax::RequestBuilder r(RELAX_REQ_ALLTOALL, name.c_str(), process_set_);
+    RELAX_REJECT_IF_ERROR_ASYNC(ctx, SetInput(p, name, r), call->done, RELAX_REQ_ALLTOALL, {name}, process_set_);
+    r.splits(static_cast<int32_t>(splits.NumElements()),
+             splits.NumElements() > 0 ? splits.flat<int64_t>().data() : nullptr);
+    std::vector<relax_request_t> requests{r.get()};
     Submit(std::move(call), requests, true);
   }
 };
@@ -202,32 +193,23 @@ class DirectAverageOp : public AsyncOpKernel {
     p.input = ctx->input(0);
     p.output = *out[0];
     for (int i = 1; i < outputs; ++i) p.extra.push_back(*out[static_cast<size_t>(i)]);
-    std::vector<relax_request_t> requests(1);
-    relax_request_t& r = requests[0];
-    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(type_, p, name, 0, &r), call->done);
-    r.output = DataPtr(p.output);
-    r.output_bytes = Capacity(p.output);
+    relax::RequestBuilder r(type_, name.c_str(), 0);
+    RELAX_REQUIRES_OK_ASYNC(ctx, SetInput(p, name, r), call->done);
+    r.output(DataPtr(p.output), Capacity(p.output));
     const auto* rank_data = static_cast<const int32_t*>(DataPtr(ranks));
     const auto* weight_data = static_cast<const double*>(DataPtr(weights));
     const int32_t count = static_cast<int32_t>(ranks.NumElements());
     if (neighbors) {
-      relax_neighbor_average_args_t& a = r.args.neighbor_average;
-      a.npeers = count;
-      a.peers = rank_data;
-      a.weights = weight_data;
-      a.self_weight = ctx->input(3).scalar<double>()();
-      a.codec = codec_;
-      a.consensus_step = consensus_step_;
-      a.estimate_self = codec_ && p.extra[0].NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr;
-      a.estimate_peers = codec_ && p.extra[1].NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr;
-      a.estimate_self_bytes = Capacity(p.extra[0]);
-      a.estimate_peers_bytes = Capacity(p.extra[1]);
+      auto estimate = [&](const Tensor& t) {
+        return codec_ && t.NumElements() > 0 ? static_cast<float*>(DataPtr(t)) : nullptr;
+      };
+      r.neighbors(count, rank_data, weight_data, ctx->input(3).scalar<double>()())
+          .choco(codec_, consensus_step_, estimate(p.extra[0]), Capacity(p.extra[0]), estimate(p.extra[1]),
+                 Capacity(p.extra[1]));
     } else {
-      relax_group_average_args_t& a = r.args.group_average;
-      a.nmembers = count;
-      a.members = rank_data;
-      a.weights = weight_data;
+      r.group(count, rank_data, weight_data);
     }
+    std::vector<relax_request_t> requests{r.get()};
     Submit(std::move(call), requests, false);
   }
 
@@ -283,20 +265,15 @@ class CompressedAllreduceOp : public CollectiveKernel {
     p.input = input;
     p.output = *outputs[0];
     p.extra = {*outputs[1], *outputs[2]};
-    std::vector<relax_request_t> requests(1);
-    relax_request_t& r = requests[0];
-    RELAX_REJECT_IF_ERROR_ASYNC(ctx, MakeRequest(type, p, names[0], process_set_, &r), call->done, type, names,
-                                process_set_);
-    r.output = DataPtr(p.output);
-    r.output_bytes = Capacity(p.output);
-    relax_compressed_allreduce_args_t& args = r.args.compressed_allreduce;
-    args.reduce_op = reduce_op_;
-    args.codec = codec_;
-    args.prescale = 1.0;
-    args.worker_error = feedback ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr;
-    args.owner_error = feedback && owner.NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr;
-    args.worker_error_bytes = Capacity(p.extra[0]);
-    args.owner_error_bytes = Capacity(p.extra[1]);  // the core knows the set's chunk and checks it
+    relax::RequestBuilder r(type, names[0].c_str(), process_set_);
+    RELAX_REJECT_IF_ERROR_ASYNC(ctx, SetInput(p, names[0], r), call->done, type, names, process_set_);
+    // The op has no input scale: relax_request_init's default (none) stays.
+    r.output(DataPtr(p.output), Capacity(p.output))
+        .compressed(codec_, reduce_op_)
+        .error_feedback(feedback ? static_cast<float*>(DataPtr(p.extra[0])) : nullptr, Capacity(p.extra[0]),
+                        feedback && owner.NumElements() > 0 ? static_cast<float*>(DataPtr(p.extra[1])) : nullptr,
+                        Capacity(p.extra[1]));  // the core knows the set's chunk and checks the owner's
+    std::vector<relax_request_t> requests{r.get()};
     Submit(std::move(call), requests, false);
   }
 
@@ -314,9 +291,7 @@ class BarrierOp : public CollectiveKernel {
     std::string name;
     RELAX_REQUIRES_OK_ASYNC(ctx, ScalarString(ctx->input(0), "barrier: tensor_name", &name), done);
     auto call = NewCall(ctx, std::move(done), 1);
-    std::vector<relax_request_t> requests(1);
-    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(RELAX_REQ_BARRIER, call->parts[0], name, process_set_, &requests[0]),
-                            call->done);
+    std::vector<relax_request_t> requests{relax::RequestBuilder(RELAX_REQ_BARRIER, name.c_str(), process_set_).get()};
     Submit(std::move(call), requests, false);
   }
 };
@@ -337,8 +312,7 @@ class JoinOp : public CollectiveKernel {
       part.output.scalar<int32_t>()() = static_cast<int32_t>(relax_handle_result(handle));
       return Status();
     };
-    std::vector<relax_request_t> requests(1);
-    RELAX_REQUIRES_OK_ASYNC(ctx, MakeRequest(RELAX_REQ_JOIN, call->parts[0], name, 0, &requests[0]), call->done);
+    std::vector<relax_request_t> requests{relax::RequestBuilder(RELAX_REQ_JOIN, name.c_str(), 0).get()};
     Submit(std::move(call), requests, false);
   }
 };
