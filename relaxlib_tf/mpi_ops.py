@@ -76,9 +76,9 @@ def _name(kind: str, name: str | None, process_set: object = 0) -> tf.Tensor:
 
 
 def _names(kind: str, name: str | None, count: int, process_set: object = 0) -> tf.Tensor:
-    """Names of a grouped request's members."""
+    """Names of a grouped request's members, by the core's rule (as every binding names them)."""
     base = _auto_name(kind, name, process_set)
-    return tf.constant([f"{base}.{i}" for i in range(count)], dtype=tf.string)
+    return tf.constant([_core.member_name(base, i, count) for i in range(count)], dtype=tf.string)
 
 
 def _set_id(process_set: ProcessSet) -> int:
