@@ -21,6 +21,7 @@ from relaxlib_tf.compression import Compression
 from relaxlib_tf.context import KerasContext
 from relaxlib_tf.gradient_tape import GradientReducer, check_algorithm, runs_in_keras
 from relaxlib_tf.graph_context import KerasGraphContext, runs_in_graph
+from relaxlib_tf.keras.modes import Binding, FitPath
 
 
 class _DistributedMixin:
@@ -28,6 +29,8 @@ class _DistributedMixin:
 
     _relax_reducer: GradientReducer
     _relax_passes: int
+    _relax_bound: Binding | None
+    _relax_in_fit: FitPath | None
 
     def apply(self, grads, trainable_variables=None):
         """Averages ``grads`` over ranks, then applies them (every ``backward_passes_per_step``-th
@@ -96,18 +99,18 @@ class _DistributedMixin:
         if not self.built:
             self.build(variables)
         if tf.executing_eagerly():  # with the context the algorithm was set up with (its state lives there)
-            self._relax_algorithm_step(grads, variables, in_graph=self._relax_bound == "graph")
+            self._relax_algorithm_step(grads, variables, in_graph=self._relax_bound is Binding.GRAPH)
             return
-        if self._relax_bound == "graph" or (self._relax_bound is None and runs_in_graph(
+        if self._relax_bound is Binding.GRAPH or (self._relax_bound is None and runs_in_graph(
                 self._relax_algorithm, self._relax_contexts(variables)[1])):  # traced as TF ops into the step
-            self._relax_in_fit = "graph"
+            self._relax_in_fit = FitPath.GRAPH
             self._relax_algorithm_step(grads, variables, in_graph=True)
             return
         if self._relax_algorithm.splits_around_update(self._relax_contexts(variables)[0]):
-            self._relax_in_fit = "split"
+            self._relax_in_fit = FitPath.SPLIT
             self._relax_split_step(grads, variables)
             return
-        self._relax_in_fit = "py_function"
+        self._relax_in_fit = FitPath.PY_FUNCTION
         # Other algorithms work on host arrays in Python: inside tf.function (model.fit) they run
         # as a py_function, which executes eagerly in program order with the rest of the step.
         missing = [g is None for g in grads]
@@ -129,7 +132,7 @@ class _DistributedMixin:
         def before() -> int:
             if self._relax_bound is None:
                 self._relax_algorithm.setup(host)
-                self._relax_bound = "host"
+                self._relax_bound = Binding.HOST
             self._relax_algorithm.before_update(host)
             return 0
 
@@ -162,7 +165,7 @@ class _DistributedMixin:
             grads = [None if g is None else np.asarray(g) for g in grads]
         if self._relax_bound is None:
             self._relax_algorithm.setup(ctx)
-            self._relax_bound = "graph" if in_graph else "host"
+            self._relax_bound = Binding.GRAPH if in_graph else Binding.HOST
         ctx.set_gradients(grads)
         step_or_abandon(self._relax_algorithm, ctx)  # (skip a bad batch)
         if not ctx.applied:  # the algorithm updated the variables itself: count the step as Keras would
@@ -185,7 +188,7 @@ class _DistributedMixin:
 
     def _relax_bound_context(self):
         """The context the algorithm was set up with (its state lives there)."""
-        return self._relax_graph_context if self._relax_bound == "graph" else self._relax_context
+        return self._relax_graph_context if self._relax_bound is Binding.GRAPH else self._relax_context
 
     def _relax_accumulate(self, grads, variables) -> None:
         if getattr(self, "_relax_accumulators", None) is None:
@@ -255,7 +258,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._relax_algorithm = relaxation
     wrapped._relax_context = None
     wrapped._relax_graph_context = None
-    wrapped._relax_bound = None  # the context the algorithm was set up with: "host" or "graph"
-    wrapped._relax_in_fit = None  # how the last traced step runs it: "graph", "split" or "py_function"
+    wrapped._relax_bound = None  # the context the algorithm was set up with
+    wrapped._relax_in_fit = None  # how the last traced step runs it
     wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped
