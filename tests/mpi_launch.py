@@ -55,6 +55,17 @@ def mpirun_prefix(np: int, extra_args: list[str] | None = None) -> list[str]:
     return mpirun_argv(np, oversubscribe=True, extra_args=extra_args or [])
 
 
+def rank_output_files(out_dir: Path, rank: int) -> list[Path]:
+    """The files ``mpirun --output-filename <out_dir>/rank`` wrote for ``rank``, stdout first.
+
+    Open MPI 4 makes a folder per rank (``rank/1/rank.N/stdout``, ``.../stderr``); Open MPI 5
+    (PRRTE) writes ``rank.<job>@1.N.out`` and ``.err`` instead. (Its ``--output dir=`` form, which
+    would give folders again, loses ranks' stdout in 5.0.11: PMIX_ERR_EXISTS.)
+    """
+    return [*out_dir.glob(f"rank/*/rank.{rank}/stdout"), *out_dir.glob(f"rank.*.{rank}.out"),
+            *out_dir.glob(f"rank/*/rank.{rank}/stderr"), *out_dir.glob(f"rank.*.{rank}.err")]
+
+
 def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
               mpi_args: list[str] | None = None) -> RankRun:
     """Runs ``argv`` on ``np`` ranks; kills the whole job if it outlives ``timeout`` seconds."""
@@ -63,7 +74,7 @@ def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, ti
                                   RELAX_STALL_CHECK_TIME=os.environ.get("RELAX_STALL_CHECK_TIME", "20"))
     full_env.update(env or {})
     with tempfile.TemporaryDirectory(prefix="relax-ranks-") as out_dir:
-        cmd = mpirun_prefix(np, mpi_args) + ["--output-filename", out_dir] + argv
+        cmd = mpirun_prefix(np, mpi_args) + ["--output-filename", str(Path(out_dir) / "rank")] + argv
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
         timed_out = False
@@ -73,13 +84,8 @@ def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, ti
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
             launcher_output, _ = proc.communicate()
-        outputs = []
-        for rank in range(np):
-            texts = []
-            for stream in ("stdout", "stderr"):
-                files = list(Path(out_dir).glob(f"*/rank.{rank}/{stream}"))
-                texts += [f.read_text(errors="replace") for f in files]
-            outputs.append("\n".join(texts))
+        outputs = ["\n".join(f.read_text(errors="replace") for f in rank_output_files(Path(out_dir), rank))
+                   for rank in range(np)]
     return RankRun(proc.returncode, outputs, launcher_output or "", timed_out)
 
 
