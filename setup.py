@@ -52,6 +52,36 @@ def mpi_version() -> str:
         return "unknown"
 
 
+# Compiled and linked against the MPI the core builds with: ULFM (Open MPI 5's fault-tolerant MPI) is
+# there only if all three recovery calls link, not merely if <mpi-ext.h> exists (Open MPI 4.1 has one).
+ULFM_CHECK = r"""
+#include <mpi.h>
+#include <mpi-ext.h>
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm survivors;
+  int flag = 1;
+  MPIX_Comm_revoke(MPI_COMM_WORLD);
+  MPIX_Comm_shrink(MPI_COMM_WORLD, &survivors);
+  MPIX_Comm_agree(MPI_COMM_WORLD, &flag);
+  return MPIX_ERR_PROC_FAILED + MPIX_ERR_REVOKED;
+}
+"""
+
+
+def ulfm_support(cxx: str, compile_mpi: list[str], link_mpi: list[str], work_dir: Path) -> tuple[bool, str]:
+    """Whether the MPI has ULFM (MPIX_Comm_revoke / _shrink / _agree in <mpi-ext.h>), and why not."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    source = work_dir / "ulfm_check.cc"
+    source.write_text(ULFM_CHECK)
+    cmd = [cxx, "-std=c++17", "-DOMPI_SKIP_MPICXX=1", "-DMPICH_SKIP_MPICXX=1", *compile_mpi, str(source),
+           "-o", str(work_dir / "ulfm_check"), *link_mpi]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode == 0:
+        return True, ""
+    return False, f"MPI lacks ULFM ({mpi_version()} has no MPIX_Comm_revoke/shrink/agree in mpi-ext.h)"
+
+
 def framework_version(module: str) -> str | None:
     """Version of an importable framework, or None (checked in a subprocess: importing TF here is slow)."""
     code = f"import {module}; print({module}.__version__)"
@@ -59,23 +89,31 @@ def framework_version(module: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def build_core(out_dir: Path, obj_dir: Path) -> Path:
-    """Compiles cuda_ops/src into librelax_core.so, recompiling only what changed."""
+def build_core(out_dir: Path, obj_dir: Path) -> tuple[Path, tuple[bool, str]]:
+    """Compiles cuda_ops/src into librelax_core.so, recompiling only what changed (everything when
+    the flags changed, e.g. after switching from Debian's Open MPI to the venv's). Returns the library
+    and whether it has ULFM (with the reason when not)."""
     cxx = os.environ.get("CXX", "g++")
     compile_mpi, link_mpi = mpi_flags()
     obj_dir.mkdir(parents=True, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
+    ulfm = ulfm_support(cxx, compile_mpi, link_mpi, ROOT / "build" / "ulfm_check")
+    log("ULFM (fault tolerance): " + ("yes" if ulfm[0] else f"no - {ulfm[1]}"))
     newest_header = max((h.stat().st_mtime for h in CORE_HEADERS), default=0)
     flags = [
         "-std=c++17", "-O3", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden",
         "-DOMPI_SKIP_MPICXX=1", "-DMPICH_SKIP_MPICXX=1", f'-DRELAX_VERSION_STRING="{VERSION}"',
+        f"-DRELAX_HAVE_ULFM={int(ulfm[0])}",
         f"-I{CORE_INCLUDE}", f"-I{ROOT / 'cuda_ops' / 'src'}", *compile_mpi,
     ]
+    flags_stamp = obj_dir / "flags.txt"
+    same_flags = flags_stamp.exists() and flags_stamp.read_text() == shlex.join([cxx, *flags, *link_mpi])
+    flags_stamp.unlink(missing_ok=True)  # rewritten once every object is compiled with these flags
 
     def compile_one(src: Path) -> Path:
         relative = src.relative_to(ROOT / "cuda_ops" / "src")
         obj = obj_dir / ("_".join(relative.with_suffix("").parts) + ".o")
-        if obj.exists() and obj.stat().st_mtime >= max(src.stat().st_mtime, newest_header):
+        if same_flags and obj.exists() and obj.stat().st_mtime >= max(src.stat().st_mtime, newest_header):
             return obj
         cmd = [cxx, *flags, "-c", str(src), "-o", str(obj)]
         log(" ".join(cmd[:1] + [src.name]))
@@ -88,11 +126,12 @@ def build_core(out_dir: Path, obj_dir: Path) -> Path:
     for stale in set(obj_dir.glob("*.o")) - set(objects):
         stale.unlink()
     target = out_dir / "librelax_core.so"
-    if not target.exists() or target.stat().st_mtime < max(o.stat().st_mtime for o in objects):
+    if not same_flags or not target.exists() or target.stat().st_mtime < max(o.stat().st_mtime for o in objects):
         subprocess.check_call([cxx, "-shared", "-o", str(target), *map(str, objects),
                                "-Wl,-soname,librelax_core.so", *link_mpi, "-pthread", "-ldl"])
         log(f"linked {target}")
-    return target
+    flags_stamp.write_text(shlex.join([cxx, *flags, *link_mpi]))
+    return target, ulfm
 
 
 def tensorflow_info() -> dict | None:
@@ -187,7 +226,7 @@ class BuildRelax(build_command_base()):
         with ThreadPoolExecutor(max_workers=1) as pool:
             # Importing TensorFlow (seconds) overlaps the core build.
             tf_info = pool.submit(tensorflow_info) if TF_SOURCES else None
-            build_core(core_dir, ROOT / "build" / "core")
+            _, ulfm = build_core(core_dir, ROOT / "build" / "core")
             if not self.inplace:  # editable installs and tests load the library from the source tree
                 (ROOT / "relaxlib" / "lib").mkdir(exist_ok=True)
                 shutil.copy2(core_dir / "librelax_core.so", ROOT / "relaxlib" / "lib" / "librelax_core.so")
@@ -197,7 +236,7 @@ class BuildRelax(build_command_base()):
         if tf is None:
             log("TensorFlow is not importable: skipping relaxlib_tf (install tensorflow, then reinstall relaxlib "
                 "with --no-build-isolation)")
-        self.write_build_info(package_root, tf["version"] if tf else None)
+        self.write_build_info(package_root, tf["version"] if tf else None, ulfm)
         with ThreadPoolExecutor(max_workers=1) as pool:
             # The TF op library compiles while the torch extension does (one compiler each).
             tf_ops = pool.submit(build_tf_ops, core_dir, tf, ROOT / "build" / "tf") if tf else None
@@ -207,7 +246,7 @@ class BuildRelax(build_command_base()):
                 for root in {package_root, ROOT}:  # ROOT: editable installs load from the source tree
                     install_file(built, root / "relaxlib_tf" / "_ops.so")
 
-    def write_build_info(self, package_root: Path, tf_version: str | None) -> None:
+    def write_build_info(self, package_root: Path, tf_version: str | None, ulfm: tuple[bool, str]) -> None:
         torch_version = framework_version("torch") if self.extensions else None
         info = (
             '"""Generated by setup.py: what this installation was built with."""\n'
@@ -215,6 +254,9 @@ class BuildRelax(build_command_base()):
             f"TORCH_VERSION = {torch_version!r}\n"
             f"TF_VERSION = {tf_version!r}\n"
             f"MPI_VERSION = {mpi_version()!r}\n"
+            "# Whether the core was compiled with ULFM (RELAX_HAVE_ULFM), and why not.\n"
+            f"MPI_ULFM = {ulfm[0]!r}\n"
+            f"MPI_ULFM_WHY = {ulfm[1]!r}\n"
         )
         for root in {package_root, ROOT}:
             (root / "relaxlib").mkdir(parents=True, exist_ok=True)
