@@ -9,6 +9,7 @@ line says why, in the binding's own words.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -57,14 +58,52 @@ def run_probe(probe: Probe) -> ProbeResult:
     return ProbeResult(False, errors[-1] if errors else f"exit code {out.returncode}")
 
 
-def build_info() -> dict[str, str | None]:
-    """The versions setup.py recorded at build time (all None when the package was never built)."""
+def build_info() -> dict:
+    """The versions setup.py recorded at build time (all None when the package was never built;
+    ``ulfm`` None for a build made before setup.py checked for ULFM)."""
     try:
         from relaxlib import _build_info
     except ImportError:
-        return {"version": None, "torch": None, "tensorflow": None, "mpi": None}
+        return {"version": None, "torch": None, "tensorflow": None, "mpi": None, "ulfm": None, "ulfm_why": None}
     return {"version": _build_info.VERSION, "torch": _build_info.TORCH_VERSION,
-            "tensorflow": _build_info.TF_VERSION, "mpi": _build_info.MPI_VERSION}
+            "tensorflow": _build_info.TF_VERSION, "mpi": _build_info.MPI_VERSION,
+            "ulfm": getattr(_build_info, "MPI_ULFM", None), "ulfm_why": getattr(_build_info, "MPI_ULFM_WHY", None)}
+
+
+def mpirun_version() -> str:
+    """First line of ``mpirun --version`` for the mpirun on PATH now ("" if there is none)."""
+    try:
+        out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.splitlines()[0].strip() if out.strip() else ""
+
+
+def open_mpi_release(version_line: str | None) -> tuple[int, str] | None:
+    """(major, "Open MPI X.Y.Z") from a ``mpirun --version`` line of Open MPI, else None."""
+    match = re.search(r"\(Open MPI\) (\d+)\.(\S+)", version_line or "")
+    return (int(match.group(1)), f"Open MPI {match.group(1)}.{match.group(2)}") if match else None
+
+
+def fault_tolerance(info: dict, running: str, environ: dict[str, str]) -> tuple[bool, str]:
+    """Whether a job of this installation can survive a lost rank at the MPI level (Open MPI's ULFM):
+    (True, "Open MPI 5.0.11 ULFM") or (False, why not). ``running``: ``mpirun --version`` of the
+    mpirun on PATH; ``environ``: this process's environment (inside a job it says whether mpirun
+    turned fault tolerance on)."""
+    if info["ulfm"] is None:
+        return False, ("this build predates the ULFM check (rebuild: `make build` or "
+                       "`pip install --no-build-isolation .`)")
+    if not info["ulfm"]:
+        return False, info["ulfm_why"] or "MPI lacks ULFM"
+    built = open_mpi_release(info["mpi"])
+    now = open_mpi_release(running)
+    if now is None or now[0] < 5:
+        return False, (f"the mpirun on PATH ({running or 'none found'}) cannot start a job with fault tolerance "
+                       f"(--with-ft ulfm); relaxlib was built against {built[1] if built else info['mpi']}")
+    in_job = "OMPI_COMM_WORLD_SIZE" in environ or "PMIX_RANK" in environ
+    if in_job and environ.get("OMPI_MCA_mpi_ft_enable", "") not in ("1", "true", "yes"):
+        return False, "mpirun not started with --with-ft ulfm"
+    return True, f"{(built or now)[1]} ULFM"
 
 
 def report() -> str:
@@ -79,6 +118,7 @@ def report() -> str:
         core_future = pool.submit(run_probe, CORE_PROBE)
         results = dict(zip((p.label for p in built), pool.map(run_probe, built)))
     core = core_future.result()
+    tolerant, tolerance_detail = fault_tolerance(info, mpirun_version(), dict(os.environ))
     lines = [f"relaxlib v{info['version'] or 'unknown (not built)'}:", "", "Available frameworks:"]
     for probe in FRAMEWORK_PROBES:
         if probe.label not in results:
@@ -94,6 +134,8 @@ def report() -> str:
         f"    {mark(core.ok)} MPI ({info['mpi'] or 'unknown'})",
         f"    {mark(False)} Gloo",
         f"    {mark(False)} NCCL",
+        "",
+        "Fault tolerance: " + (f"available ({tolerance_detail})" if tolerant else f"unavailable: {tolerance_detail}"),
         "",
         "Core library: " + ("loads" if core.ok else f"MISSING or broken ({core.detail}) - rebuild with "
                             "`pip install --no-build-isolation .` or `make build`"),

@@ -1,6 +1,7 @@
 """relaxrun: the mpirun command it builds, its options, --check-build, and a real launch."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -58,6 +59,9 @@ def test_bad_command_lines_exit_with_usage(argv):
 def test_check_build_reports_frameworks_and_transport():
     out = subprocess.run(RELAXRUN + ["--check-build"], capture_output=True, text=True, timeout=60).stdout
     assert "[X] PyTorch" in out and "[X] MPI" in out and "Core library: loads" in out
+    # available or not (and why) by this build's MPI: tests/test_ulfm.py checks the wording
+    assert re.search(r"^Fault tolerance: (available \(Open MPI \d+\.\d+\.\d+ ULFM\)|unavailable: .+)$", out,
+                     re.MULTILINE), out
 
 
 @pytest.mark.mpi
