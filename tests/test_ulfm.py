@@ -1,6 +1,68 @@
-"""Open MPI's fault-tolerant MPI (ULFM): what ``relaxrun --check-build`` says about it."""
+"""Open MPI's fault-tolerant MPI (ULFM) under the core's recovery steps (transport/ulfm.h): on 4 ranks
+started with ``mpirun --with-ft ulfm``, rank 1 kills itself before an all-reduce; the 3 survivors see
+the failure as an MPI error, revoke, shrink and agree, and their all-reduce on the new communicator is
+exact (cuda_ops/tests/mpi/ulfm_probe.cc). Skipped, saying why, where this build has no ULFM."""
+
+import re
+import shlex
+import subprocess
 
 import pytest
+
+from mpi_launch import REPO, run_ranks
+
+PROBE_SOURCE = REPO / "cuda_ops" / "tests" / "mpi" / "ulfm_probe.cc"
+CORE_OBJECTS = REPO / "build" / "core"
+
+
+def ulfm_build() -> tuple[bool, str]:
+    """Whether the installed core has ULFM (setup.py's check), and why not."""
+    try:
+        from relaxlib import _build_info
+    except ImportError:
+        return False, "relaxlib is not built (make build)"
+    if not getattr(_build_info, "MPI_ULFM", False):
+        return False, getattr(_build_info, "MPI_ULFM_WHY", "") or "this build predates the ULFM check"
+    return True, ""
+
+
+def mpi_flags(which: str) -> list[str]:
+    return shlex.split(subprocess.run(["mpicc", f"--showme:{which}"], capture_output=True, text=True,
+                                      check=True).stdout)
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    """The probe, compiled and linked with the core's objects as the C++ unit tests are."""
+    available, why = ulfm_build()
+    if not available:
+        pytest.skip(f"fault tolerance unavailable: {why}")
+    objects = sorted(CORE_OBJECTS.glob("*.o"))
+    if not objects:
+        pytest.skip("build/core/*.o missing (make build)")
+    binary = tmp_path_factory.mktemp("ulfm") / "ulfm_probe"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'cuda_ops' / 'include'}",
+                    f"-I{REPO / 'cuda_ops' / 'src'}", "-DOMPI_SKIP_MPICXX=1", *mpi_flags("compile"),
+                    str(PROBE_SOURCE), *map(str, objects), *mpi_flags("link"), "-pthread", "-ldl", "-o", str(binary)],
+                   check=True, timeout=300)
+    return binary
+
+
+@pytest.mark.mpi
+def test_survivors_of_a_killed_rank_shrink_and_allreduce_exactly(probe):
+    run = run_ranks(4, [str(probe)], mpi_args=["--with-ft", "ulfm"], timeout=120)
+    assert not run.timed_out, run.report()
+    survivors = {0: 1 + 3 + 4, 2: 1 + 3 + 4, 3: 1 + 3 + 4}
+    for rank, expected_sum in survivors.items():
+        line = next((line for line in run.outputs[rank].splitlines() if line.startswith("RECOVERED ")), "")
+        match = re.match(r"RECOVERED rank (\d+) lost \[([\d,]*)\] size (\d+) agreed (\d+) sum (\d+) recovery_ms \S+ "
+                         r"saw class (\d+)", line)
+        assert match, run.report()
+        assert match.groups()[:5] == (str(rank), "1", "3", "1", str(expected_sum)), run.report()
+        # MPIX_ERR_PROC_FAILED (75), _PROC_FAILED_PENDING (76) or MPIX_ERR_REVOKED (77) in Open MPI 5
+        assert int(match.group(6)) in (75, 76, 77), run.report()
+    assert "RECOVERED" not in run.outputs[1], run.report()
+
 
 BUILT_5 = {"mpi": "mpirun (Open MPI) 5.0.11", "ulfm": True, "ulfm_why": ""}
 BUILT_4 = {"mpi": "mpirun (Open MPI) 4.1.4", "ulfm": False,
