@@ -32,6 +32,7 @@ import importlib
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -415,11 +416,14 @@ def main() -> None:
         parser.error(f"unknown --ops {','.join(unknown)}; choose from {','.join(OPS)}")
     if args.libs is None:
         default = TF_LIBRARIES if args.framework == "tf" else LIBRARIES
-        # relaxlib changes the transport only on a virtual machine, and over TCP (--bandwidth) it plays no part
+        # relaxlib changes the transport only on a virtual machine and on Open MPI 4 (vader; Open MPI 5's sm
+        # ignores that variable and relaxlib leaves it alone), and over TCP (--bandwidth) it plays no part
         virtual_machine = any(line.startswith("flags") and " hypervisor" in line
                               for line in Path("/proc/cpuinfo").read_text().splitlines())
+        mpirun = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
+        open_mpi_4 = re.search(r"\(Open MPI\) [1-4]\.", mpirun) is not None
         args.libs = ",".join(lib for lib in default
-                             if lib != MPI_SAME_TRANSPORT or (virtual_machine and not args.bandwidth))
+                             if lib != MPI_SAME_TRANSPORT or (virtual_machine and open_mpi_4 and not args.bandwidth))
         if args.horovod and args.framework == "torch":
             args.libs += ",horovod"
     if "horovod" in args.libs.split(",") and not args.worker:
