@@ -1,41 +1,29 @@
-"""Runs the TensorFlow / Keras parallel modules on real ranks and fails with every rank's output."""
+"""Runs the TensorFlow / Keras tests/parallel modules on real ranks and fails naming each failing rank and inner test.
+
+Modules that need the same ranks and settings share one launch (tests/rank_groups.py): TensorFlow's import
+alone takes seconds per rank.
+"""
 
 import pytest
-
-from mpi_launch import run_pytest_on_ranks
+from rank_groups import GROUP_PARAM, MODULE_PARAM, cases, group
 
 pytestmark = pytest.mark.mpi
 
+TF_NP2 = group("tf-np2", 2)
+TF_NP3 = group("tf-np3", 3)  # 3 ranks: uneven reduce-scatter chunks (DeAR), a real ring for model averaging
+# Two emulated nodes of 2: the hierarchical case of the torch/Keras conformance then compresses between leaders.
+TF_NP4_TWO_NODES = group("tf-np4-two-nodes", 4, RELAX_LOCAL_SIZE="2")
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_tf_collectives(np_):
-    run = run_pytest_on_ranks(np_, "tf_collectives.py")
-    assert run.returncode == 0, run.report()
-
-
-def test_keras_optimizer_callbacks_and_shared_engine():
-    run = run_pytest_on_ranks(2, "tf_keras.py", per_test_timeout=300)
-    assert run.returncode == 0, run.report()
-
-
-def test_keras_model_averaging_algorithms():
-    run = run_pytest_on_ranks(3, "tf_decentralized.py", per_test_timeout=300)
-    assert run.returncode == 0, run.report()
+CASES = cases(
+    *[(g, "tf_collectives.py") for g in (TF_NP2, TF_NP3)],
+    (TF_NP2, "tf_keras.py"),             # optimizer, callbacks and the engine shared with torch
+    (TF_NP3, "tf_decentralized.py"),     # model averaging algorithms in Keras
+    (TF_NP2, "tf_compression.py"),
+    (TF_NP3, "tf_dear.py"),
+    *[(g, "conformance.py") for g in (TF_NP2, TF_NP3, TF_NP4_TWO_NODES)],  # torch and Keras agree
+)
 
 
-def test_keras_compression_algorithms():
-    run = run_pytest_on_ranks(2, "tf_compression.py", per_test_timeout=300)
-    assert run.returncode == 0, run.report()
-
-
-def test_keras_dear():
-    run = run_pytest_on_ranks(3, "tf_dear.py", per_test_timeout=300)  # 3 ranks: uneven reduce-scatter chunks
-    assert run.returncode == 0, run.report()
-
-
-@pytest.mark.parametrize("np_", [2, 3, 4])
-def test_torch_and_keras_conformance(np_):
-    # 4 ranks as two emulated nodes of 2: the hierarchical case then compresses between leaders
-    env = {"RELAX_LOCAL_SIZE": "2"} if np_ == 4 else None
-    run = run_pytest_on_ranks(np_, "conformance.py", env=env, per_test_timeout=300)
-    assert run.returncode == 0, run.report()
+@pytest.mark.parametrize(f"{GROUP_PARAM}, {MODULE_PARAM}", CASES)
+def test_parallel_module(rank_group, rank_module, rank_groups):
+    rank_groups.check(rank_group, rank_module)
