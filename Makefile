@@ -17,11 +17,12 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help demo test build deps lint cpp-test cuda-check pytest bench clean FORCE test-asan fuzz-smoke fuzz fuzz-build docs
+.PHONY: help demo test build deps lint cpp-test cuda-check pytest bench clean FORCE test-asan fuzz-smoke fuzz fuzz-build docs test-quick
 
 help:
 	@echo "make demo   - install what is missing, then train on 4 ranks with each relaxation"
 	@echo "make test   - install what is missing, then run the whole test suite"
+	@echo "make test-quick - unit tests and one multi-rank smoke per framework (the inner loop)"
 	@echo "make build  - (re)build the core library and framework extensions"
 	@echo "make bench  - collective micro-benchmarks (JSON in benchmarks/results/)"
 	@echo "make docs   - build the documentation site strictly into site/, then serve it on localhost:8000"
@@ -205,8 +206,21 @@ lint: $(DEPS_STAMP)
 	$(PY) -m ruff check relaxlib relaxlib_torch relaxlib_tf launch tests benchmarks examples cuda_ops setup.py
 	$(PY) cuda_ops/check_layers.py
 
+# --durations: the slowest tests stay in sight (the suite's budget is 15 minutes on 2 cores).
 pytest: build
-	$(PY) -m pytest tests
+	$(PY) -m pytest --durations=15 tests
+
+# The inner loop (a few minutes): unit tests, the core's layers and request layout, and one multi-rank
+# smoke per framework (the collectives module on 2 ranks, torch and TensorFlow). `make test` runs all.
+QUICK_TESTS := tests/test_algorithm_units.py tests/test_auto.py tests/test_codec_error_feedback.py \
+	tests/test_codec_registry.py tests/test_core_layers.py tests/test_perfmodel.py tests/test_schedules.py \
+	tests/test_tuning.py tests/test_mpirun_command.py tests/test_launch_hosts.py tests/test_request_layout.py \
+	tests/test_step_scale.py tests/test_hardening_config.py tests/test_rank_reporting.py \
+	'tests/test_torch_parallel.py::test_parallel_module[torch_collectives-np2]' \
+	'tests/test_tf_parallel.py::test_parallel_module[tf_collectives-tf-np2]'
+test-quick: build
+	$(PY) cuda_ops/check_layers.py
+	$(PY) -m pytest -q --durations=10 $(QUICK_TESTS)
 
 test: build cpp-test test-asan fuzz-smoke cuda-check lint pytest
 
