@@ -1,7 +1,9 @@
 """The TensorFlow implementations of relaxlib's TrainingContext, for Keras 3 optimizers.
 
 ``KerasContext`` hands algorithms flat numpy arrays (host memory the core reads and writes
-directly); weights move between them and the Keras variables once per step. It runs eagerly:
+directly; its ``math`` is ``relaxlib.algorithms.host_math.HostMath``, its ``comm``
+``relaxlib_tf.communicator.HostCommunicator``); weights move between them and the Keras variables
+once per step. It runs eagerly:
 inside ``tf.function`` the Keras optimizer reaches it through ``tf.py_function``.
 ``relaxlib_tf.graph_context.KerasGraphContext`` runs an algorithm whose step can be traced
 (``Algorithm.traceable``, e.g. DeAR) as TensorFlow ops inside ``tf.function`` instead. Keras has
@@ -15,12 +17,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from relaxlib import basics, direct
+from relaxlib import basics
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext, require_capabilities
-from relaxlib.compression import chunk_count
-from relaxlib.direct import Buffer
-from relaxlib.process_sets import global_process_set, node_process_sets, process_set_id
-from relaxlib_tf import compressed, functions
+from relaxlib.algorithms.host_math import HostMath
+from relaxlib_tf.communicator import HostCommunicator
 
 UNSUPPORTED = "is not available for TensorFlow yet"
 
@@ -33,7 +33,8 @@ def check_supported(algorithm: Algorithm) -> None:
 
 class KerasBinding(TrainingContext):
     """What both Keras contexts share: the variables, their order, the optimizer's
-    hyper-parameters and its update. Subclasses say how a flat tensor maps onto the variables."""
+    hyper-parameters and its update. Subclasses say how a flat tensor maps onto the variables
+    and set ``math`` and ``comm``."""
 
     updates_whole_parameters = True  # a variable's update is one assign: reads see before or after
 
@@ -47,7 +48,6 @@ class KerasBinding(TrainingContext):
         self.step_count = 0
         self.max_grad_norm = None
         self._grads: list = [None] * len(self._variables)
-        self._nodes = None
         # Keras variables name their dtype as a string, tf.Variables as a tf.DType: accept both.
         dtypes = [np.dtype(tf.as_dtype(v.dtype).as_numpy_dtype) for v in self._variables]
         self._refs = [ParamRef(i, getattr(v, "path", None) or getattr(v, "name", None) or f"source{i}",
@@ -104,13 +104,6 @@ class KerasBinding(TrainingContext):
                          maximize=False)
         return [group]
 
-    def node_groups(self):
-        """Made once, eagerly (also while a step is traced: every rank traces it at setup)."""
-        if self._nodes is None:
-            with tf.init_scope():
-                self._nodes = node_process_sets(functions.allgather_object)
-        return self._nodes
-
     def apply_update(self, indices: list[int], snapshot, flat_grads=None) -> None:
         """The wrapped Keras optimizer's update (it reads its own hyper-parameters, so ``snapshot``
         is not needed). Keras counts an iteration per call: a second call in the same step takes
@@ -136,10 +129,12 @@ class KerasContext(KerasBinding):
     capabilities = frozenset({"compressed_allreduce", "error_feedback", "neighbor_average", "group_average",
                               "group_allreduce", "async_broadcast", "node_groups", "reduce_scatter", "allgather",
                               "weights"})
+    math = HostMath()  # stateless: shared by every context (and usable on the class)
 
     def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
         check_supported(algorithm)
         super().__init__(optimizer, variables, algorithm)
+        self.comm = HostCommunicator(self.rank, self.size)
 
     def _flatten(self, arrays, indices: list[int], out):
         total = sum(self._refs[i].numel for i in indices)
@@ -157,7 +152,7 @@ class KerasContext(KerasBinding):
     def flatten_grads(self, indices: list[int], out=None):
         return self._flatten(lambda i: self._grads[i], indices, out)
 
-    def _host_grads(self, indices: list[int]) -> list[np.ndarray] | None:
+    def grads_where_they_lie(self, indices: list[int]) -> list[np.ndarray] | None:
         """The gradients of ``indices`` as flat host arrays of their variables' dtype, read where
         they lie (numpy views of eager tensors), or None where one is missing, sparse or would
         have to be converted."""
@@ -181,110 +176,3 @@ class KerasContext(KerasBinding):
             n = self._refs[i].numel
             yield self._variables[i], flat[offset:offset + n].reshape(self._variables[i].shape)
             offset += n
-
-    def sum_of_squares(self, tensor) -> float:
-        return float(np.dot(tensor.astype(np.float64), tensor.astype(np.float64)))
-
-    def scale_(self, tensor, factor: float) -> None:
-        tensor *= factor
-
-    def add_(self, tensor, other, alpha: float = 1.0) -> None:
-        if alpha == 1.0:
-            tensor += other
-        else:
-            tensor += alpha * other
-
-    def copy_(self, tensor: np.ndarray, value) -> None:
-        tensor[...] = value
-
-    def host_view(self, tensor):
-        usable = (isinstance(tensor, np.ndarray) and tensor.dtype == np.float32 and tensor.flags.c_contiguous
-                  and tensor.flags.writeable)
-        return tensor if usable else None
-
-    def zeros(self, numel: int):
-        return np.zeros(numel, np.float32)
-
-    def concat(self, tensors: list) -> np.ndarray:
-        return np.concatenate(tensors)
-
-    def neighbor_average_async(self, flat, name: str, peers: list[int], weights: list[float], self_weight: float,
-                               codec: str | None = None, estimates=None, consensus_step: float = 1.0, out=None):
-        out = np.empty_like(flat) if out is None or out.shape != flat.shape or out.dtype != flat.dtype else out
-        own, theirs = estimates if estimates is not None else (None, None)
-        return direct.neighbor_average_async(
-            Buffer.of(flat), Buffer.of(out), name, peers, weights, self_weight, codec=codec,
-            estimate_self=Buffer.of(own) if own is not None else None,
-            estimate_peers=Buffer.of(theirs) if theirs is not None else None, consensus_step=consensus_step,
-            keepalive=(flat, out, own, theirs), result=out)
-
-    def group_average_async(self, flat, name: str, members: list[int], weights: list[float], out=None):
-        out = np.empty_like(flat) if out is None or out.shape != flat.shape or out.dtype != flat.dtype else out
-        return direct.group_average_async(Buffer.of(flat), Buffer.of(out), name, members, weights,
-                                          keepalive=(flat, out), result=out)
-
-    def allreduce_async(self, tensor, name: str, average: bool = True, group=None):
-        src = np.ascontiguousarray(tensor).reshape(-1)
-        out = np.empty_like(src)
-        return direct.flat_allreduce_async(Buffer.of(src), Buffer.of(out), name, average, keepalive=(src, out),
-                                           result=out, process_set=process_set_id(group))
-
-    def wait(self, handle):
-        return handle.wait()
-
-    def allreduce_scalar(self, value: float, name: str) -> float:
-        return float(self.wait(self.allreduce_async(np.array([value], np.float64), name, average=False))[0])
-
-    def broadcast_object(self, obj, root: int = 0):
-        return functions.broadcast_object(obj, root_rank=root)
-
-    def reduce_scatter_grads_async(self, indices: list[int], name: str):
-        """Reduce-scatters the gradients where they lie (no flattened copy) when every one is a
-        dense host array; otherwise through the flattened buffer."""
-        grads = self._host_grads(indices)
-        if grads is None:
-            return super().reduce_scatter_grads_async(indices, name)
-        out = np.empty(chunk_count(sum(g.size for g in grads), self.size, self.rank), grads[0].dtype)
-        return direct.flat_reducescatter_async([Buffer.of(g) for g in grads], Buffer.of(out), name,
-                                               keepalive=(grads, out), result=out, average=True)
-
-    def reduce_scatter_async(self, flat, name: str):
-        out = np.empty(chunk_count(flat.size, self.size, self.rank), flat.dtype)
-        return direct.flat_reducescatter_async(Buffer.of(flat), Buffer.of(out), name, keepalive=(flat, out),
-                                               result=out, average=True)
-
-    def broadcast_async(self, tensor, root: int, name: str, group=None):
-        src = np.ascontiguousarray(tensor).reshape(-1)
-        out = np.empty_like(src)
-        return direct.flat_broadcast_async(Buffer.of(src), Buffer.of(out), root, name, keepalive=(src, out), result=out,
-                                           process_set=process_set_id(group))
-
-    def allgather_async(self, shard, name: str):
-        src = np.ascontiguousarray(shard).reshape(-1)
-
-        def allocate(count: int) -> tuple[int, np.ndarray]:
-            out = np.empty(count, src.dtype)
-            return out.ctypes.data, out
-
-        return direct.flat_allgather_async(Buffer.of(src), name, allocate, keepalive=(src,))
-
-    def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True, group=None,
-                                   prescale: float = 1.0):
-        return compressed.compressed_allreduce_flat_async(flat, codec, state, name, average,
-                                                          process_set=group or global_process_set, prescale=prescale)
-
-    def compressed_allreduce_grads_async(self, indices: list[int], name: str, codec: str, state=None,
-                                         prescale: float = 1.0):
-        """Compresses the gradients where they lie (no flattened copy) when every one is a dense
-        float32 host array; otherwise through the flattened buffer."""
-        grads = self._host_grads(indices)
-        if grads is None or grads[0].dtype != np.float32:
-            return super().compressed_allreduce_grads_async(indices, name, codec, state, prescale)
-        return compressed.compressed_allreduce_flat_async(grads, codec, state, name, prescale=prescale)
-
-    def scaled_compressed_allreduce_async(self, flat, name: str, codec: str, state, step_scale):
-        return compressed.compressed_allreduce_flat_async(flat, codec, state, name, step_scale=step_scale)
-
-    def error_feedback(self, numel: int, group=None):
-        return compressed.HostErrorFeedback(numel, process_set=group or global_process_set)
-

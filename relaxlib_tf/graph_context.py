@@ -19,11 +19,9 @@ import tensorflow as tf
 
 from relaxlib.algorithms.averaging import AveragePlan
 from relaxlib.algorithms.base import Algorithm, missing_capabilities
-from relaxlib.process_sets import global_process_set
-from relaxlib_tf import compressed, functions, mpi_ops, relaxed
+from relaxlib_tf.communicator import GraphCommunicator
 from relaxlib_tf.context import KerasBinding
-
-NOT_IN_A_GRAPH = "is not available while a step is traced (the algorithm is not traceable)"
+from relaxlib_tf.tensor_math import GraphMath
 
 
 def runs_in_graph(algorithm: Algorithm, ctx: KerasGraphContext) -> bool:
@@ -38,6 +36,11 @@ class KerasGraphContext(KerasBinding):
     capabilities = frozenset({"reduce_scatter", "allgather", "compressed_allreduce", "error_feedback", "weights",
                               "neighbor_average", "group_average", "group_allreduce", "async_broadcast",
                               "node_groups"})
+    math = GraphMath()  # stateless: shared by every context (and usable on the class)
+
+    def __init__(self, optimizer, variables: list, algorithm: Algorithm) -> None:
+        super().__init__(optimizer, variables, algorithm)
+        self.comm = GraphCommunicator(self.rank, self.size)
 
     def runs_eagerly(self) -> bool:
         """The tape's eager steps run their ops at once; ``fit``'s traced step does not."""
@@ -61,14 +64,6 @@ class KerasGraphContext(KerasBinding):
         for i, part in zip(indices, tf.split(flat, sizes)):
             yield self._variables[i], tf.reshape(part, self._variables[i].shape)
 
-    def zeros(self, numel: int) -> tf.Variable:
-        """A variable (created outside the traced function): state that outlives the trace."""
-        with tf.init_scope():
-            return tf.Variable(tf.zeros([numel], tf.float32), trainable=False)
-
-    def copy_(self, tensor: tf.Variable, value) -> None:
-        tensor.assign(value)
-
     def snapshot(self):
         """As the host context's, with the learning rate read in the step (a callback or
         schedule may change it between steps; a host value would be frozen into the trace)."""
@@ -76,67 +71,8 @@ class KerasGraphContext(KerasBinding):
         groups[0]["lr"] = tf.cast(tf.convert_to_tensor(self._optimizer.learning_rate), tf.float32)
         return groups
 
-    def concat(self, tensors: list) -> tf.Tensor:
-        return tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=0)
-
     def add_change_to_params(self, indices: list[int], after, before) -> None:
         self.add_to_params(indices, after - before)
-
-    def sqrt(self, tensor) -> tf.Tensor:
-        return tf.sqrt(tensor)  # correctly rounded (tf.pow(x, 0.5) is not)
-
-    def factor_mean_squares(self, tensor, rows: int, cols: int) -> tf.Tensor:
-        squares = tf.square(tf.reshape(tf.cast(tensor, tf.float64), [rows, cols]))
-        row = tf.reduce_mean(squares, axis=1)
-        return tf.cast(tf.concat([row, tf.reduce_mean(squares, axis=0), [tf.reduce_mean(row)]], axis=0), tf.float32)
-
-    def outer(self, a, b) -> tf.Tensor:
-        return tf.reshape(a[:, None] * b[None, :], [-1])
-
-    def repeat(self, tensor, count: int) -> tf.Tensor:
-        return tf.repeat(tensor, count)
-
-    def finite_or(self, value, fallback) -> tf.Tensor:
-        return tf.where(tf.math.is_finite(value), value, tf.convert_to_tensor(fallback))
-
-    def clone(self, tensor) -> tf.Tensor:
-        return tf.identity(tensor)
-
-    def sum_of_squares(self, tensor) -> float:
-        """Eagerly only (e.g. ``consensus_distance()`` between steps)."""
-        if not tf.executing_eagerly():
-            raise NotImplementedError(f"a host value (sum of squares) {NOT_IN_A_GRAPH}")
-        return float(tf.reduce_sum(tf.square(tf.cast(tensor, tf.float64))))
-
-    def scale_(self, tensor, factor: float) -> None:
-        raise NotImplementedError(f"in-place scaling {NOT_IN_A_GRAPH}")
-
-    def add_(self, tensor, other, alpha: float = 1.0) -> None:
-        raise NotImplementedError(f"in-place addition {NOT_IN_A_GRAPH}")
-
-    # -- communication: a handle is the op's output, waiting is using it --
-
-    def reduce_scatter_async(self, flat, name: str) -> tf.Tensor:
-        return mpi_ops.reducescatter(flat, op=mpi_ops.Average, name=name)
-
-    def allgather_async(self, shard, name: str) -> tf.Tensor:
-        return mpi_ops.allgather(shard, name=name)
-
-    def allreduce_async(self, tensor, name: str, average: bool = True, group=None) -> tf.Tensor:
-        return mpi_ops.allreduce(tensor, op=mpi_ops.Average if average else mpi_ops.Sum, name=name,
-                                 process_set=group or global_process_set)
-
-    def broadcast_async(self, tensor, root: int, name: str, group=None) -> tf.Tensor:
-        return mpi_ops.broadcast(tensor, root, name=name, process_set=group or global_process_set)
-
-    def wait(self, handle):
-        return handle
-
-    def allreduce_scalar(self, value: float, name: str) -> float:
-        """Eagerly only (between steps)."""
-        if not tf.executing_eagerly():
-            raise NotImplementedError(f"a host scalar all-reduce {NOT_IN_A_GRAPH}")
-        return float(mpi_ops.allreduce(tf.constant([value], tf.float64), op=mpi_ops.Sum, name=name)[0])
 
     # -- host decisions: a py_function per step, ordered with the step's other stateful ops --
 
@@ -160,7 +96,7 @@ class KerasGraphContext(KerasBinding):
         for scalar in (self_weight, name, started):
             scalar.set_shape([])
         chosen = AveragePlan(ranks, weights, name, self_weight)
-        return tf.cond(started, lambda: self.wait(start(chosen)), lambda: tf.identity(unchanged)), started
+        return tf.cond(started, lambda: self.comm.wait(start(chosen)), lambda: tf.identity(unchanged)), started
 
     def on_host(self, fn, *args) -> None:
         if tf.executing_eagerly():
@@ -173,42 +109,7 @@ class KerasGraphContext(KerasBinding):
 
         tf.py_function(call, list(args), Tout=[])
 
-    def broadcast_object(self, obj, root: int = 0):
-        """Runs eagerly while the step is traced: every rank traces its first step, so every rank
-        takes part (an algorithm calls it once, e.g. for its bucket plan, not on every trace)."""
-        with tf.init_scope():
-            return functions.broadcast_object(obj, root_rank=root)
-
-    def compressed_allreduce_async(self, flat, name: str, codec: str, state=None, average: bool = True,
-                                   group=None, prescale: float = 1.0) -> tf.Tensor:
-        if not (isinstance(prescale, float) and prescale == 1.0):  # (a traced learning rate is a tensor)
-            flat = flat * prescale
-        return compressed.compressed_allreduce(flat, codec=codec, state=state, name=name,
-                                               op=mpi_ops.Average if average else mpi_ops.Sum,
-                                               process_set=group or global_process_set)
-
-    def compressed_allreduce_or_nan(self, flat, name: str, codec: str, state=None, group=None) -> tf.Tensor:
-        """The op gives NaN itself (``nan_on_error``): traced or eager, nothing is caught on host."""
-        return compressed.compressed_allreduce(flat, codec=codec, state=state, name=name,
-                                               process_set=group or global_process_set, nan_on_error=True)
-
     def check_not_nan(self, tensor, message: str) -> tf.Tensor:
         check = tf.debugging.Assert(tf.logical_not(tf.math.is_nan(tensor[0])), [message])
         with tf.control_dependencies([check]):
             return tf.identity(tensor)
-
-    def error_feedback(self, numel: int, group=None) -> compressed.ErrorFeedback:
-        """Residuals in TF variables, created outside the traced function (once, at setup)."""
-        with tf.init_scope():
-            return compressed.ErrorFeedback(numel, process_set=group or global_process_set)
-
-    def neighbor_average_async(self, flat, name, peers, weights, self_weight, codec: str | None = None,
-                               estimates=None, consensus_step: float = 1.0, out=None) -> tf.Tensor:
-        """RelaxlibNeighborAverage; ``estimates`` are variables (``zeros``), updated by the op."""
-        return relaxed.neighbor_average(flat, peers, weights, self_weight, name, codec=codec, estimates=estimates,
-                                        consensus_step=consensus_step)
-
-    def group_average_async(self, flat, name, members, weights, out=None) -> tf.Tensor:
-        """RelaxlibGroupAverage."""
-        return relaxed.partial_allreduce(flat, members, name, weights=weights)
-

@@ -17,6 +17,7 @@ from relaxlib.algorithms import (
 )
 from relaxlib.algorithms.base import CAPABILITIES, TrainingContext, missing_capabilities
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.host_math import HostMath
 from relaxlib.algorithms.step_scale import factor_shape
 from relaxlib.algorithms.tuning import BayesianSearch
 
@@ -101,7 +102,7 @@ def test_parameters_factor_as_first_dimension_against_the_rest():
 
 def test_factored_statistics_are_the_mean_squares_of_rows_columns_and_whole():
     step = np.arange(6, dtype=np.float32)  # [[0, 1, 2], [3, 4, 5]]
-    stats = TrainingContext.factor_mean_squares(None, step, 2, 3)
+    stats = HostMath().factor_mean_squares(step, 2, 3)
     assert stats.dtype == np.float32
     np.testing.assert_allclose(stats, [5 / 3, 50 / 3, 4.5, 8.5, 14.5, 55 / 6], rtol=1e-7)
 
@@ -121,3 +122,30 @@ def test_algorithms_declare_the_context_capabilities_they_use():
         assert algorithm.requirements() <= set(CAPABILITIES)
     assert missing_capabilities(DeAR(), frozenset({"forward_hooks"})) == sorted(
         [CAPABILITIES["allgather"], CAPABILITIES["reduce_scatter"]])
+
+
+def test_the_flat_context_interface_forwards_to_the_pieces():
+    """``ctx.zeros``, ``ctx.allreduce_async``, ... of algorithms written against the flat interface
+    call ``ctx.math`` and ``ctx.comm``; every public operation of the pieces has its alias."""
+    from relaxlib.algorithms.context import COMM_ALIASES, MATH_ALIASES, Communicator, TensorMath
+    from relaxlib.algorithms.step_scale import StepScaleMath
+
+    def public(cls):
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    assert set(MATH_ALIASES) == public(TensorMath) | public(StepScaleMath)
+    parts = {"reduce_scatter_parts_async", "compressed_allreduce_parts_async"}  # for the *_grads_async methods
+    assert set(COMM_ALIASES) == public(Communicator) - parts
+
+    class Comm:
+        def wait(self, handle):
+            return ("waited", handle)
+
+    class Context(TrainingContext):
+        parameters = forward_order = watch_buckets = flatten_grads = flatten_params = None
+        set_params_from_flat = add_to_params = snapshot = apply_update = None
+        math, comm = HostMath(), Comm()
+
+    ctx = Context()
+    assert ctx.zeros(3).dtype == np.float32 and ctx.wait(7) == ("waited", 7)
+    assert ctx.scaled_compressed_allreduce_async(None, "n", "uint8", None, None) is None  # Comm has no scaled path

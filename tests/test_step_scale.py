@@ -12,24 +12,31 @@ from relaxlib import _core
 from relaxlib.algorithms.step_scale import FactoredScale
 from relaxlib.errors import InvalidArgumentError
 from relaxlib_torch.compressed import ErrorFeedback
-from relaxlib_torch.context import TorchContext
+from relaxlib_torch.tensor_math import TorchMath
 
 SHAPES = [(16, 1, 3, 3), (16,), (10, 16), (1, 32), (10,), (7, 1)]
 MAGNITUDES = [1e-3, 1.0, 3e-2, 0.5, 1e-1, 2.0]  # one bucket, steps 2000x apart
 
 
-class HostContext(TorchContext):
-    """A torch context without parameters: only its tensor operations are used."""
+class HostContext:
+    """A context of torch's tensor math only (what the step scale uses), on CPU tensors."""
 
-    def __init__(self) -> None:
-        self._params = []
+    math = TorchMath()
+    comm = None
 
 
-class ComposedContext(HostContext):
-    """The same, composing torch operations (as on a GPU or in a traced step)."""
+class ComposedMath(TorchMath):
+    """Torch's math without host views: the scale composes torch operations (as on a GPU or in
+    a traced step)."""
 
     def host_view(self, tensor):
         return None
+
+
+class ComposedContext(HostContext):
+    """The same, composing torch operations."""
+
+    math = ComposedMath()
 
 
 class ThreeRanks:

@@ -47,15 +47,15 @@ class AsyncModelAverage(ModelAveraging):
                     self._wake.wait(self.sync_interval_ms / 1000.0)
                 with self._params_lock:  # the model as it will be once the pending change lands
                     snapshot = self._effective_params(ctx)
-                handle = ctx.allreduce_async(snapshot, f"{self.name}.model", average=True)
-                still_active = ctx.allreduce_scalar(1.0 if self._active else 0.0, f"{self.name}.active")
-                mean = ctx.wait(handle)
-                ctx.add_(mean, snapshot, -1.0)  # this round's change
+                handle = ctx.comm.allreduce_async(snapshot, f"{self.name}.model", average=True)
+                still_active = ctx.comm.allreduce_scalar(1.0 if self._active else 0.0, f"{self.name}.active")
+                mean = ctx.comm.wait(handle)
+                ctx.math.add_(mean, snapshot, -1.0)  # this round's change
                 with self._params_lock:
                     if self._pending is None:
                         self._pending = mean
                     else:
-                        ctx.add_(self._pending, mean)
+                        ctx.math.add_(self._pending, mean)
                 self.averagings += 1
                 if still_active == 0:  # every rank paused: all leave after the same round
                     return
@@ -65,7 +65,7 @@ class AsyncModelAverage(ModelAveraging):
     def _effective_params(self, ctx: TrainingContext):
         flat = ctx.flatten_params(self._indices)
         if self._pending is not None:
-            ctx.add_(flat, self._pending)
+            ctx.math.add_(flat, self._pending)
         return flat
 
     def _apply_pending(self, ctx: TrainingContext) -> None:

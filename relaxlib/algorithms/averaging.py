@@ -92,9 +92,9 @@ class ModelAveraging(Algorithm):
             ctx.apply_update(self._indices, snapshot)
             return
         grads = ctx.flatten_grads(self._indices)
-        coefficient = ctx.max_grad_norm / (math.sqrt(ctx.sum_of_squares(grads)) + 1e-6)
+        coefficient = ctx.max_grad_norm / (math.sqrt(ctx.math.sum_of_squares(grads)) + 1e-6)
         if coefficient < 1.0:
-            ctx.scale_(grads, coefficient)
+            ctx.math.scale_(grads, coefficient)
         ctx.apply_update(self._indices, snapshot, flat_grads=grads)
 
     def traceable(self, ctx: TrainingContext) -> bool:
@@ -123,7 +123,7 @@ class ModelAveraging(Algorithm):
         update made while averaging."""
         handle, self._handle = self._handle, None
         if handle is not None:
-            self._averaged = ctx.wait(handle)
+            self._averaged = ctx.comm.wait(handle)
             ctx.add_change_to_params(self._indices, self._averaged, self._before)
 
     def _count(self, started: Any) -> None:
@@ -175,15 +175,16 @@ class ModelAveraging(Algorithm):
         self.flush(ctx)
         with self._params_lock:
             params = self._effective_params(ctx)
-        deviation = ctx.difference(params, ctx.wait(ctx.allreduce_async(params, f"{self.name}.consensus")))
-        return ctx.allreduce_scalar(math.sqrt(ctx.sum_of_squares(deviation)), f"{self.name}.distance") / ctx.size
+        average = ctx.comm.wait(ctx.comm.allreduce_async(params, f"{self.name}.consensus"))
+        distance = math.sqrt(ctx.math.sum_of_squares(ctx.math.difference(params, average)))
+        return ctx.comm.allreduce_scalar(distance, f"{self.name}.distance") / ctx.size
 
     def average_now(self) -> None:
         """Collective: replaces every rank's model by the exact mean over all ranks (call it at the
         end of training, after ``join`` if ranks stopped at different steps)."""
         ctx = self._ctx
         self.flush(ctx)
-        mean = ctx.wait(ctx.allreduce_async(ctx.flatten_params(self._indices), f"{self.name}.average_now"))
+        mean = ctx.comm.wait(ctx.comm.allreduce_async(ctx.flatten_params(self._indices), f"{self.name}.average_now"))
         ctx.set_params_from_flat(self._indices, mean)
 
     def finish(self) -> None:

@@ -68,8 +68,7 @@ class CompressedScatterReduce(Algorithm):
     (default): factored for the 1-bit ``"sign"`` codec with error feedback when SGD steps are
     compressed, none otherwise (without error feedback the scale cost accuracy).
     ``scale_floor`` bounds the division where a row or column barely moves (a fraction of the
-    parameter's root mean square); 0.3 steadied runs that diverged at a large step (lr 0.2 with
-    momentum on a 3 x 512 MLP) at the cost of 2 points in one cell of the digits grid. The
+    parameter's root mean square; docs/compression.md has the runs that chose the default). The
     statistics cost ``rows + cols + 1`` floats per parameter on the wire (docs/compression.md
     gives the bits per element).
     """
@@ -121,18 +120,20 @@ class CompressedScatterReduce(Algorithm):
         self._updates = self._compresses_updates_with(snapshot)
         # SGD's momentum buffers (compressing SGD steps), as context state from the start: a traced
         # step then reads and updates them in place every step
+        refs = ctx.parameters()
         self._momentum: list[object | None] = [
-            ctx.zeros(numel) if self._updates and snapshot[ctx.parameters()[members[0]].group]["momentum"] else None
+            ctx.math.zeros(numel) if self._updates and snapshot[refs[members[0]].group]["momentum"] else None
             for members, numel in zip(self._buckets, self._numels)]
         self._momentum_started = [False] * len(self._buckets)
         # this step's momentum buffers, kept until every bucket's all-reduce succeeded: a step
         # that fails (one rank's NaN) must not leave that rank's buffer non-finite for good
         self._next_momentum: dict[int, object] = {}
         if self.hierarchical:
-            self._local, self._leaders, self._leader = ctx.node_groups()
+            self._local, self._leaders, self._leader = ctx.comm.node_groups()
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
         group = self._leaders if self.hierarchical else None
-        self._memories = [ctx.error_feedback(numel, group=group) if holds_state else None for numel in self._numels]
+        self._memories = [ctx.comm.error_feedback(numel, group=group) if holds_state else None
+                          for numel in self._numels]
         scaled = self.step_scale == "factored" or (self.step_scale == "auto" and self._updates and self.codec == "sign"
                                                    and self.error_feedback)
         self._scales = [FactoredScale(ctx, [_shape(ctx.parameters()[i]) for i in members], self.scale_floor)
@@ -174,7 +175,7 @@ class CompressedScatterReduce(Algorithm):
         if hyper.get("maximize"):
             grad = -grad
         if ctx.max_grad_norm:
-            coefficient = ctx.max_grad_norm / (math.sqrt(ctx.sum_of_squares(grad)) + 1e-6)
+            coefficient = ctx.max_grad_norm / (math.sqrt(ctx.math.sum_of_squares(grad)) + 1e-6)
             if coefficient < 1.0:
                 grad = grad * coefficient
         if hyper.get("weight_decay"):
@@ -182,7 +183,7 @@ class CompressedScatterReduce(Algorithm):
         momentum = hyper["momentum"]
         if momentum:
             if self._momentum[bucket] is None:  # momentum set after setup
-                self._momentum[bucket] = ctx.zeros(self._numels[bucket])
+                self._momentum[bucket] = ctx.math.zeros(self._numels[bucket])
             # torch.optim.SGD starts the buffer at the first gradient, without dampening (from
             # zeros: momentum * 0 + 1 * grad is grad exactly)
             dampening = hyper["dampening"] if self._momentum_started[bucket] else 0.0
@@ -210,10 +211,10 @@ class CompressedScatterReduce(Algorithm):
         if hyper["dampening"] and self._momentum_started[bucket]:
             return None
         if self._momentum[bucket] is None:  # momentum set after setup
-            self._momentum[bucket] = ctx.zeros(self._numels[bucket])
+            self._momentum[bucket] = ctx.math.zeros(self._numels[bucket])
         buffer = ctx.add_grads(momentum * self._momentum[bucket], members)
         self._next_momentum[bucket] = buffer  # kept by step() once the step succeeded
-        return ctx.compressed_allreduce_async(buffer, name, self.codec, memory, prescale=hyper["lr"])
+        return ctx.comm.compressed_allreduce_async(buffer, name, self.codec, memory, prescale=hyper["lr"])
 
     def _start(self, ctx: TrainingContext, bucket: int) -> None:
         if self._scales is None and not self.hierarchical:
@@ -237,7 +238,7 @@ class CompressedScatterReduce(Algorithm):
         # The scale needs every rank's statistics of this step: their all-reduce runs while
         # backward goes on, and the bucket leaves once the next one is ready (or in step()).
         statistics = self._scales[bucket].statistics(ctx, flat)
-        self._waiting[bucket] = (flat, ctx.allreduce_async(statistics, name + ".scale", average=True))
+        self._waiting[bucket] = (flat, ctx.comm.allreduce_async(statistics, name + ".scale", average=True))
         self._send_waiting(ctx, keep=bucket)
 
     def _send_waiting(self, ctx: TrainingContext, keep: int | None = None) -> None:
@@ -248,20 +249,20 @@ class CompressedScatterReduce(Algorithm):
                 continue
             flat, statistics = self._waiting.pop(bucket)
             scale = self._scales[bucket]
-            scale.update(ctx, ctx.wait(statistics))
+            scale.update(ctx, ctx.comm.wait(statistics))
             self._send(ctx, bucket, scale.scale(ctx, flat, self._memories[bucket]))
 
     def _send(self, ctx: TrainingContext, bucket: int, flat) -> None:
         """Starts a bucket's compressed all-reduce (hierarchical: its first, node-local stage)."""
         name = f"{self.name}.{bucket}"
         if not self.hierarchical:
-            self._started[bucket] = ctx.compressed_allreduce_async(flat, name, self.codec, self._memories[bucket])
+            self._started[bucket] = ctx.comm.compressed_allreduce_async(flat, name, self.codec, self._memories[bucket])
         else:  # first stage only; the rest follows in step()
-            self._started[bucket] = ctx.allreduce_async(flat, name + ".local", average=True, group=self._local)
+            self._started[bucket] = ctx.comm.allreduce_async(flat, name + ".local", average=True, group=self._local)
             self._inputs[bucket] = flat
 
     def _finish(self, ctx: TrainingContext, bucket: int):
-        result = ctx.wait(self._started.pop(bucket))
+        result = ctx.comm.wait(self._started.pop(bucket))
         if not self.hierarchical:
             return result
         name = f"{self.name}.{bucket}"
@@ -269,9 +270,9 @@ class CompressedScatterReduce(Algorithm):
         if self._leaders is not None:  # node mean -> mean over nodes, compressed
             # NaN where it failed (on every leader alike), which tells the rest of the node: a
             # successful result is finite (the compressed all-reduce refuses non-finite input)
-            result = ctx.compressed_allreduce_or_nan(result, name + ".leaders", self.codec, self._memories[bucket],
+            result = ctx.comm.compressed_allreduce_or_nan(result, name + ".leaders", self.codec, self._memories[bucket],
                                                      group=self._leaders)
-        result = ctx.wait(ctx.broadcast_async(result, self._leader, name + ".node", group=self._local))
+        result = ctx.comm.wait(ctx.comm.broadcast_async(result, self._leader, name + ".node", group=self._local))
         if not self._numels[bucket]:
             return result
         if not ctx.runs_eagerly():  # every rank fails its step where the NaN arrives (no host look: no rank named)
@@ -287,10 +288,10 @@ class CompressedScatterReduce(Algorithm):
         (every rank gets here: each got the NaN its leader sent). Only a leader saw the failure,
         and its input was its node's mean: one more all-reduce, of a flag per rank, finds the
         ranks whose own input held non-finite values, as the error names them without hierarchy."""
-        zero = ctx.zeros(1)
-        bad = zero + (0.0 if math.isfinite(ctx.sum_of_squares(own_input)) else 1.0)
-        flags = ctx.concat([ctx.repeat(zero, ctx.rank), bad, ctx.repeat(zero, ctx.size - ctx.rank - 1)])
-        counts = ctx.wait(ctx.allreduce_async(flags, name + ".non_finite", average=False))
+        zero = ctx.math.zeros(1)
+        bad = zero + (0.0 if math.isfinite(ctx.math.sum_of_squares(own_input)) else 1.0)
+        flags = ctx.math.concat([ctx.math.repeat(zero, ctx.rank), bad, ctx.math.repeat(zero, ctx.size - ctx.rank - 1)])
+        counts = ctx.comm.wait(ctx.comm.allreduce_async(flags, name + ".non_finite", average=False))
         culprits = [str(rank) for rank in range(ctx.size) if float(counts[rank]) > 0]
         if not culprits:  # every input finite: a node's mean overflowed, or the leaders failed otherwise
             raise RelaxError(f"{name}: the compressed all-reduce between node leaders failed, with every rank's "
@@ -307,7 +308,7 @@ class CompressedScatterReduce(Algorithm):
         averaged = [self._finish(ctx, b) for b in range(len(self._buckets))]
         self._ready = [0] * len(self._buckets)
         for bucket, buffer in self._next_momentum.items():
-            ctx.copy_(self._momentum[bucket], buffer)
+            ctx.math.copy_(self._momentum[bucket], buffer)
             self._momentum_started[bucket] = True
         self._next_momentum.clear()
         if self._scales is not None:
@@ -319,15 +320,15 @@ class CompressedScatterReduce(Algorithm):
                 ctx.add_to_params(members, update, alpha=-1.0)
             return
         if ctx.max_grad_norm:
-            norm = math.sqrt(sum(ctx.sum_of_squares(g) for g in averaged))  # identical on every rank
+            norm = math.sqrt(sum(ctx.math.sum_of_squares(g) for g in averaged))  # identical on every rank
             coefficient = ctx.max_grad_norm / (norm + 1e-6)
             if coefficient < 1.0:
                 for g in averaged:
-                    ctx.scale_(g, coefficient)
+                    ctx.math.scale_(g, coefficient)
         # one optimizer call for every bucket: optimizer-wide state (Keras counts an iteration per
         # call, global-norm clipping, moving averages) must see one step
         ctx.apply_update([i for members in self._buckets for i in members], ctx.snapshot(),
-                         flat_grads=ctx.concat(averaged))
+                         flat_grads=ctx.math.concat(averaged))
 
     def abandon_step(self, ctx: TrainingContext) -> None:
         wait_out(ctx, [*self._started.values(), *(statistics for _, statistics in self._waiting.values())])
@@ -352,8 +353,8 @@ class CompressedScatterReduce(Algorithm):
             if saved is None:
                 continue
             if self._momentum[bucket] is None:
-                self._momentum[bucket] = self._ctx.zeros(len(saved))
-            self._ctx.copy_(self._momentum[bucket], saved)
+                self._momentum[bucket] = self._ctx.math.zeros(len(saved))
+            self._ctx.math.copy_(self._momentum[bucket], saved)
             self._momentum_started[bucket] = True
         saved_scales = state.get("step_scale")
         if self._scales is not None and saved_scales is not None:
@@ -412,7 +413,7 @@ class OneBitAdam(Algorithm):
         self._betas = tuple(self.betas or ctx.snapshot()[0].get("betas", (0.9, 0.999)))
         self._momentum = [0.0 * ctx.flatten_params(members) for members in self._buckets]
         self._variance = [0.0 * ctx.flatten_params(members) for members in self._buckets]
-        self._memories = [ctx.error_feedback(sum(ctx.parameters()[i].numel for i in members))
+        self._memories = [ctx.comm.error_feedback(sum(ctx.parameters()[i].numel for i in members))
                           for members in self._buckets]
         self._frozen: dict[int, tuple] = {}  # per bucket once compressing: (sqrt(v_hat) + eps, mask)
 
@@ -423,9 +424,9 @@ class OneBitAdam(Algorithm):
         a user-given mask for."""
         if bucket not in self._frozen:
             v_hat = self._variance[bucket] / (1 - self._betas[1] ** self.warmup_steps)
-            root = ctx.sqrt(v_hat)
+            root = ctx.math.sqrt(v_hat)
             numel = sum(ctx.parameters()[i].numel for i in self._buckets[bucket])
-            floor = self.variance_floor * math.sqrt(ctx.sum_of_squares(root) / max(numel, 1))
+            floor = self.variance_floor * math.sqrt(ctx.math.sum_of_squares(root) / max(numel, 1))
             self._frozen[bucket] = (root + (self.eps + floor), v_hat / (v_hat + 1e-30))
         return self._frozen[bucket]
 
@@ -443,12 +444,12 @@ class OneBitAdam(Algorithm):
         grad = ctx.flatten_grads(self._buckets[bucket])
         name = f"{self.name}.{bucket}"
         if not self.compressing(ctx):
-            self._started[bucket] = ctx.allreduce_async(grad, name + ".grad")
+            self._started[bucket] = ctx.comm.allreduce_async(grad, name + ".grad")
             return
         beta1 = self._betas[0]
         local_momentum = beta1 * self._momentum[bucket] + (1 - beta1) * grad
         denominator, mask = self._preconditioner(ctx, bucket)
-        self._started[bucket] = ctx.compressed_allreduce_async(local_momentum * mask / denominator,
+        self._started[bucket] = ctx.comm.compressed_allreduce_async(local_momentum * mask / denominator,
                                                                name + ".momentum", "sign", self._memories[bucket])
 
     def step(self, ctx: TrainingContext) -> None:
@@ -459,14 +460,14 @@ class OneBitAdam(Algorithm):
         beta1, beta2 = self._betas
         t = ctx.step_count + 1
         # every bucket's average first: a failed all-reduce leaves no bucket half stepped
-        received_all = [ctx.wait(self._started.pop(bucket)) for bucket in range(len(self._buckets))]
+        received_all = [ctx.comm.wait(self._started.pop(bucket)) for bucket in range(len(self._buckets))]
         for bucket, (members, received) in enumerate(zip(self._buckets, received_all)):
             if not self.compressing(ctx):  # Adam on the all-reduced gradient
                 self._momentum[bucket] = beta1 * self._momentum[bucket] + (1 - beta1) * received
                 self._variance[bucket] = beta2 * self._variance[bucket] + (1 - beta2) * received * received
                 m_hat = self._momentum[bucket] / (1 - beta1 ** t)
                 v_hat = self._variance[bucket] / (1 - beta2 ** t)
-                step = m_hat / (ctx.sqrt(v_hat) + self.eps)
+                step = m_hat / (ctx.math.sqrt(v_hat) + self.eps)
             else:  # the averaged 1-bit step under the frozen variance
                 denominator, mask = self._preconditioner(ctx, bucket)
                 step = received * mask

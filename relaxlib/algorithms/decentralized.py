@@ -60,7 +60,7 @@ class Decentralized(ModelAveraging):
             if dtype_name(ctx.parameters()[0].dtype) != "float32":
                 raise ValueError("compressed decentralized training needs float32 parameters")
             peers = len(topology.ring(ctx.rank, ctx.size).peers)
-            self._estimates = (ctx.zeros(self._numel), ctx.zeros(self._numel * max(peers, 1)))
+            self._estimates = (ctx.math.zeros(self._numel), ctx.math.zeros(self._numel * max(peers, 1)))
 
     def _plan(self, ctx: TrainingContext, step: int) -> AveragePlan | None:
         if step % self.period:
@@ -71,7 +71,7 @@ class Decentralized(ModelAveraging):
         return AveragePlan(list(row.peers), list(row.weights), f"{self.name}.{step}", row.self_weight)
 
     def _issue(self, ctx: TrainingContext, flat: Any, plan: AveragePlan) -> Any:
-        return ctx.neighbor_average_async(flat, plan.name, plan.ranks, plan.weights, plan.self_weight,
+        return ctx.comm.neighbor_average_async(flat, plan.name, plan.ranks, plan.weights, plan.self_weight,
                                           codec=self.codec, estimates=self._estimates,
                                           consensus_step=self.consensus_step or 1.0, out=self._averaged)
 
@@ -79,13 +79,13 @@ class Decentralized(ModelAveraging):
         """The CHOCO estimates (compressed mode): needed to resume without a consensus jump."""
         if self._estimates is None:
             return {}
-        return {"estimates": [self._ctx.clone(e) for e in self._estimates], "last_step": self._last_step}
+        return {"estimates": [self._ctx.math.clone(e) for e in self._estimates], "last_step": self._last_step}
 
     def load_state_dict(self, state: dict) -> None:
         """Restores what ``state_dict`` returned."""
         if state and self._estimates is not None:
             for mine, saved in zip(self._estimates, state["estimates"]):
-                self._ctx.copy_(mine, saved)
+                self._ctx.math.copy_(mine, saved)
             self._last_step = state.get("last_step", self._last_step)
 
 

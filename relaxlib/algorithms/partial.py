@@ -82,7 +82,7 @@ class PartialAllReduce(ModelAveraging):
         return AveragePlan(list(members), list(weights), name)
 
     def _issue(self, ctx: TrainingContext, flat: Any, plan: AveragePlan) -> Any:
-        return ctx.group_average_async(flat, plan.name, plan.ranks, plan.weights, out=self._averaged)
+        return ctx.comm.group_average_async(flat, plan.name, plan.ranks, plan.weights, out=self._averaged)
 
     def join(self, ctx: TrainingContext) -> int:
         """This rank ran out of data. Smart groups only ever hold ranks that asked for one, so

@@ -4,8 +4,8 @@ The 1-bit codec sends every element of a chunk with the same magnitude, and a ch
 bucket holds elements whose steps differ by orders of magnitude. With inputs that are never
 negative and often zero (pixels), a weight's step is its unit's error times its input: a row of
 the first layer's steps has one sign and magnitudes that follow the input, which 1-bit codes as
-all equal. Error feedback repairs that only over many steps: with momentum it cost up to 6
-points of accuracy on digits (docs/compression.md).
+all equal. Error feedback repairs that only over many steps: with momentum it cost accuracy on
+digits (docs/compression.md has the measurements).
 
 The remedy divides each element's step by its typical magnitude before compression and
 multiplies the decoded average back, so the codec sees values of similar magnitude. The
@@ -36,17 +36,67 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from relaxlib import _core, direct
-from relaxlib.algorithms.base import TrainingContext
+
+if TYPE_CHECKING:
+    from relaxlib.algorithms.context import TrainingContext
 
 # Added to a parameter's mean square: a step of zeros still gets a positive scale (a float32
 # normal number far below any real statistic).
 TINY_MEAN_SQUARE = 1e-30
-DECAY = 0.5  # weight of the past statistics (0 diverged on the digits grid; 0.5 and 0.7 scored alike)
+DECAY = 0.5  # weight of the past statistics (docs/compression.md: how it was chosen)
+
+
+class StepScaleMath(ABC):
+    """The tensor operations only the step scale needs, beside ``TensorMath``'s: a binding's
+    ``ctx.math`` implements both. Each is float32 element-wise or a float64 reduction rounded
+    once, so that torch and Keras compute the same bits."""
+
+    @abstractmethod
+    def host_view(self, tensor: Any) -> np.ndarray | None:
+        """A numpy array sharing ``tensor``'s memory when it is a contiguous float32 tensor in
+        host memory that may be written in place, else None (then the scale composes this
+        piece's tensor operations instead of calling the core's host passes)."""
+
+    @abstractmethod
+    def factor_mean_squares(self, tensor: Any, rows: int, cols: int) -> Any:
+        """Mean squares of a flat float32 ``tensor`` viewed as ``rows x cols`` (a parameter's
+        step), as a new float32 tensor of ``rows + cols + 1``: each row's, each column's, then the
+        whole tensor's. Computed in float64 and rounded once (``host_mean_squares``)."""
+
+    @abstractmethod
+    def outer(self, a: Any, b: Any) -> Any:
+        """The outer product of two flat tensors, flattened row by row (``a[i] * b[j]`` at
+        ``i * len(b) + j``), as a new tensor."""
+
+    @abstractmethod
+    def finite_or(self, value: Any, fallback: Any) -> Any:
+        """A new tensor: ``value`` where it is finite, else ``fallback`` (same shape)."""
+
+
+class ScaledCompression(ABC):
+    """A communicator that runs the factored step scale inside the compressed all-reduce (host
+    tensors: the core's step-scale passes), so that the statistics need no all-reduce of their own."""
+
+    @abstractmethod
+    def scaled_compressed_allreduce_async(self, flat: Any, name: str, codec: str, state: Any,
+                                          step_scale: direct.StepScaleBuffers) -> Any | None:
+        """``compressed_allreduce_async`` (average, all ranks) with the factored step scale run
+        inside the operation, whose result is in ``flat``'s own units; None where this
+        communicator cannot for this tensor, and the caller composes the scale around
+        ``compressed_allreduce_async`` instead."""
+
+
+def host_mean_squares(array: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``StepScaleMath.factor_mean_squares`` of a host array (float64, rounded once to float32)."""
+    squares = np.square(np.asarray(array), dtype=np.float64).reshape(rows, cols)
+    row = squares.mean(axis=1)
+    return np.concatenate([row, squares.mean(axis=0), [row.mean()]]).astype(np.float32)
 
 
 def statistics_count(rows: int, cols: int) -> int:
@@ -78,8 +128,8 @@ class FactoredScale:
         # context state from the start (a traced step updates it in place): the smoothed
         # statistics, zero before the first step, and those the residuals were last scaled with
         # (set by ``update``; zero before the first step too, when the memories are still empty)
-        self._smoothed = ctx.zeros(self.stats_numel)
-        self._previous = ctx.zeros(self.stats_numel)
+        self._smoothed = ctx.math.zeros(self.stats_numel)
+        self._previous = ctx.math.zeros(self.stats_numel)
         # the core's view of the factors: (rows, cols) pairs, one row for a single scale
         self._shapes = np.array([(rows, cols) if rows > 1 else (1, numel) for rows, cols, numel in self.factors],
                                 np.int64).reshape(-1)
@@ -87,21 +137,21 @@ class FactoredScale:
     def statistics(self, ctx: TrainingContext, step: Any) -> Any:
         """This rank's statistics of a bucket's ``step``: per parameter the mean squares of its
         rows, of its columns and of the whole (a vector's: of the whole only)."""
-        host = ctx.host_view(step)
-        out = ctx.zeros(self.stats_numel) if host is not None else None
-        if out is not None and ctx.host_view(out) is not None:
+        host = ctx.math.host_view(step)
+        out = ctx.math.zeros(self.stats_numel) if host is not None else None
+        if out is not None and ctx.math.host_view(out) is not None:
             _core.check(_core.lib().relax_scale_statistics(*_buffer(host), _address(self._shapes),
-                                                            len(self.factors), *_buffer(ctx.host_view(out))))
+                                                            len(self.factors), *_buffer(ctx.math.host_view(out))))
             return out
         parts, offset = [], 0
         for rows, cols, numel in self.factors:
             part = step[offset:offset + numel]
             if rows == 1:  # one mean square: (1 x numel)'s row's, the first of row, columns and whole
-                parts.append(ctx.factor_mean_squares(part, 1, numel)[0:1])
+                parts.append(ctx.math.factor_mean_squares(part, 1, numel)[0:1])
             else:
-                parts.append(ctx.factor_mean_squares(part, rows, cols))
+                parts.append(ctx.math.factor_mean_squares(part, rows, cols))
             offset += numel
-        return ctx.concat(parts)
+        return ctx.math.concat(parts)
 
     def update(self, ctx: TrainingContext, averaged_statistics: Any) -> None:
         """Smooths in the statistics averaged over the ranks (before ``scale``), keeping those it
@@ -109,10 +159,10 @@ class FactoredScale:
         # A non-finite step on any rank makes the averaged statistics of its parameters
         # non-finite; those keep their previous values (and so their scale and residuals), and
         # the compressed all-reduce then fails on every rank naming the rank, state unchanged.
-        ctx.copy_(self._previous, self._smoothed)
-        smoothed = ctx.finite_or(self.decay * self._smoothed + (1.0 - self.decay) * averaged_statistics,
+        ctx.math.copy_(self._previous, self._smoothed)
+        smoothed = ctx.math.finite_or(self.decay * self._smoothed + (1.0 - self.decay) * averaged_statistics,
                                  self._smoothed)
-        ctx.copy_(self._smoothed, smoothed)
+        ctx.math.copy_(self._smoothed, smoothed)
 
     def scale(self, ctx: TrainingContext, step: Any, memory: Any = None) -> Any:
         """Sets the scale from the smoothed statistics, multiplies the error-feedback ``memory``'s
@@ -123,7 +173,7 @@ class FactoredScale:
             step_view, worker, owner = views
             owner_offset, owner_count = (memory.owner_offset, owner.size) if memory is not None else (0, 0)
             _core.check(_core.lib().relax_scale_apply(
-                *_buffer(ctx.host_view(self._previous)), *_buffer(ctx.host_view(self._smoothed)),
+                *_buffer(ctx.math.host_view(self._previous)), *_buffer(ctx.math.host_view(self._smoothed)),
                 _address(self._shapes), len(self.factors), self.floor, *_buffer(step_view), *_buffer(step_view),
                 *_buffer(worker), *_buffer(owner), owner_offset, owner_count))
             return step
@@ -139,14 +189,14 @@ class FactoredScale:
         for rows, cols, numel in self.factors:
             count = statistics_count(rows, cols)
             total = smoothed[offset + count - 1:offset + count] + TINY_MEAN_SQUARE
-            floor = self.floor * ctx.sqrt(total)
+            floor = self.floor * ctx.math.sqrt(total)
             if rows == 1:
-                parts.append(ctx.repeat(ctx.sqrt(total) + floor, numel))
+                parts.append(ctx.math.repeat(ctx.math.sqrt(total) + floor, numel))
             else:  # sqrt(row_i / total) * sqrt(col_j) estimates element (i, j)'s root mean square
                 row, col = smoothed[offset:offset + rows], smoothed[offset + rows:offset + rows + cols]
-                parts.append(ctx.outer(ctx.sqrt(row / total), ctx.sqrt(col)) + floor)
+                parts.append(ctx.math.outer(ctx.math.sqrt(row / total), ctx.math.sqrt(col)) + floor)
             offset += count
-        return ctx.concat(parts)
+        return ctx.math.concat(parts)
 
     def start_compressed(self, ctx: TrainingContext, step: Any, name: str, codec: str, memory: Any = None) -> Any:
         """Starts the compressed all-reduce of ``step`` with all of this class's work inside the
@@ -154,19 +204,19 @@ class FactoredScale:
         the statistics need no all-reduce and no wait of their own before the step can leave:
         the handle's result is the averaged step in its own units. None where the context cannot
         (not host tensors, or a binding without it): then the caller composes the same steps."""
-        if self._host_views(ctx, step, memory) is None:
+        if not isinstance(ctx.comm, ScaledCompression) or self._host_views(ctx, step, memory) is None:
             return None
         # computed here, on this rank's own time: inside the operation every rank would wait
         # for the slowest to arrive first
-        statistics = ctx.host_view(self.statistics(ctx, step))
-        smoothed = ctx.host_view(self._smoothed)
+        statistics = ctx.math.host_view(self.statistics(ctx, step))
+        smoothed = ctx.math.host_view(self._smoothed)
         buffers = direct.StepScaleBuffers(self._shapes, self.floor, self.decay, direct.Buffer.of(smoothed),
                                           direct.Buffer.of(statistics), owners=(statistics, smoothed))
-        return ctx.scaled_compressed_allreduce_async(step, name, codec, memory, buffers)
+        return ctx.comm.scaled_compressed_allreduce_async(step, name, codec, memory, buffers)
 
     def unscale(self, ctx: TrainingContext, averaged: Any) -> Any:
         """The average of the scaled steps in the step's own units (on host tensors in place)."""
-        host, smoothed = ctx.host_view(averaged), ctx.host_view(self._smoothed)
+        host, smoothed = ctx.math.host_view(averaged), ctx.math.host_view(self._smoothed)
         if host is None or smoothed is None:
             return averaged * self._scale_of(ctx, self._smoothed)
         _core.check(_core.lib().relax_scale_multiply(*_buffer(smoothed), _address(self._shapes), len(self.factors),
@@ -177,7 +227,7 @@ class FactoredScale:
         """Host arrays of ``step`` and the memory's residuals (None for no memory), or None if any
         of them, or this scale's state, is not a host tensor."""
         arrays = [step, self._smoothed, self._previous] + ([memory.worker, memory.owner] if memory is not None else [])
-        views = [ctx.host_view(array) for array in arrays]
+        views = [ctx.math.host_view(array) for array in arrays]
         if any(view is None for view in views):
             return None
         return (views[0], *(views[3:] if memory is not None else (None, None)))
@@ -188,12 +238,12 @@ class FactoredScale:
 
     def state_dict(self, ctx: TrainingContext) -> dict:
         """What a checkpoint keeps: the smoothed statistics (every element's scale follows from them)."""
-        return {"smoothed": ctx.clone(self._smoothed)}
+        return {"smoothed": ctx.math.clone(self._smoothed)}
 
     def load_state_dict(self, ctx: TrainingContext, state: dict) -> None:
         """Restores ``state_dict``'s values (a checkpoint's per-element ``value``, which older
         versions kept, follows from the statistics and is not needed)."""
-        ctx.copy_(self._smoothed, state["smoothed"])
+        ctx.math.copy_(self._smoothed, state["smoothed"])
 
 
 def _address(array: np.ndarray | None) -> ctypes.c_void_p:

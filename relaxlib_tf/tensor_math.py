@@ -1,0 +1,63 @@
+"""``TensorMath`` (and the step scale's ``StepScaleMath``) as TensorFlow ops: the math of the
+traced Keras step and of ``DistributedGradientTape`` (symbolic tensors while traced, eager ones
+otherwise). State is TF variables; nothing is written in place except by ``assign``."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from relaxlib.algorithms.context import TensorMath
+from relaxlib.algorithms.step_scale import StepScaleMath
+
+NOT_IN_A_GRAPH = "is not available while a step is traced (the algorithm is not traceable)"
+
+
+class GraphMath(TensorMath, StepScaleMath):
+    """TF ops on flat tensors; ``zeros`` are variables created outside the traced function."""
+
+    def zeros(self, numel: int) -> tf.Variable:
+        """A variable (created outside the traced function): state that outlives the trace."""
+        with tf.init_scope():
+            return tf.Variable(tf.zeros([numel], tf.float32), trainable=False)
+
+    def concat(self, tensors: list) -> tf.Tensor:
+        return tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=0)
+
+    def copy_(self, tensor: tf.Variable, value) -> None:
+        tensor.assign(value)
+
+    def add_(self, tensor, other, alpha: float = 1.0) -> None:
+        raise NotImplementedError(f"in-place addition {NOT_IN_A_GRAPH}")
+
+    def scale_(self, tensor, factor: float) -> None:
+        raise NotImplementedError(f"in-place scaling {NOT_IN_A_GRAPH}")
+
+    def sum_of_squares(self, tensor) -> float:
+        """Eagerly only (e.g. ``consensus_distance()`` between steps)."""
+        if not tf.executing_eagerly():
+            raise NotImplementedError(f"a host value (sum of squares) {NOT_IN_A_GRAPH}")
+        return float(tf.reduce_sum(tf.square(tf.cast(tensor, tf.float64))))
+
+    def clone(self, tensor) -> tf.Tensor:
+        return tf.identity(tensor)
+
+    def sqrt(self, tensor) -> tf.Tensor:
+        return tf.sqrt(tensor)  # correctly rounded (tf.pow(x, 0.5) is not)
+
+    def repeat(self, tensor, count: int) -> tf.Tensor:
+        return tf.repeat(tensor, count)
+
+    def host_view(self, tensor) -> None:
+        """Never: TF tensors are not written in place (the scale composes these ops instead)."""
+        return None
+
+    def factor_mean_squares(self, tensor, rows: int, cols: int) -> tf.Tensor:
+        squares = tf.square(tf.reshape(tf.cast(tensor, tf.float64), [rows, cols]))
+        row = tf.reduce_mean(squares, axis=1)
+        return tf.cast(tf.concat([row, tf.reduce_mean(squares, axis=0), [tf.reduce_mean(row)]], axis=0), tf.float32)
+
+    def outer(self, a, b) -> tf.Tensor:
+        return tf.reshape(a[:, None] * b[None, :], [-1])
+
+    def finite_or(self, value, fallback) -> tf.Tensor:
+        return tf.where(tf.math.is_finite(value), value, tf.convert_to_tensor(fallback))
