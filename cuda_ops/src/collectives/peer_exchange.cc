@@ -5,12 +5,13 @@
 
 #include "collectives/collectives.h"
 #include "collectives/point_to_point.h"
+#include "transport/tags.h"
 
 namespace relax {
 namespace {
 
-constexpr int kExchangeTag = 7102;
-constexpr int kPipelineTag = 7200;  // round p: scatter kPipelineTag + 2p, gather kPipelineTag + 2p + 1
+constexpr int kExchangeTag = tags::kStreamedExchange;
+constexpr int kPipelineTag = tags::kPipelineFirst;  // round p: scatter kPipelineTag + 2p, gather kPipelineTag + 2p + 1
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "engine/request_kind.h"
 #include "transport/liveness.h"
 #include "transport/mpi_context.h"
+#include "transport/tags.h"
 #include "transport/setup_wait.h"
 #include "util/flush_denormals.h"
 #include "util/backoff.h"
@@ -22,8 +23,8 @@
 namespace relax {
 namespace {
 
-constexpr int kHeaderTag = 7201;
-constexpr int kDataTag = 7202;
+constexpr int kHeaderTag = tags::kDirectHeader;
+constexpr int kDataTag = tags::kDirectData;
 
 // What travels ahead of a neighbour's data, so a mismatch is an error, not silent garbage.
 struct Header {

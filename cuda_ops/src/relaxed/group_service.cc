@@ -10,13 +10,14 @@
 
 #include "transport/liveness.h"
 #include "transport/mpi_context.h"
+#include "transport/tags.h"
 #include "util/backoff.h"
 
 namespace relax {
 namespace {
 
-constexpr int kRequestTag = 7301;
-constexpr int kReplyTag = 7302;
+constexpr int kRequestTag = tags::kGroupRequest;
+constexpr int kReplyTag = tags::kGroupReply;
 
 // Reply layout: int64 group id, int64 new step, int64 count, then count int32 ranks (padded to
 // 8 bytes each) and count doubles.
