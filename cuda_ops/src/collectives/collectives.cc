@@ -8,6 +8,7 @@
 #include "collectives/bounded_wait.h"
 #include "collectives/point_to_point.h"
 #include "collectives/reduce.h"
+#include "collectives/tcp_ring_link.h"
 #include "transport/liveness.h"
 #include "transport/mpi_context.h"
 #include "util/backoff.h"
@@ -16,7 +17,6 @@
 namespace relax {
 namespace {
 
-constexpr int kRingTag = 7101;
 constexpr const char* kTransfer = "a collective's transfer";
 
 MPI_Datatype mpi_type(int32_t dtype) {
@@ -67,9 +67,33 @@ std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts) {
   return offsets;
 }
 
-Collectives::Collectives(MPI_Comm comm, CollectiveConfig config) : comm_(comm), config_(config) {
+Collectives::Collectives(MPI_Comm comm, CollectiveConfig config)
+    : comm_(comm), config_(config), requested_(config) {
+  rebind(comm);
+}
+
+void Collectives::rebind(MPI_Comm comm) {
+  comm_ = comm;
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  ring_.reset();  // (before the segment: nothing may point into it)
+  mpi_.reset();
+  tcp_ring_.reset();
+  shm_.reset();
+  config_.shm_min_bytes = requested_.shm_min_bytes;  // what the last set-up adopted or turned off
+  config_.shm_slot_bytes = requested_.shm_slot_bytes;
+  config_.tcp_ring = requested_.tcp_ring;
+  set_up_transports();
+  mpi_ = std::make_unique<MpiLink>(comm_, config_);
+  if (tcp_ring_) {
+    ring_ = std::make_unique<TcpRingLink>(std::move(tcp_ring_), comm_, config_);
+  } else {
+    ring_ = std::make_unique<MpiLink>(comm_, config_);
+  }
+  table_ = TransportTable(config_, TransportSet{size_, shm_ != nullptr, ring_->takes_pieces()});
+}
+
+void Collectives::set_up_transports() {
   if (!config_.shm_allowed || size_ == 1) {
     config_.tcp_ring = false;
     return;
@@ -132,7 +156,8 @@ void Collectives::set_up_shared_memory() {
 }
 
 ShmCollectives* Collectives::shared_memory(int64_t bytes) const {
-  return bytes >= config_.shm_min_bytes ? shm_.get() : nullptr;
+  // (the table's rule; a reduce-scatter has no entry ahead of shared memory)
+  return table_.choose(Collective::kReduceScatter, bytes) == Route::kSharedMemory ? shm_.get() : nullptr;
 }
 
 void Collectives::reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale) {
@@ -150,30 +175,12 @@ void Collectives::count_traffic(int64_t sent, int64_t received) {
 
 Status Collectives::sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv,
                              int64_t recv_bytes, int source) {
-  if (tcp_ring_ && dest == tcp_ring_->right_rank() && source == tcp_ring_->left_rank()) {
-    traffic_.bytes_sent += send_bytes;
-    traffic_.bytes_received += recv_bytes;
-    return ring_status(tcp_ring_->exchange(send, send_bytes, recv, recv_bytes, [](int64_t) {}));
+  count_traffic(send_bytes, recv_bytes);
+  if (dest == ring_->right_rank() && source == ring_->left_rank()) {
+    return ring_->exchange({iovec{const_cast<uint8_t*>(send), static_cast<size_t>(send_bytes)}},
+                           {iovec{recv, static_cast<size_t>(recv_bytes)}});
   }
-  // In ring segments: a larger message would exceed the TCP eager limit that follows the segment
-  // size, and its rendezvous acknowledgement would wait behind the peer's own outgoing data.
-  const int64_t chunk = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes));
-  std::vector<MPI_Request> requests;
-  for (int64_t off = 0; off < recv_bytes; off += chunk) {
-    requests.emplace_back();
-    const int n = static_cast<int>(std::min(chunk, recv_bytes - off));
-    int rc = MPI_Irecv(recv + off, n, MPI_BYTE, source, kRingTag, comm_, &requests.back());
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
-  }
-  for (int64_t off = 0; off < send_bytes; off += chunk) {
-    requests.emplace_back();
-    const int n = static_cast<int>(std::min(chunk, send_bytes - off));
-    int rc = MPI_Isend(send + off, n, MPI_BYTE, dest, kRingTag, comm_, &requests.back());
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
-  }
-  traffic_.bytes_sent += send_bytes;
-  traffic_.bytes_received += recv_bytes;
-  return wait_all(requests);
+  return mpi_->sendrecv(send, send_bytes, dest, recv, recv_bytes, source);
 }
 
 // The waits of the collectives' own transfers: bounded by config_.peer_timeout_s (bounded_wait.h).
@@ -184,17 +191,6 @@ Status Collectives::poll_until_done(Test test, const char* what, const char* dur
 
 Status Collectives::wait_collective(MPI_Request& request, const char* what, const char* during) {
   return bounded_wait(comm_, request, config_.peer_timeout_s, config_.yield_while_waiting, what, during);
-}
-
-Status Collectives::ring_status(Status status) {
-  if (status.code != RELAX_ERR_STALLED) return status;
-  // The neighbour this rank waited for may itself wait for the silent rank further round the
-  // ring: the liveness check names the one that does not answer at all.
-  const std::string prefix = "TCP ring: ";
-  std::string waited = status.message;
-  if (waited.compare(0, prefix.size(), prefix) == 0) waited.erase(0, prefix.size());
-  return Status::error(RELAX_ERR_STALLED,
-                       report_silence(comm_, config_.peer_timeout_s, "a TCP ring transfer (" + waited + ")"));
 }
 
 Status Collectives::wait_all(std::vector<MPI_Request>& requests) {
@@ -215,95 +211,25 @@ Status Collectives::wait_any(std::vector<MPI_Request>& requests, int& index) {
                          "MPI_Testany", kTransfer);
 }
 
+// The link streams the incoming block; each run is combined with this rank's inputs into the
+// results while the rest is in flight. Blocks are sent from and reduced into the tensors where
+// they lie (a link that does not take pieces gets one).
 Status Collectives::exchange_and_reduce(const Pieces& buf, bool send_reduced, int64_t send_begin,
                                         int64_t send_count, int64_t recv_begin, int64_t recv_count, int32_t dtype,
                                         int32_t op) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  if (tcp_ring_) {
-    return exchange_and_reduce_tcp(buf, send_reduced, send_begin, send_count, recv_begin, recv_count, dtype, op);
+  if (buf.size() != 1 && !ring_->takes_pieces()) {
+    return Status::error(RELAX_ERR_INTERNAL, std::string(ring_->name()) + "'s ring steps need one contiguous buffer");
   }
-  if (buf.size() != 1) return Status::error(RELAX_ERR_INTERNAL, "MPI's ring steps need one contiguous buffer");
-  const Piece& whole = buf[0];
-  const uint8_t* send = send_reduced ? static_cast<const uint8_t*>(whole.out) : static_cast<const uint8_t*>(whole.in);
-  return exchange_and_reduce_mpi(send + send_begin * esize, send_count,
-                                 static_cast<const uint8_t*>(whole.in) + recv_begin * esize,
-                                 static_cast<uint8_t*>(whole.out) + recv_begin * esize, recv_count, dtype, op);
-}
-
-// Sends `send_count` elements to the right neighbour while receiving `recv_count` elements from
-// the left one; each received segment is combined with this rank's `own` elements into `result`
-// while the next segment is in flight.
-Status Collectives::exchange_and_reduce_mpi(const uint8_t* send, int64_t send_count, const uint8_t* own,
-                                            uint8_t* result, int64_t recv_count, int32_t dtype, int32_t op) {
-  const size_t esize = dtype_size(dtype);
-  const int right = mod(rank_ + 1, size_);
-  const int left = mod(rank_ - 1, size_);
-  const int64_t seg = std::max<int64_t>(1, std::min(config_.segment_bytes, kMaxMessageBytes) /
-                                               static_cast<int64_t>(esize));
-  const int64_t nsend = (send_count + seg - 1) / seg;
-  const int64_t nrecv = (recv_count + seg - 1) / seg;
-  const int64_t window = std::max<int64_t>(2, config_.receive_window);
-  if (scratch_.size() < static_cast<size_t>(window * seg) * esize) scratch_.resize(static_cast<size_t>(window * seg) * esize);
-
-  std::vector<MPI_Request> sends(static_cast<size_t>(nsend), MPI_REQUEST_NULL);
-  for (int64_t k = 0; k < nsend; ++k) {
-    const int64_t n = std::min(seg, send_count - k * seg);
-    int rc = MPI_Isend(send + k * seg * esize, static_cast<int>(n * esize), MPI_BYTE, right, kRingTag,
-                       comm_, &sends[static_cast<size_t>(k)]);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Isend");
-  }
-  // `window` receives stay posted, so the transfer continues while a segment is being reduced.
-  std::vector<MPI_Request> recvs(static_cast<size_t>(window), MPI_REQUEST_NULL);
-  auto slot = [&](int64_t k) { return scratch_.data() + (k % window) * seg * esize; };
-  auto post = [&](int64_t k) {
-    const int64_t n = std::min(seg, recv_count - k * seg);
-    return MPI_Irecv(slot(k), static_cast<int>(n * esize), MPI_BYTE, left, kRingTag, comm_,
-                     &recvs[static_cast<size_t>(k % window)]);
-  };
-  for (int64_t k = 0; k < std::min(window, nrecv); ++k) {
-    int rc = post(k);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
-  }
-  for (int64_t k = 0; k < nrecv; ++k) {
-    Status waited = wait_one(recvs[static_cast<size_t>(k % window)]);
-    if (!waited.is_ok()) return waited;
-    const int64_t n = std::min(seg, recv_count - k * seg);
-    reduce_pair(result + k * seg * esize, own + k * seg * esize, slot(k), n, dtype, op);
-    if (k + window < nrecv) {
-      const int rc = post(k + window);
-      if (rc != MPI_SUCCESS) return mpi_status(rc, "MPI_Irecv");
-    }
-  }
-  traffic_.bytes_sent += send_count * static_cast<int64_t>(esize);
-  traffic_.bytes_received += recv_count * static_cast<int64_t>(esize);
-  return wait_all(sends);
-}
-
-// The whole incoming block lands in scratch; each piece of kTcpReducePiece bytes is reduced as
-// soon as it is complete, while the kernel's socket buffers keep both links busy. Blocks are
-// sent from and reduced into the tensors where they lie.
-Status Collectives::exchange_and_reduce_tcp(const Pieces& buf, bool send_reduced, int64_t send_begin,
-                                            int64_t send_count, int64_t recv_begin, int64_t recv_count,
-                                            int32_t dtype, int32_t op) {
-  constexpr int64_t kTcpReducePiece = 256 << 10;
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t recv_bytes = recv_count * esize;
-  if (scratch_.size() < static_cast<size_t>(recv_bytes)) scratch_.resize(static_cast<size_t>(recv_bytes));
-  int64_t reduced = 0;  // bytes
-  auto reduce_arrived = [&](int64_t received_bytes) {
-    const int64_t complete = received_bytes / esize * esize;
-    if (complete - reduced < kTcpReducePiece && complete < recv_bytes) return;
-    const uint8_t* arrived = scratch_.data() + reduced;
-    buf.each_part(recv_begin * esize + reduced, complete - reduced,
-                  [&](const uint8_t* own, uint8_t* result, int64_t bytes, int64_t done) {
-                    reduce_pair(result, own, arrived + done, bytes / esize, dtype, op);
-                  });
-    reduced = complete;
-  };
-  traffic_.bytes_sent += send_count * esize;
-  traffic_.bytes_received += recv_bytes;
-  return ring_status(tcp_ring_->exchange(iovecs(buf, send_begin * esize, send_count * esize, send_reduced),
-                                         {iovec{scratch_.data(), static_cast<size_t>(recv_bytes)}}, reduce_arrived));
+  count_traffic(send_count * esize, recv_count * esize);
+  return ring_->exchange_streamed(iovecs(buf, send_begin * esize, send_count * esize, send_reduced),
+                                  recv_count * esize, esize,
+                                  [&](const uint8_t* arrived, int64_t offset, int64_t bytes) {
+                                    buf.each_part(recv_begin * esize + offset, bytes,
+                                                  [&](const uint8_t* own, uint8_t* result, int64_t n, int64_t done) {
+                                                    reduce_pair(result, own, arrived + done, n / esize, dtype, op);
+                                                  });
+                                  });
 }
 
 Status Collectives::ring_reduce_scatter(const void* src, void* dst, const std::vector<int64_t>& counts,
@@ -345,8 +271,9 @@ Status Collectives::ring_allgather(void* buf, const std::vector<int64_t>& counts
 Status Collectives::ring_allgather(const Pieces& buf, const std::vector<int64_t>& counts, size_t esize) {
   if (size_ == 1) return Status::ok();
   const std::vector<int64_t> offsets = block_offsets(counts);
-  const int right = mod(rank_ + 1, size_);
-  const int left = mod(rank_ - 1, size_);
+  if (buf.size() != 1 && !ring_->takes_pieces()) {
+    return Status::error(RELAX_ERR_INTERNAL, std::string(ring_->name()) + "'s ring steps need one contiguous buffer");
+  }
   const auto e = static_cast<int64_t>(esize);
   // Step s forwards block (r-s) and receives block (r-s-1).
   for (int s = 0; s < size_ - 1; ++s) {
@@ -354,18 +281,8 @@ Status Collectives::ring_allgather(const Pieces& buf, const std::vector<int64_t>
     const size_t recv_block = static_cast<size_t>(mod(rank_ - s - 1, size_));
     const int64_t send_begin = offsets[send_block] * e, send_bytes = counts[send_block] * e;
     const int64_t recv_begin = offsets[recv_block] * e, recv_bytes = counts[recv_block] * e;
-    Status st;
-    if (tcp_ring_) {
-      traffic_.bytes_sent += send_bytes;
-      traffic_.bytes_received += recv_bytes;
-      st = ring_status(tcp_ring_->exchange(iovecs(buf, send_begin, send_bytes, true),
-                                           iovecs(buf, recv_begin, recv_bytes, true), [](int64_t) {}));
-    } else if (buf.size() != 1) {
-      st = Status::error(RELAX_ERR_INTERNAL, "MPI's ring steps need one contiguous buffer");
-    } else {
-      auto* whole = static_cast<uint8_t*>(buf[0].out);
-      st = sendrecv(whole + send_begin, send_bytes, right, whole + recv_begin, recv_bytes, left);
-    }
+    count_traffic(send_bytes, recv_bytes);
+    Status st = ring_->exchange(iovecs(buf, send_begin, send_bytes, true), iovecs(buf, recv_begin, recv_bytes, true));
     if (!st.is_ok()) return st;
   }
   return Status::ok();
@@ -394,19 +311,19 @@ Status Collectives::allreduce(const void* src, void* dst, int64_t count, int32_t
   if (count == 0) return Status::ok();
   const size_t esize = dtype_size(dtype);
   const int64_t bytes = count * static_cast<int64_t>(esize);
-  if (size_ == 1) {
-    if (src != dst) std::memcpy(dst, src, static_cast<size_t>(bytes));
-    scale_buffer(dst, count, dtype, postscale);
-    return Status::ok();
+  switch (table_.choose(Collective::kAllreduce, bytes, count <= INT_MAX && mpi_type(dtype) != MPI_DATATYPE_NULL)) {
+    case Route::kLocal:
+      if (src != dst) std::memcpy(dst, src, static_cast<size_t>(bytes));
+      scale_buffer(dst, count, dtype, postscale);
+      return Status::ok();
+    case Route::kSharedMemory:
+      count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
+      return shm_->allreduce(src, dst, count, dtype, op, postscale);
+    case Route::kMpiCollective:
+      return mpi_allreduce(src, dst, count, dtype, op, postscale);
+    default:
+      return ring_allreduce(Pieces({Piece{src, dst, bytes}}), dtype, op, postscale);
   }
-  if (ShmCollectives* shm = shared_memory(bytes)) {
-    count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
-    return shm->allreduce(src, dst, count, dtype, op, postscale);
-  }
-  if (bytes <= config_.mpi_allreduce_max_bytes && count <= INT_MAX && mpi_type(dtype) != MPI_DATATYPE_NULL) {
-    return mpi_allreduce(src, dst, count, dtype, op, postscale);
-  }
-  return ring_allreduce(Pieces({Piece{src, dst, bytes}}), dtype, op, postscale);
 }
 
 Status Collectives::ring_allreduce(const Pieces& buf, int32_t dtype, int32_t op, double postscale) {
@@ -423,20 +340,22 @@ Status Collectives::ring_allreduce(const Pieces& buf, int32_t dtype, int32_t op,
 }
 
 bool Collectives::reduces_pieces(int64_t bytes) const {
-  return size_ > 1 && bytes > 0 && (shared_memory(bytes) || (tcp_ring_ && bytes > config_.mpi_allreduce_max_bytes));
+  return table_.choose(Collective::kAllreducePieces, bytes) != Route::kNone;
 }
 
 Status Collectives::allreduce_pieces(std::vector<Piece> pieces, int32_t dtype, int32_t op, double postscale) {
   Pieces buf(std::move(pieces));
-  if (!reduces_pieces(buf.bytes())) {
-    return Status::error(RELAX_ERR_INTERNAL, "an all-reduce of tensors where they lie needs shared memory or the TCP ring");
-  }
   const int64_t bytes = buf.bytes();
-  if (ShmCollectives* shm = shared_memory(bytes)) {
-    count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
-    return shm->allreduce(std::move(buf), dtype, op, postscale);
+  switch (table_.choose(Collective::kAllreducePieces, bytes)) {
+    case Route::kSharedMemory:
+      count_traffic(2 * bytes * (size_ - 1) / size_, 2 * bytes * (size_ - 1) / size_);  // as a ring would move
+      return shm_->allreduce(std::move(buf), dtype, op, postscale);
+    case Route::kRing:
+      return ring_allreduce(buf, dtype, op, postscale);  // (its steps count what they move)
+    default:
+      return Status::error(RELAX_ERR_INTERNAL,
+                           "an all-reduce of tensors where they lie needs shared memory or the TCP ring");
   }
-  return ring_allreduce(buf, dtype, op, postscale);  // (its steps count what they move)
 }
 
 Status Collectives::reduce_scatter(const void* src, void* work, const std::vector<int64_t>& counts, int32_t dtype,
@@ -454,13 +373,13 @@ Status Collectives::reduce_scatter(const std::vector<Piece>& inputs, void* work,
   const int64_t total_bytes = (offsets.back() + counts.back()) * esize;
   const int64_t own_offset = offsets[static_cast<size_t>(rank_)];
   const int64_t own_count = counts[static_cast<size_t>(rank_)];
-  if (ShmCollectives* shm = shared_memory(total_bytes)) {
+  if (table_.choose(Collective::kReduceScatter, total_bytes) == Route::kSharedMemory) {
     const int64_t own_bytes = own_count * esize;
     count_traffic(total_bytes - own_bytes, own_bytes * (size_ - 1));
-    return shm->reduce_scatter(inputs, counts, dtype, op, postscale, out);
+    return shm_->reduce_scatter(inputs, counts, dtype, op, postscale, out);
   }
-  auto* partial = static_cast<uint8_t*>(work);
-  if (tcp_ring_) {
+  auto* partial = static_cast<uint8_t*>(work);  // the ring
+  if (ring_->takes_pieces()) {
     // This rank's block is reduced at the ring's last step and never sent on: it is reduced
     // straight into `out`; the other blocks' partial results go to `work`.
     Status st = ring_reduce_scatter(Pieces(route_range(inputs, own_offset * esize, own_count * esize, out, partial)),
@@ -472,7 +391,7 @@ Status Collectives::reduce_scatter(const std::vector<Piece>& inputs, void* work,
   std::vector<Piece> steps;
   if (inputs.size() == 1) {
     steps.push_back({inputs.front().in, partial, total_bytes});
-  } else {  // MPI's ring steps take one contiguous buffer
+  } else {  // a link that takes one contiguous buffer
     int64_t at = 0;
     for (const Piece& input : inputs) {
       if (input.bytes > 0) std::memcpy(partial + at, input.in, static_cast<size_t>(input.bytes));
@@ -516,11 +435,12 @@ Status Collectives::allgatherv(const void* in, void* out, const std::vector<int6
                 static_cast<size_t>(own));
   }
   const int64_t total = (offsets.back() + counts.back()) * static_cast<int64_t>(esize);
-  if (ShmCollectives* shm = shared_memory(total)) {
+  const Route route = table_.choose(Collective::kAllgather, total, total <= INT_MAX);
+  if (route == Route::kSharedMemory) {
     count_traffic(own * (size_ - 1), total - own);
-    return shm->allgatherv(out, counts, esize);  // the own block is in place already
+    return shm_->allgatherv(out, counts, esize);  // the own block is in place already
   }
-  if (size_ > 1 && total <= config_.mpi_allgather_max_bytes && total <= INT_MAX) {
+  if (route == Route::kMpiCollective) {
     // A timed-out request stays posted with pointers to these: never reuse them after one.
     if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
     gather_counts_.clear();

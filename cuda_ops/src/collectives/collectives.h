@@ -1,7 +1,9 @@
 // Collectives over one MPI communicator: through shared memory when every rank is on this node
-// (shm_collectives.h), else our ring reduce-scatter / all-gather on point-to-point (pipelined in
-// segments so reduction overlaps the transfer), all-reduce as the two in sequence, and MPI's own
-// collectives where they measure faster (small all-reduce) or are simplest.
+// (shm_collectives.h), else our ring reduce-scatter / all-gather over a RingLink (ring_link.h:
+// MPI point-to-point, pipelined in segments so reduction overlaps the transfer, or the TCP ring),
+// all-reduce as the two in sequence, and MPI's own collectives where they measure faster (small
+// all-reduce) or are simplest. Which of these serves a call is the TransportTable's choice
+// (transport_table.h), made from transports set up once per communicator (rebind()).
 #pragma once
 
 #include <mpi.h>
@@ -12,7 +14,11 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/collective_config.h"
+#include "collectives/mpi_link.h"
+#include "collectives/ring_link.h"
 #include "collectives/shm_collectives.h"
+#include "collectives/transport_table.h"
 #include "transport/liveness.h"
 #include "transport/tcp_ring.h"
 #include "util/types.h"
@@ -29,26 +35,6 @@ std::vector<int64_t> block_offsets(const std::vector<int64_t>& counts);
 struct Traffic {
   std::atomic<int64_t> bytes_sent{0};
   std::atomic<int64_t> bytes_received{0};
-};
-
-struct CollectiveConfig {
-  int64_t segment_bytes = 1 << 20;            // ring pipelining granularity
-  int64_t receive_window = 2;                 // ring segments received ahead of the reduction
-  int64_t mpi_allreduce_max_bytes = 16 << 20;  // use MPI_Allreduce at or below this size
-  int64_t mpi_allgather_max_bytes = 16 << 20;  // use MPI_Allgatherv at or below this total size
-  bool shm_allowed = true;                    // false: never shared memory or TCP ring, no agreement at construction
-  int64_t shm_min_bytes = -1;                 // shared-memory collectives from this size (-1: never)
-  int64_t shm_slot_bytes = 1 << 20;           // per rank and round (shm_collectives.h)
-  double shm_spin_us = 0;                     // barrier polling before yielding the core
-  const std::atomic<int>* shm_spin_gate = nullptr;  // ... only while this is positive (null: always)
-  // Point-to-point waits yield the core between their first polls instead of spinning (which
-  // starves a rank sharing the core with the waiting one). Set when ranks outnumber cores.
-  bool yield_while_waiting = false;
-  // The ring's steps over TCP sockets of its own (transport/tcp_ring.h) instead of MPI
-  // point-to-point: for ranks on several nodes.
-  bool tcp_ring = false;
-  // Longest wait for a peer before an operation fails naming it (transport/liveness.h).
-  double peer_timeout_s = kDefaultPeerTimeoutSeconds;
 };
 
 // One message's bytes.
@@ -83,6 +69,16 @@ class Collectives {
   // map the shared-memory segment now (at a point every rank reaches together), or connect the
   // TCP ring.
   Collectives(MPI_Comm comm, CollectiveConfig config);
+
+  // Sets the transports up afresh over `comm` (collective over it; the constructor's set-up, for
+  // a new set of ranks): drops the old shared-memory segment and ring link, agrees rank 0's
+  // settings, maps or connects anew and rebuilds the transport table; the collectives
+  // themselves are unchanged. No collective may be in flight.
+  void rebind(MPI_Comm comm);
+  // Which transport serves each collective and size (tests and logs read it).
+  const TransportTable& transports() const { return table_; }
+  // The ring's link (MPI point-to-point or the TCP ring).
+  const RingLink& ring_link() const { return *ring_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -149,17 +145,16 @@ class Collectives {
   // A ring step of a reduce-scatter over `buf`: sends elements [send_begin, + send_count) of its
   // inputs (of its results when `send_reduced`) to the right neighbour while receiving
   // `recv_count` elements from the left one, which are combined with the inputs from
-  // `recv_begin` into the results there.
+  // `recv_begin` into the results there as they arrive.
   Status exchange_and_reduce(const Pieces& buf, bool send_reduced, int64_t send_begin, int64_t send_count,
                              int64_t recv_begin, int64_t recv_count, int32_t dtype, int32_t op);
-  Status exchange_and_reduce_mpi(const uint8_t* send, int64_t send_count, const uint8_t* own, uint8_t* result,
-                                 int64_t recv_count, int32_t dtype, int32_t op);
-  Status exchange_and_reduce_tcp(const Pieces& buf, bool send_reduced, int64_t send_begin, int64_t send_count,
-                                 int64_t recv_begin, int64_t recv_count, int32_t dtype, int32_t op);
-  // The ring collectives over a concatenation of pieces (MPI point-to-point steps take one piece).
+  // The ring collectives over a concatenation of pieces (only a link that takes_pieces() takes
+  // more than one).
   Status ring_reduce_scatter(const Pieces& buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op);
   Status ring_allgather(const Pieces& buf, const std::vector<int64_t>& counts, size_t element_size);
   Status ring_allreduce(const Pieces& buf, int32_t dtype, int32_t op, double postscale);
+  // A pairwise step with any two peers: over the ring's link when they are its neighbours, else
+  // MPI point-to-point.
   Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
                   int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
@@ -170,9 +165,6 @@ class Collectives {
   Status poll_until_done(Test test, const char* what, const char* during);
   // A nonblocking collective's request (`what`: the MPI call, `during`: the operation), waited as above.
   Status wait_collective(MPI_Request& request, const char* what, const char* during);
-  // A TCP ring step's status: a step that timed out (the ring names only the neighbour it waited
-  // for) becomes the liveness check's verdict naming the rank that did not answer.
-  Status ring_status(Status status);
   Status wait_all(std::vector<MPI_Request>& requests);
   Status wait_one(MPI_Request& request);
   Status wait_any(std::vector<MPI_Request>& requests, int& index);
@@ -181,6 +173,9 @@ class Collectives {
   bool adopt_rank0_settings();
   void set_up_shared_memory();
   void set_up_tcp_ring();
+  // The constructor's (and rebind()'s) set-up over comm_: rank 0's settings, then shared memory
+  // or the TCP ring.
+  void set_up_transports();
   // The shared-memory collectives for an operation of `bytes` (all ranks decide alike), or null.
   ShmCollectives* shared_memory(int64_t bytes) const;
   void count_traffic(int64_t sent, int64_t received);
@@ -189,14 +184,17 @@ class Collectives {
   int rank_ = 0;
   int size_ = 1;
   CollectiveConfig config_;
+  const CollectiveConfig requested_;  // the settings as configured (rebind() starts from them again)
   Traffic traffic_;
-  std::vector<uint8_t> scratch_;
   // MPI_Iallgatherv's counts and displacements: MPI may read them until the request completes,
   // which after a timeout is never (bounded_wait.h), so they outlive the call.
   std::vector<int> gather_counts_, gather_displs_;
   int64_t rank0_settings_[3] = {0, 0, 0};  // adopt_rank0_settings()'s broadcast buffer, for the same reason
   std::unique_ptr<ShmCollectives> shm_;
-  std::unique_ptr<TcpRing> tcp_ring_;  // null: the ring's steps use MPI point-to-point
+  std::unique_ptr<TcpRing> tcp_ring_;  // set_up_tcp_ring()'s connected ring, until rebind() hands it to ring_
+  std::unique_ptr<MpiLink> mpi_;       // MPI point-to-point with any peer
+  std::unique_ptr<RingLink> ring_;     // the ring's steps: the TCP ring, else MPI point-to-point
+  TransportTable table_{config_, TransportSet{}};
 };
 
 }  // namespace relax

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "collectives/transport_table.h"
 #include "transport/tcp_transport.h"
 #include "util/text.h"
 
@@ -178,7 +179,7 @@ void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int
   if (idle_spin_us < 0) idle_spin_us = own_cores ? 100.0 : 0.0;
   yield_while_waiting = wait_yield == "on" || (wait_yield == "auto" && !own_cores);
   use_tcp_ring = tcp_ring == "on" || (tcp_ring == "auto" && !single_node);
-  if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? (1ll << 20) : kCrossNodeRingSegmentBytes;
+  if (ring_segment_bytes < 0) ring_segment_bytes = single_node ? kRingSegmentBytes : kCrossNodeRingSegmentBytes;
   // Across nodes with the TCP ring MPI's own all-reduce / all-gather serve tiny messages only,
   // and none where ranks share cores on some host: its blocking collectives spin there. 4 ranks
   // on 2 cores at 10 Gbit/s took 5.8-7.9 ms for a 16-256 KiB all-reduce against the TCP ring's
@@ -189,8 +190,8 @@ void EngineConfig::apply_topology_defaults(bool single_node, int host_ranks, int
   // 58-75). Every rank must choose the same path, hence the agreed cores_shared_somewhere
   // rather than this host's cores.
   const int64_t cross_node_mpi_max = !use_tcp_ring ? (256ll << 10) : cores_shared_somewhere ? 0 : (4ll << 10);
-  if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? (16ll << 20) : cross_node_mpi_max;
-  if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? (16ll << 20) : cross_node_mpi_max;
+  if (mpi_allreduce_max_bytes < 0) mpi_allreduce_max_bytes = single_node ? kMpiCollectiveMaxBytes : cross_node_mpi_max;
+  if (mpi_allgather_max_bytes < 0) mpi_allgather_max_bytes = single_node ? kMpiCollectiveMaxBytes : cross_node_mpi_max;
   if (!single_node) shm_collectives = false;  // (also when RELAX_LOCAL_SIZE pretends several nodes)
 }
 
