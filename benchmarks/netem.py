@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 from relaxlib_launch.mpirun_command import mpirun_argv
 
@@ -73,10 +74,46 @@ def cleanup_all() -> None:
         _run("ip", "link", "del", link, check=False)
 
 
+def _bridge_subnets() -> dict[str, int]:
+    """This harness's bridges in the host namespace and the second octet of each one's subnet."""
+    found = {}
+    for line in _run("ip", "-o", "-4", "addr", "show", check=False).stdout.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[1].startswith(PREFIX) and fields[1].endswith("br"):
+            found[fields[1]] = int(fields[3].split(".")[1])
+    return found
+
+
+def remove_stale() -> None:
+    """Removes the namespaces and links of runs whose process is gone (a run killed with SIGKILL
+    cannot remove its own); a live run's network is left alone."""
+    for bridge in _bridge_subnets():
+        tag = bridge[len(PREFIX):-len("br")]
+        if not tag.isdigit() or Path(f"/proc/{tag}").exists():
+            continue
+        found = leftovers()
+        for ns in found["namespaces"]:
+            if ns.startswith(f"{PREFIX}{tag}n"):
+                _run("ip", "netns", "del", ns, check=False)
+        for link in found["links"]:
+            if link.startswith(f"{PREFIX}{tag}"):
+                _run("ip", "link", "del", link, check=False)
+
+
+def free_subnet_octet(first: int = 77, last: int = 126) -> int:
+    """The second octet of a 10.x.0.0/24 subnet that no network of this harness uses now."""
+    taken = set(_bridge_subnets().values())
+    for octet in range(first, last + 1):
+        if octet not in taken:
+            return octet
+    raise RuntimeError(f"every subnet 10.{first}-{last}.0.0/24 is held by a shaped network; "
+                       f"`python benchmarks/netem.py --cleanup` removes them")
+
+
 class ShapedNetwork:
     """Context manager: creates the namespaces, links and shaping; always removes them."""
 
-    def __init__(self, nranks: int, bandwidth_mbit: float | None = None, subnet_octet: int = 77,
+    def __init__(self, nranks: int, bandwidth_mbit: float | None = None, subnet_octet: int | None = None,
                  mtu: int = 9000) -> None:
         if nranks < 1 or nranks > 250:
             raise ValueError("nranks must be in 1..250")
@@ -84,6 +121,11 @@ class ShapedNetwork:
         self.bandwidth_mbit = bandwidth_mbit
         self.mtu = mtu
         self.tag = str(os.getpid() % 100000)
+        if subnet_octet is None:
+            # Two networks on one subnet route each other's traffic to the wrong bridge and the
+            # ranks wait forever: take a subnet no other run of this harness holds.
+            remove_stale()
+            subnet_octet = free_subnet_octet()
         self.subnet = f"10.{subnet_octet}.0.0/24"
         self.bridge = f"{PREFIX}{self.tag}br"
         self.bridge_ip = f"10.{subnet_octet}.0.254"

@@ -60,3 +60,40 @@ def test_refuses_clearly_without_root(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(RuntimeError, match="needs root"):
         netem.require_privileges()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_runs_network_is_removed_and_a_live_runs_subnet_is_not_taken(tmp_path):
+    # A run killed with SIGKILL leaves its bridge on 10.77.0.0/24: a new network on the same subnet
+    # would route the ranks' traffic to that dead bridge and the job would wait forever.
+    stale = f"{netem.PREFIX}{_dead_pid() % 100000}br"
+    subprocess.run(["ip", "link", "add", stale, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", "10.77.0.254/24", "dev", stale], check=True)
+        subprocess.run(["ip", "link", "set", stale, "up"], check=True)
+        live = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "netem.py"), "--np", "1", "--", "sleep",
+                                 "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not netem.leftovers()["namespaces"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            live_subnets = {octet for bridge, octet in netem._bridge_subnets().items() if bridge != stale}
+            assert live_subnets, "the live run did not start"
+            with netem.ShapedNetwork(2, bandwidth_mbit=100) as net:
+                assert stale not in netem.leftovers()["links"]
+                assert int(net.subnet.split(".")[1]) not in live_subnets, (net.subnet, live_subnets)
+                out = subprocess.run(net.mpirun_command(2) + [sys.executable, "-c", WRITE_ADDRESS, str(tmp_path)],
+                                     capture_output=True, text=True, timeout=120)
+                assert out.returncode == 0, out.stdout + out.stderr
+                assert [(tmp_path / str(r)).read_text() for r in range(2)] == [f"{a}/24" for a in net.addresses]
+        finally:
+            live.send_signal(signal.SIGINT)
+            live.wait(timeout=60)
+    finally:
+        subprocess.run(["ip", "link", "del", stale], capture_output=True)
+    assert netem.leftovers() == {"namespaces": [], "links": []}
