@@ -8,6 +8,8 @@ others' init() must raise. ``ring`` / ``shm``: it stops in the set-up of the TCP
 shared-memory segment (run by the engine after init()); the others' next request (a process set's
 creation, negotiated by the engine) must raise. ``process_set``: it stops once it starts creating
 a process set (the shim is armed right before); the others' add_process_set() must raise.
+``group_service``: it stops in the group generator's start (armed right before); the others'
+start_group_service() must raise.
 Each other rank prints ``SETUP-ERROR-OK`` once the error named the frozen rank and a later
 request failed with the same reason, then exits non-zero without waiting for the frozen rank
 (MPI_Finalize is skipped; the test's launcher ends the job).
@@ -18,6 +20,7 @@ import os
 import sys
 
 import relaxlib
+from relaxlib.direct import start_group_service
 from relaxlib.process_sets import add_process_set
 
 mode = sys.argv[1]
@@ -35,7 +38,12 @@ try:
     relaxlib.init()
     if mode == "process_set" and relaxlib.rank() == frozen:
         ctypes.CDLL(None).relax_test_freeze_arm()  # the shim: freeze in the next listed call
-    add_process_set([0, frozen])
+    if mode == "group_service":
+        if relaxlib.rank() == frozen:
+            ctypes.CDLL(None).relax_test_freeze_arm()
+        start_group_service(2, 1, 10.0)
+    else:
+        add_process_set([0, frozen])
     raise SystemExit("expected an error naming the frozen rank")
 except relaxlib.RelaxError as exc:
     check(exc)

@@ -10,6 +10,7 @@
 
 #include "transport/liveness.h"
 #include "transport/mpi_context.h"
+#include "transport/setup_wait.h"
 #include "transport/tags.h"
 #include "util/backoff.h"
 
@@ -233,7 +234,10 @@ Status GroupService::start(MPI_Comm world, int group_size, int max_lag, double g
     return Status::error(RELAX_ERR_INVALID_ARGUMENT,
                          "group generator: group_size >= 1, max_lag >= 0, grace_ms >= 0, 0 <= grace_fraction < 1");
   }
-  MPI_Comm_dup(world, &comm_);
+  // Collective over `world`: bounded, so a member frozen before it joins is named instead of
+  // holding the others here (comm_ stays null and the service unstarted).
+  Status dup = bounded_comm_dup(world, comm_, timeout_s_, "the group generator's start");
+  if (!dup.is_ok()) return dup;
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   group_size_ = group_size;
