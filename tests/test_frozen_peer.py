@@ -2,11 +2,10 @@
 wait is bounded by RELAX_OP_TIMEOUT and the error names the rank that did not answer. (The
 engine's idle poll ending on stop, whatever RELAX_IDLE_SPIN_US says: cuda_ops/tests/test_engine_idle_spin.cc.)"""
 
-import shutil
-import subprocess
 import sys
 
 import pytest
+from preload_shims import build_preload_shim
 
 from mpi_launch import REPO, run_ranks
 
@@ -19,12 +18,7 @@ TCP_RING = {"RELAX_LOCAL_SIZE": "1", "RELAX_MPI_ALLREDUCE_MAX_BYTES": "0", "RELA
 @pytest.fixture(scope="module")
 def freeze_shim(tmp_path_factory):
     """tests/scripts/freeze_in_allreduce.c built for LD_PRELOAD: stops a chosen rank inside an MPI all-reduce."""
-    if shutil.which("mpicc") is None:
-        pytest.skip("mpicc is needed to build the freezing shim")
-    shim = tmp_path_factory.mktemp("shim") / "freeze_in_allreduce.so"
-    subprocess.run(["mpicc", "-shared", "-fPIC", "-O1", "-o", str(shim), str(SCRIPTS / "freeze_in_allreduce.c")],
-                   check=True, timeout=120)
-    return shim
+    return build_preload_shim(tmp_path_factory, "freeze_in_allreduce.c")
 
 
 @pytest.mark.parametrize("np,env,mode,during", [

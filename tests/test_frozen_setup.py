@@ -4,12 +4,11 @@ bounded by RELAX_OP_TIMEOUT like the data path (tests/test_frozen_peer.py), and 
 gets an error naming the rank that did not answer (cuda_ops/src/transport/setup_wait.h)."""
 
 import os
-import shutil
 import signal
-import subprocess
 import sys
 
 import pytest
+from preload_shims import build_preload_shim
 
 from mpi_launch import REPO, run_ranks
 
@@ -24,12 +23,7 @@ TCP_RING = {"RELAX_LOCAL_SIZE": "1", "RELAX_TCP_RING": "on"}
 @pytest.fixture(scope="module")
 def freeze_shim(tmp_path_factory):
     """tests/scripts/freeze_in_setup.c built for LD_PRELOAD: stops a chosen rank inside a chosen MPI call."""
-    if shutil.which("mpicc") is None:
-        pytest.skip("mpicc is needed to build the freezing shim")
-    shim = tmp_path_factory.mktemp("shim") / "freeze_in_setup.so"
-    subprocess.run(["mpicc", "-shared", "-fPIC", "-O1", "-o", str(shim), str(SCRIPTS / "freeze_in_setup.c")],
-                   check=True, timeout=120)
-    return shim
+    return build_preload_shim(tmp_path_factory, "freeze_in_setup.c")
 
 
 def kill_frozen(pidfile) -> None:
