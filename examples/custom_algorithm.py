@@ -31,12 +31,12 @@ class LocalSGD(Algorithm):
         ctx.apply_update(everything, ctx.snapshot())          # local update with own gradients
         if (ctx.step_count + 1) % self.period == 0:
             weights = ctx.flatten_params(everything)
-            averaged = ctx.wait(ctx.allreduce_async(weights, name="local_sgd.weights"))
+            averaged = ctx.comm.wait(ctx.comm.allreduce_async(weights, name="local_sgd.weights"))
             ctx.set_params_from_flat(everything, averaged)
 
     def flush(self, ctx) -> None:                             # end of training: one final average
         everything = [p.index for p in ctx.parameters()]
-        averaged = ctx.wait(ctx.allreduce_async(ctx.flatten_params(everything), name="local_sgd.final"))
+        averaged = ctx.comm.wait(ctx.comm.allreduce_async(ctx.flatten_params(everything), name="local_sgd.final"))
         ctx.set_params_from_flat(everything, averaged)
 
 
