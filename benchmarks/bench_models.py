@@ -69,3 +69,60 @@ def make_model(name: str, layers: int, width: int, forward_ms: float, backward_m
             blocks += [torch.nn.Linear(width, width), torch.nn.ReLU()]
         return torch.nn.Sequential(*blocks)
     raise ValueError(f"unknown model {name!r} (sleep, mlp)")
+
+
+# ---- a small causal transformer language model ------------------------------------------------
+
+
+class SyntheticText:
+    """Token streams of a fixed random "language": each token is followed by one of ``branching``
+    successors (the same table on every rank, from ``seed``), drawn with fixed unequal weights. A
+    model can learn it (the loss falls from ln(vocab) towards the table's entropy, ~1 nat for 4
+    successors), so loss-against-tokens comparisons mean something; nothing is downloaded."""
+
+    def __init__(self, vocab: int, branching: int = 4, seed: int = 1234) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.vocab = vocab
+        self.successors = torch.randint(0, vocab, (vocab, branching), generator=generator)
+        self.weights = torch.softmax(torch.randn(branching, generator=generator), dim=0)
+
+    def batch(self, batch_size: int, seq_len: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of shape (batch_size, seq_len): targets are the inputs shifted by one."""
+        tokens = torch.empty(batch_size, seq_len + 1, dtype=torch.int64)
+        tokens[:, 0] = torch.randint(0, self.vocab, (batch_size,), generator=generator)
+        choices = torch.multinomial(self.weights, batch_size * seq_len, replacement=True,
+                                    generator=generator).view(batch_size, seq_len)
+        for t in range(seq_len):
+            tokens[:, t + 1] = self.successors[tokens[:, t], choices[:, t]]
+        return tokens[:, :-1], tokens[:, 1:]
+
+
+class TinyLM(torch.nn.Module):
+    """A GPT-style causal language model: token and learned position embeddings, ``layers``
+    pre-norm transformer blocks (``heads`` heads, a 4x MLP), a final norm and an untied output
+    head. The defaults have 6.9 M parameters (27 MB of float32 gradients)."""
+
+    def __init__(self, vocab: int = 4096, d_model: int = 256, layers: int = 6, heads: int = 4,
+                 seq_len: int = 64) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d_model)
+        self.position = torch.nn.Parameter(torch.zeros(seq_len, d_model))
+        block = torch.nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, batch_first=True,
+                                                 norm_first=True)
+        self.blocks = torch.nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.norm = torch.nn.LayerNorm(d_model)
+        self.head = torch.nn.Linear(d_model, vocab, bias=False)
+        mask = torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1)
+        self.register_buffer("causal_mask", mask, persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (batch, seq, vocab) for the next token at every position."""
+        seq = tokens.shape[1]
+        x = self.embed(tokens) + self.position[:seq]
+        x = self.blocks(x, mask=self.causal_mask[:seq, :seq], is_causal=True)
+        return self.head(self.norm(x))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats per token)."""
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

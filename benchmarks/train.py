@@ -48,13 +48,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--algorithm", default="allreduce", choices=ALGORITHMS,
                         help="none = no communication (each rank alone); ddp = torch DDP (gloo); horovod = "
                              "Horovod's DistributedOptimizer (needs --horovod)")
-    parser.add_argument("--model", default="sleep", choices=["sleep", "mlp"])
+    parser.add_argument("--model", default="sleep", choices=["sleep", "mlp", "transformer"],
+                        help="transformer: bench_models.TinyLM on SyntheticText (--batch-size sequences of "
+                             "--seq-len tokens; samples are sequences)")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--width", type=int, default=262144,
                         help="sleep: parameters per layer; mlp: layer width")
     parser.add_argument("--forward-ms", type=float, default=40.0, help="sleep model: forward time per step")
     parser.add_argument("--backward-ms", type=float, default=80.0, help="sleep model: backward time per step")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=64, help="transformer: tokens per sequence")
+    parser.add_argument("--vocab", type=int, default=4096, help="transformer: vocabulary size")
+    parser.add_argument("--d-model", type=int, default=256, help="transformer: embedding width")
+    parser.add_argument("--lm-layers", type=int, default=6, help="transformer: transformer blocks")
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"],
+                        help="the wrapped optimizer (adamw: for loss against tokens on the transformer)")
+    parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--num-warmup-batches", type=int, default=3)
     parser.add_argument("--num-batches-per-iter", type=int, default=2)
     parser.add_argument("--num-iters", type=int, default=8)
@@ -161,34 +170,56 @@ class Comms:
             self.hvd.barrier()
 
 
-def run_worker(args) -> None:
+def build_model(args):
+    """The model under test (bench_models), seeded identically on every rank."""
+    from bench_models import TinyLM, make_model
+    if args.model == "transformer":
+        return TinyLM(args.vocab, args.d_model, args.lm_layers, seq_len=args.seq_len)
+    return make_model(args.model, args.layers, args.width, args.forward_ms, args.backward_ms)
+
+
+def batches(args, rank: int):
+    """(next_batch, loss_of): ``next_batch()`` gives this rank's (inputs, targets) for a step,
+    ``loss_of(output, targets)`` the scalar loss."""
     import torch
-    torch.set_num_threads(args.threads)
-    comms = Comms(args)
-    torch.manual_seed(0)
-    from bench_models import make_model
-    model = make_model(args.model, args.layers, args.width, args.forward_ms, args.backward_ms)
-    straggling = comms.rank == args.straggler_rank
-    if straggling and args.model == "sleep":
-        model.set_slowdown(args.straggler_factor)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-    model, optimizer = comms.wrap(model, optimizer)
+    if args.model == "transformer":
+        from bench_models import SyntheticText, lm_loss
+        text = SyntheticText(args.vocab)
+        generator = torch.Generator().manual_seed(1000 + rank)  # each rank its own shard of the stream
+        return (lambda: text.batch(args.batch_size, args.seq_len, generator)), lm_loss
     features = 8 if args.model == "sleep" else args.width
     data = torch.randn(args.batch_size, features)
     # The MLP learns random labels, as Horovod's synthetic benchmark does: its gradients stay
     # alive. (Minimizing the outputs' sum killed every ReLU within 20 steps, after which each
     # gradient was exactly zero and the compressed codecs ran on zeros.)
     labels = torch.randint(0, features, (args.batch_size,))
+    if args.model == "sleep":
+        return (lambda: (data, labels)), (lambda output, targets: output.sum())
+    return (lambda: (data, labels)), torch.nn.functional.cross_entropy
 
-    def loss_of(output):
-        return output.sum() if args.model == "sleep" else torch.nn.functional.cross_entropy(output, labels)
 
-    compute_s = []
+def run_worker(args) -> None:
+    import torch
+    torch.set_num_threads(args.threads)
+    comms = Comms(args)
+    torch.manual_seed(0)
+    model = build_model(args)
+    straggling = comms.rank == args.straggler_rank
+    if straggling and args.model == "sleep":
+        model.set_slowdown(args.straggler_factor)
+    optimizer = (torch.optim.AdamW(model.parameters(), lr=args.lr) if args.optimizer == "adamw"
+                 else torch.optim.SGD(model.parameters(), lr=args.lr))
+    model, optimizer = comms.wrap(model, optimizer)
+    next_batch, loss_of = batches(args, comms.rank)
+    losses, compute_s = [], []
 
     def one_batch():
         start = time.perf_counter()
         optimizer.zero_grad()
-        loss_of(model(data)).backward()
+        inputs, targets = next_batch()
+        loss = loss_of(model(inputs), targets)
+        loss.backward()
+        losses.append(loss.item())
         compute = time.perf_counter() - start
         if straggling and args.model != "sleep":
             time.sleep(compute * (args.straggler_factor - 1))
@@ -222,7 +253,7 @@ def run_worker(args) -> None:
     mine = {"rank": comms.rank, "samples_per_sec": rates, "step_seconds": iteration_s,
             "forward_backward_seconds": statistics.median(compute_s), "engine": stats,
             "cpu_seconds_per_step": cpu_seconds / (args.num_iters * args.num_batches_per_iter),
-            "averagings_per_step": averagings,
+            "averagings_per_step": averagings, "losses": losses,
             "step_stats": comms.step_summary(timed_steps),
             "tuned_fusion_mb": getattr(getattr(optimizer, "algorithm", None), "chosen_fusion_mb", None)}
     gathered = comms.gather(mine)
@@ -235,7 +266,8 @@ def run_worker(args) -> None:
 
 def worker_argv(args, result: str) -> list[str]:
     argv = [sys.executable, __file__, "--worker", "--result", result]
-    for key in ("algorithm", "model", "layers", "width", "forward_ms", "backward_ms", "batch_size",
+    for key in ("algorithm", "model", "layers", "width", "forward_ms", "backward_ms", "batch_size", "seq_len",
+                "vocab", "d_model", "lm_layers", "optimizer", "lr",
                 "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec",
                 "topology", "generator", "group_size", "sync_interval_ms", "step_scale"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
