@@ -38,6 +38,9 @@ import train  # noqa: E402  (benchmarks/ is not a package)
 RESULTS = Path(__file__).resolve().parent / "results"
 SLEEP = {"layers": 8, "width": 262144, "forward_ms": 40.0, "backward_ms": 80.0}  # 8 × 1 MiB
 MLP = {"layers": 8, "width": 512}  # 8 × (512·512 + 512) float32 ≈ 8 MiB
+# bench_models.TinyLM's defaults (6.9 M parameters, 27 MB of gradients), 8 sequences of 64 tokens per rank
+TRANSFORMER = {"batch_size": 8, "seq_len": 64, "vocab": 4096, "d_model": 256, "lm_layers": 6}
+MODEL_SPECS = {"sleep": SLEEP, "mlp": MLP, "transformer": TRANSFORMER}
 UNSHAPED_BYTES_PER_S = 1e15  # shared memory: the limit is the compute alone
 
 
@@ -52,7 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--modes", type=lambda s: s.split(","), help="default: every advisor mode and ddp")
     parser.add_argument("--links", type=lambda s: s.split(","), default=["shm", "10000", "1000", "200"])
     parser.add_argument("--np", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4])
-    parser.add_argument("--models", type=lambda s: s.split(","), default=["sleep", "mlp"])
+    parser.add_argument("--models", type=lambda s: s.split(","), default=["sleep", "mlp"],
+                        help="sleep, mlp, transformer (a small causal language model)")
     parser.add_argument("--horovod", metavar="DIR", help="a Horovod install: adds the peer mode 'horovod'")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--iters", type=int, default=6, help="timed iterations per job (2 batches each)")
@@ -73,7 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def model_arguments(model: str) -> list[str]:
-    spec = SLEEP if model == "sleep" else MLP
+    spec = MODEL_SPECS[model]
     out = ["--model", model]
     for key, value in spec.items():
         out += [f"--{key.replace('_', '-')}", str(value)]
@@ -97,8 +101,14 @@ def run_job(mode: str, link: str, np_: int, model: str, iters: int, horovod: str
 
 
 def layer_bytes(model: str) -> list[float]:
+    """Float32 gradient bytes per parameter tensor, in forward order."""
     if model == "sleep":
         return [4.0 * SLEEP["width"]] * SLEEP["layers"]
+    if model == "transformer":
+        from bench_models import TinyLM
+        spec = TRANSFORMER
+        lm = TinyLM(spec["vocab"], spec["d_model"], spec["lm_layers"], seq_len=spec["seq_len"])
+        return [4.0 * p.numel() for p in lm.parameters()]
     return [4.0 * (MLP["width"] ** 2 + MLP["width"])] * MLP["layers"]
 
 
@@ -114,7 +124,8 @@ def limit_step(mode: str, link: str, np_: int, model: str, compute_s: float) -> 
     bandwidth = UNSHAPED_BYTES_PER_S if link == "shm" else float(link) * 1e6 / 8
     work = perfmodel.Workload(ranks=np_, alpha_s=0.0, bandwidth_bytes_per_s=bandwidth,
                               buckets=list(reversed(layer_bytes(model))),
-                              forward_s=compute_s / 3, backward_s=2 * compute_s / 3, batch=32,
+                              forward_s=compute_s / 3, backward_s=2 * compute_s / 3,
+                              batch=MODEL_SPECS[model].get("batch_size", 32),
                               codec_bytes_per_s={name: 1e18 for name in compression.CODECS})
     return registered[mode].prediction(work).step_s
 
@@ -198,7 +209,7 @@ def save(args, cells: list[dict], started: float) -> dict:
     config["modes"] = list(dict.fromkeys(m for c in cells for m in c["modes"]))
     report = {"benchmark": "train_matrix", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "seconds": round(time.time() - started), "config": config,
-              "models": {"sleep": SLEEP, "mlp": MLP}, "cells": cells}
+              "models": MODEL_SPECS, "cells": cells}
     report["targets"] = targets(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
