@@ -1,0 +1,156 @@
+"""LocalSGD / DiLoCo in torch on real ranks (launched with 3 by tests/test_local_updates.py):
+against all-reduce SGD, the sync schedule, convergence on digits, checkpoint resume, a codec with
+error feedback, and arguments refused on every rank."""
+
+import copy
+
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+import relaxlib_torch as hvd
+from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD
+from relaxlib.errors import MismatchError
+
+hvd.init()
+RANK, SIZE = hvd.rank(), hvd.size()
+DIGITS = load_digits()
+X = torch.tensor(DIGITS.data, dtype=torch.float32) / 16
+Y = torch.tensor(DIGITS.target)
+X_TRAIN, Y_TRAIN = X[:1400][RANK::SIZE], Y[:1400][RANK::SIZE]
+X_TEST, Y_TEST = X[1400:], Y[1400:]
+BATCH = 16
+
+
+def make_model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)  # the same initial weights on every rank
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch of ``step`` (its own shard: ranks see different data)."""
+    start = (step * BATCH) % (len(X_TRAIN) - BATCH)
+    return X_TRAIN[start:start + BATCH], Y_TRAIN[start:start + BATCH]
+
+
+def train(model, opt, steps: range) -> None:
+    for step in steps:
+        x, y = batch(step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def everyone(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's tensor (row r = rank r)."""
+    return hvd.allgather(tensor.reshape(1, -1))
+
+
+def same_everywhere(tensor: torch.Tensor) -> bool:
+    rows = everyone(tensor)
+    return all(torch.equal(rows[0], rows[r]) for r in range(SIZE))
+
+
+def wrap(model, algorithm, inner=None):
+    inner = inner or torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return hvd.DistributedOptimizer(inner, named_parameters=model.named_parameters(), algorithm=algorithm)
+
+
+def test_every_step_with_plain_averaging_is_allreduce_sgd():
+    """H = 1, outer lr 1, no outer momentum: the mean of the ranks' (linear) momentum-SGD steps
+    from one point is the step of momentum SGD on the mean gradient."""
+    reference, local = make_model(), make_model()
+    train(reference, wrap(reference, None), range(12))
+    train(local, wrap(local, LocalSGD(sync_every=1)), range(12))
+    assert not torch.equal(flat(local), flat(make_model()))
+    torch.testing.assert_close(flat(local), flat(reference), rtol=1e-5, atol=1e-6)
+
+
+def test_ranks_agree_after_each_sync_and_differ_between():
+    model = make_model()
+    algorithm = LocalSGD(sync_every=4)
+    opt = wrap(model, algorithm)
+    for step in range(1, 10):
+        train(model, opt, range(step - 1, step))
+        assert same_everywhere(flat(model)) == (step % 4 == 0), f"after inner step {step}"
+    assert algorithm.syncs == 2 and algorithm.inner_steps == 9
+
+
+def test_fragments_are_synchronised_in_turn():
+    """Two fragments, H = 4: the first layer's weights are averaged at steps 2, 6, the rest at 4, 8."""
+    model = make_model()
+    opt = wrap(model, LocalSGD(sync_every=4, fragments=2))
+    first = model[0].weight  # fragment 0 is the first layer's weight (2048 of 2410 elements)
+    rest = lambda: torch.cat([p.detach().flatten() for p in list(model.parameters())[1:]])  # noqa: E731
+    for step in range(1, 9):
+        train(model, opt, range(step - 1, step))
+        assert same_everywhere(first.detach().flatten()) == (step % 4 == 2), f"fragment 0 after step {step}"
+        assert same_everywhere(rest()) == (step % 4 == 0), f"fragment 1 after step {step}"
+
+
+def test_diloco_learns_digits():
+    """DiLoCo (outer Nesterov 0.9, lr 0.7) every 8 steps of Adam reaches a sensible accuracy."""
+    model = make_model()
+    algorithm = DiLoCo(sync_every=8)
+    train(model, wrap(model, algorithm, torch.optim.Adam(model.parameters(), lr=3e-3)), range(240))
+    assert algorithm.syncs == 30
+    assert same_everywhere(flat(model))  # (240 is a sync step)
+    with torch.no_grad():
+        accuracy = (model(X_TEST).argmax(1) == Y_TEST).float().mean().item()
+    assert accuracy > 0.85, f"DiLoCo reached {accuracy:.3f} on digits (chance: 0.1)"
+
+
+RESUMABLE = {
+    "diloco": lambda: DiLoCo(sync_every=4),
+    "diloco-uint8": lambda: DiLoCo(sync_every=4, codec="uint8"),
+    "streaming": lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUMABLE))
+def test_resuming_from_a_checkpoint_is_bit_identical(case):
+    """Checkpoint between syncs (step 7 of H = 4; with delay, an outer step is in flight), then go
+    on to step 15; a fresh model and optimizer loaded with the checkpoint end with the same bits."""
+    model = make_model()
+    opt = wrap(model, RESUMABLE[case]())
+    train(model, opt, range(7))
+    checkpoint = copy.deepcopy({"model": model.state_dict(), "optimizer": opt.state_dict()})
+    assert checkpoint["optimizer"]["relaxlib"]["inner_steps"] == 7
+    train(model, opt, range(7, 15))
+
+    resumed = make_model(seed=1)
+    resumed.load_state_dict(checkpoint["model"])
+    opt2 = wrap(resumed, RESUMABLE[case]())
+    opt2.load_state_dict(checkpoint["optimizer"])
+    train(resumed, opt2, range(7, 15))
+    for (name, a), b in zip(model.named_parameters(), resumed.parameters()):
+        assert torch.equal(a, b), f"{case}: {name} differs after resuming"
+
+
+def test_uint8_outer_gradients_with_error_feedback_stay_close_to_exact():
+    exact, compressed = make_model(), make_model()
+    train(exact, wrap(exact, DiLoCo(sync_every=4)), range(40))
+    algorithm = DiLoCo(sync_every=4, codec="uint8")
+    train(compressed, wrap(compressed, algorithm), range(40))
+    assert same_everywhere(flat(compressed))
+    assert algorithm.state_dict()["error_feedback"][0] is not None
+    distance = (flat(compressed) - flat(exact)).norm() / (flat(exact) - flat(make_model())).norm()
+    assert distance < 0.05, f"uint8 ended {distance:.4f} (relative to the distance travelled) from exact"
+
+
+def test_unsupported_models_are_refused_on_every_rank():
+    half = torch.nn.Linear(4, 2).to(torch.float16)
+    with pytest.raises(ValueError, match=r"float32 or float64 .*float16"):
+        wrap(half, LocalSGD())
+    with pytest.raises(ValueError, match="fragments=3 is more than the 2 parameter tensors"):
+        wrap(torch.nn.Linear(4, 2), LocalSGD(sync_every=4, fragments=3))
+
+
+def test_ranks_with_different_settings_are_told_what_differs():
+    model = make_model()
+    with pytest.raises(MismatchError, match="sync_every"):
+        wrap(model, LocalSGD(sync_every=4 if RANK == 0 else 8))
