@@ -61,3 +61,17 @@ class GraphMath(TensorMath, StepScaleMath):
 
     def finite_or(self, value, fallback) -> tf.Tensor:
         return tf.where(tf.math.is_finite(value), value, tf.convert_to_tensor(fallback))
+
+    def from_host(self, array) -> tf.Tensor:
+        return tf.reshape(tf.constant(array, tf.float32), [-1])
+
+    def matmul(self, a, b, rows: int, inner: int, cols: int, transpose_a: bool = False,
+               transpose_b: bool = False) -> tf.Tensor:
+        """Not traced: PowerSGD, its only user, decides on host values every step (not traceable)."""
+        raise NotImplementedError(f"low-rank matrix products (PowerSGD) {NOT_IN_A_GRAPH}; Keras runs such "
+                                  "algorithms on host arrays")
+
+    def orthogonalize(self, tensor, rows: int, cols: int, epsilon: float = 0.0) -> tf.Tensor:
+        """Not traced: PowerSGD, its only user, decides on host values every step (not traceable)."""
+        raise NotImplementedError(f"Gram-Schmidt orthogonalization (PowerSGD) {NOT_IN_A_GRAPH}; Keras runs such "
+                                  "algorithms on host arrays")

@@ -66,3 +66,26 @@ class TorchMath(TensorMath, StepScaleMath):
 
     def finite_or(self, value: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
         return torch.where(torch.isfinite(value), value, fallback)
+
+    def from_host(self, array) -> torch.Tensor:
+        return torch.from_numpy(np.array(array, np.float32).reshape(-1)).to(self.device)
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor, rows: int, inner: int, cols: int, transpose_a: bool = False,
+               transpose_b: bool = False) -> torch.Tensor:
+        left = a.reshape(inner, rows).t() if transpose_a else a.reshape(rows, inner)
+        right = b.reshape(cols, inner).t() if transpose_b else b.reshape(inner, cols)
+        return torch.matmul(left, right).reshape(-1)
+
+    def orthogonalize(self, tensor: torch.Tensor, rows: int, cols: int, epsilon: float = 0.0) -> torch.Tensor:
+        """Modified Gram-Schmidt (each later column loses its projection as soon as a column is
+        done: more stable than projecting against all earlier ones at once), in float32."""
+        matrix = tensor.detach().to(torch.float32).reshape(rows, cols).clone()
+        for i in range(cols):
+            column = matrix[:, i]
+            divisor = torch.sqrt(torch.dot(column, column)) + epsilon
+            # a zero column (epsilon 0) stays zero, where 0 / 0 would be NaN (no host sync on a GPU)
+            column.copy_(torch.where(divisor > 0, column / divisor, torch.zeros_like(column)))
+            if i + 1 < cols:
+                rest = matrix[:, i + 1:]
+                rest -= torch.outer(column, column @ rest)
+        return matrix.reshape(-1)

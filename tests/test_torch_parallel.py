@@ -33,6 +33,7 @@ CASES = cases(
     *[(g, "torch_dear.py") for g in (NP2, NP4)],
     *[(g, "torch_compression.py") for g in (NP2, NP4, NP3_GATHER_STREAMED, NP4_TWO_NODES)],
     *[(g, "torch_decentralized.py") for g in (NP2, NP3, NP4)],
+    *[(g, "torch_powersgd.py") for g in (NP2, NP3)],
     (NP4, "torch_stragglers.py"),
     (NP3, "telemetry.py"),
     (NP2, "advisor.py"),

@@ -109,6 +109,27 @@ class TensorMath(ABC):
         """``a - b`` as a new tensor."""
         return a - b
 
+    # -- low-rank matrix products (relaxlib.algorithms.powersgd) --
+
+    @abstractmethod
+    def from_host(self, array: Any) -> Any:
+        """A new flat float32 tensor of this kind (on its device) holding the values of the numpy
+        ``array`` (e.g. random matrices drawn on host with a seed shared by every rank)."""
+
+    @abstractmethod
+    def matmul(self, a: Any, b: Any, rows: int, inner: int, cols: int, transpose_a: bool = False,
+               transpose_b: bool = False) -> Any:
+        """The product ``A @ B`` (``rows`` x ``cols``) as a new flat tensor, row-major. ``a`` holds
+        A (``rows`` x ``inner``) row-major, or with ``transpose_a`` its transpose (``inner`` x
+        ``rows``); ``b`` holds B (``inner`` x ``cols``), or with ``transpose_b`` its transpose."""
+
+    @abstractmethod
+    def orthogonalize(self, tensor: Any, rows: int, cols: int, epsilon: float = 0.0) -> Any:
+        """The columns of ``tensor`` viewed as a ``rows`` x ``cols`` matrix (row-major) made
+        orthonormal by Gram-Schmidt, in column order, as a new flat tensor: each column, once the
+        earlier ones are projected out, is divided by its norm plus ``epsilon``; a column whose
+        norm plus ``epsilon`` is zero stays zero (never NaN)."""
+
 
 class Communicator(ABC):
     """Collectives on flat tensors. ``Handle`` is an opaque token of a started operation, turned
@@ -349,7 +370,7 @@ class TrainingContext(ParameterAccess, StepControl):
 # The flat interface of earlier versions: ``ctx.<name>`` for what now lives on ``ctx.math`` and
 # ``ctx.comm``, so algorithms written against it keep working (built-in ones use the pieces).
 MATH_ALIASES = ("zeros", "concat", "copy_", "add_", "scale_", "sum_of_squares", "clone", "sqrt", "repeat",
-                "difference",
+                "difference", "from_host", "matmul", "orthogonalize",
                 # relaxlib.algorithms.step_scale.StepScaleMath
                 "host_view", "factor_mean_squares", "outer", "finite_or")
 COMM_ALIASES = ("allreduce_async", "reduce_scatter_async", "allgather_async", "broadcast_async", "wait",

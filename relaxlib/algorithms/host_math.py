@@ -58,3 +58,28 @@ class HostMath(TensorMath, StepScaleMath):
 
     def finite_or(self, value: Any, fallback: Any) -> np.ndarray:
         return np.where(np.isfinite(value), value, fallback)
+
+    def from_host(self, array: Any) -> np.ndarray:
+        return np.array(array, np.float32).reshape(-1)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, rows: int, inner: int, cols: int, transpose_a: bool = False,
+               transpose_b: bool = False) -> np.ndarray:
+        left = a.reshape(inner, rows).T if transpose_a else a.reshape(rows, inner)
+        right = b.reshape(cols, inner).T if transpose_b else b.reshape(inner, cols)
+        return np.matmul(left, right).reshape(-1)
+
+    def orthogonalize(self, tensor: np.ndarray, rows: int, cols: int, epsilon: float = 0.0) -> np.ndarray:
+        """Modified Gram-Schmidt (each later column loses its projection as soon as a column is
+        done: more stable than projecting against all earlier ones at once), in float32."""
+        matrix = np.array(tensor, np.float32).reshape(rows, cols)
+        for i in range(cols):
+            column = matrix[:, i]
+            divisor = np.float32(np.sqrt(np.dot(column, column)) + np.float32(epsilon))
+            if divisor > 0:
+                column /= divisor
+            else:  # a zero column (epsilon 0): nothing to normalize, and 0 / 0 would be NaN
+                column[...] = 0
+            if i + 1 < cols:
+                rest = matrix[:, i + 1:]
+                rest -= np.outer(column, column @ rest)
+        return matrix.reshape(-1)
