@@ -100,6 +100,8 @@ def test_fragments_are_contiguous_balanced_and_sent_in_turn():
 class _Parameters:
     """Just enough of a context for setup's checks, which run before any communication."""
 
+    math = HostMath()
+
     def __init__(self, *dtypes: str) -> None:
         self._refs = [ParamRef(i, f"w{i}", 4, 4, dtype) for i, dtype in enumerate(dtypes)]
 
@@ -116,6 +118,21 @@ class _Parameters:
 def test_setup_names_unsupported_models(algorithm, dtypes, message):
     with pytest.raises(ValueError, match=message):
         algorithm.setup(_Parameters(*dtypes))
+
+
+def test_a_checkpoint_loaded_before_setup_is_restored_by_setup():
+    """Keras sets an algorithm up at its first step: a checkpoint loaded before must not be lost."""
+    saved = {"inner_steps": 5, "syncs": 1, "anchor": [np.arange(8, dtype=np.float32)],
+             "momentum": [np.ones(8, np.float32)], "error_feedback": [None]}
+    algorithm = LocalSGD(sync_every=4, outer_momentum=0.5)
+    with pytest.raises(RuntimeError, match="no state before it is set up"):
+        algorithm.state_dict()
+    algorithm.load_state_dict(saved)
+    algorithm.setup(_Parameters("float32", "float32"))
+    state = algorithm.state_dict()
+    assert (state["inner_steps"], state["syncs"]) == (5, 1)
+    np.testing.assert_array_equal(state["anchor"][0], saved["anchor"][0])
+    np.testing.assert_array_equal(state["momentum"][0], saved["momentum"][0])
 
 
 @pytest.mark.mpi

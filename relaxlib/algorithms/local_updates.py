@@ -217,6 +217,9 @@ class LocalSGD(Algorithm):
         self._pending: dict[int, _Pending] = {}
         self.inner_steps = 0  # completed local updates
         self.syncs = 0  # outer steps applied (all fragments)
+        restore, self._restore = getattr(self, "_restore", None), None
+        if restore is not None:  # loaded before setup (Keras sets algorithms up at the first step)
+            self.load_state_dict(restore)
 
     # -- one training step --
 
@@ -306,6 +309,8 @@ class LocalSGD(Algorithm):
 
     def state_dict(self) -> dict:
         """Anchors, outer momenta, step counter and codec residuals (copies), after ``flush``."""
+        if not hasattr(self, "_ctx"):
+            raise RuntimeError(f"{self.name} has no state before it is set up (in Keras: before the first step)")
         ctx = self._ctx
         self.flush(ctx)
         clone = ctx.math.clone
@@ -315,7 +320,12 @@ class LocalSGD(Algorithm):
                 "error_feedback": [None if m is None else m.state_dict() for m in self._memories]}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores what ``state_dict`` returned (the fragments must be the same)."""
+        """Restores what ``state_dict`` returned (the fragments must be the same). Before setup
+        (a Keras optimizer sets its algorithm up at the first step) the state is kept and
+        restored by setup."""
+        if not hasattr(self, "_ctx"):
+            self._restore = state
+            return
         ctx = self._ctx
         saved = state.get("anchor")
         if saved is not None and len(saved) != len(self._fragments):
