@@ -27,6 +27,7 @@ from relaxlib.algorithms import (
     OneBitAdam,
     PartialAllReduce,
 )
+from relaxlib.algorithms.powersgd import PowerSGD
 from relaxlib_tf.context import KerasContext
 from relaxlib_tf.graph_context import KerasGraphContext
 from relaxlib_torch.context import TorchContext
@@ -114,6 +115,10 @@ CASES = {
     "partial-static": (lambda: PartialAllReduce(generator="static"), "sgd", False),
     "decentralized-random": (lambda: Decentralized(topology="random"), "sgd", False),  # a fresh matching per step
     "partial-random": (lambda: PartialAllReduce(generator="random"), "sgd", False),  # a fresh partition per step
+    # (5, 3) and (3, 2) compressed (min_compression_rate=1), the vectors exact; numpy's and torch's
+    # matrix products round differently, so the frameworks agree to float tolerance
+    "powersgd": (lambda: PowerSGD(rank=1, start_iter=2, min_compression_rate=1), "sgd", False),
+    "powersgd-adam": (lambda: PowerSGD(rank=2, start_iter=0, min_compression_rate=1), "adam", False),
 }
 # what Keras traces into tf.function as TF ops (the others run there in a py_function on host arrays)
 IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam",
