@@ -30,15 +30,21 @@ RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "horovod", "none", "decentralized", "partial",
-              "async")
-PEERS = ("ddp", "horovod")  # other libraries: no relaxlib engine, telemetry or algorithm
+              "async", "powersgd", "topk", "local", "diloco", "ddp-powersgd")
+PEERS = ("ddp", "horovod", "ddp-powersgd")  # other libraries: no relaxlib engine, telemetry or algorithm
 
 
 def mode_arguments(mode: str) -> list[str]:
     """train.py arguments of an advisor mode name (``allreduce``, ``ddp``, ``compressed-uint8``,
     ``decentralized-ring``, ``partial-smart``, ``async``, ...)."""
+    if mode.startswith("ddp-powersgd"):  # ddp-powersgd-R: DDP with its PowerSGD hook at rank R
+        return ["--algorithm", "ddp-powersgd"] + (["--psgd-rank", mode.rsplit("-", 1)[1]] if mode.count("-") == 2
+                                                  else [])
     family, _, variant = mode.partition("-")
-    option = {"compressed": "--codec", "decentralized": "--topology", "partial": "--generator"}.get(family)
+    if family == "topk" and variant:
+        return ["--algorithm", "topk", "--density", str(float(variant) / 100)]
+    option = {"compressed": "--codec", "decentralized": "--topology", "partial": "--generator",
+              "powersgd": "--psgd-rank", "local": "--sync-every", "diloco": "--sync-every"}.get(family)
     return ["--algorithm", family] + ([option, variant] if option and variant else [])
 
 
@@ -79,6 +85,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="partial: group generator")
     parser.add_argument("--group-size", type=int, default=2, help="partial: ranks per group")
     parser.add_argument("--sync-interval-ms", type=float, default=20.0, help="async: averaging interval")
+    parser.add_argument("--psgd-rank", type=int, default=1,
+                        help="powersgd / ddp-powersgd: rank of the approximation (compresses from the first step)")
+    parser.add_argument("--density", type=float, default=0.01, help="topk: fraction of the gradient sent")
+    parser.add_argument("--sync-every", type=int, default=8, help="local / diloco: inner steps between syncs")
     parser.add_argument("--horovod", metavar="DIR", help="where Horovod is installed (pip install --target DIR; "
                         "tests/horovod_suites/README.md builds it), for --algorithm horovod")
     parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
@@ -108,7 +118,7 @@ class Comms:
     def __init__(self, args) -> None:
         import torch
         self.args, self.torch = args, torch
-        if args.algorithm == "ddp":
+        if args.algorithm in ("ddp", "ddp-powersgd"):
             import torch.distributed as dist
             self.rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
             self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -123,6 +133,13 @@ class Comms:
         args, torch = self.args, self.torch
         if args.algorithm == "ddp":
             return torch.nn.parallel.DistributedDataParallel(model), optimizer
+        if args.algorithm == "ddp-powersgd":  # the reference: torch DDP with its own PowerSGD hook
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+            ddp = torch.nn.parallel.DistributedDataParallel(model)
+            state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.psgd_rank,
+                                                start_powerSGD_iter=2, min_compression_rate=2)
+            ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+            return ddp, optimizer
         if args.algorithm == "none":
             return model, optimizer
         if args.algorithm == "horovod":
@@ -140,13 +157,17 @@ class Comms:
                                                               else None),
             "partial": lambda: algorithms.PartialAllReduce(args.group_size, args.generator),
             "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms=args.sync_interval_ms),
+            "powersgd": lambda: algorithms.PowerSGD(rank=args.psgd_rank, start_iter=0),
+            "topk": lambda: algorithms.TopK(density=args.density),
+            "local": lambda: algorithms.LocalSGD(sync_every=args.sync_every),
+            "diloco": lambda: algorithms.DiLoCo(sync_every=args.sync_every),
         }[args.algorithm]()
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                                      algorithm=algorithm, model=model)
 
     def gather(self, obj):
-        if self.args.algorithm == "ddp":
+        if self.args.algorithm in ("ddp", "ddp-powersgd"):
             out = [None] * self.size
             self.dist.all_gather_object(out, obj)
             return out
@@ -164,7 +185,7 @@ class Comms:
         return {} if self.args.algorithm in PEERS else self.hvd.engine_stats()
 
     def barrier(self) -> None:
-        if self.args.algorithm == "ddp":
+        if self.args.algorithm in ("ddp", "ddp-powersgd"):
             self.dist.barrier()
         else:
             self.hvd.barrier()
@@ -269,7 +290,8 @@ def worker_argv(args, result: str) -> list[str]:
     for key in ("algorithm", "model", "layers", "width", "forward_ms", "backward_ms", "batch_size", "seq_len",
                 "vocab", "d_model", "lm_layers", "optimizer", "lr",
                 "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec",
-                "topology", "generator", "group_size", "sync_interval_ms", "step_scale"):
+                "topology", "generator", "group_size", "sync_interval_ms", "step_scale", "psgd_rank", "density",
+                "sync_every"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.straggler:
         argv += ["--straggler", args.straggler]

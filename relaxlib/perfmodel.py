@@ -52,6 +52,16 @@ class Workload:
     reduce_scatter_alpha_s: float = 0.0  # α of a reduce-scatter / all-gather step (0: alpha_s)
     exchange_bytes_per_s: float = 0.0  # point-to-point bandwidth of model exchanges (0: bandwidth)
     hooks: bool = True  # PyTorch's hooks: communication overlaps compute; Keras has none
+    # Gradient shapes in the order of ``buckets``' tensors (backward order); empty: unknown, and
+    # PowerSGD's equation views each bucket as one square matrix.
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    # Host math of the compressors that are not codecs (PowerSGD, Top-K): float32 bytes per second
+    # of one element-wise pass, floating-point operations per second of a thin matrix product
+    # (rank-r factors: memory-bound, far below the core's peak), and bytes per second of a Top-K
+    # selection (argpartition). Defaults: this project's 2-core machine; the advisor measures them.
+    host_bytes_per_s: float = 2e9
+    matmul_flops_per_s: float = 2e9
+    select_bytes_per_s: float = 3e8
 
     @property
     def model_bytes(self) -> float:
@@ -214,6 +224,107 @@ def predict_async(w: Workload) -> Prediction:
     per_step_bytes = 2 * (w.ranks - 1) / w.ranks * w.model_bytes * step / round_s if w.ranks > 1 else 0.0
     return Prediction("async", step, comm, 0.0, per_step_bytes, sum(rates),
                       f"models averaged every {1e3 * round_s:.0f} ms, not every step")
+
+
+def allgather_time(n: int, nbytes_per_rank: float, alpha: float, bandwidth: float) -> float:
+    """Ring all-gather of ``nbytes_per_rank`` from every rank: (n-1)α + (n-1) · b/BW."""
+    if n <= 1:
+        return 0.0
+    return (n - 1) * alpha + (n - 1) * nbytes_per_rank / bandwidth
+
+
+def matrix_views(w: Workload) -> list[tuple[int, int] | None]:
+    """Each gradient tensor as the (rows, cols) matrix PowerSGD views it as (its first dimension
+    against the rest; None for vectors and scalars), in backward order. Without ``w.shapes``: each
+    bucket as one square matrix (a rough stand-in: say the shapes for a real prediction)."""
+    if w.shapes:
+        views = []
+        for shape in w.shapes:
+            numel = 1
+            for d in shape:
+                numel *= int(d)
+            views.append((int(shape[0]), numel // int(shape[0])) if len(shape) >= 2 and numel > 0 else None)
+        return views
+    side = [max(1, int(round((b / 4) ** 0.5))) for b in w.buckets]
+    return [(s, s) for s in side]
+
+
+def predict_powersgd(w: Workload, rank: int, min_compression_rate: float = 2.0, **_: object) -> Prediction:
+    """PowerSGD (rank r): each matrix n x m worth compressing ((nm) / ((n+m) r) >= the minimum
+    rate) sends P (n r) and Q (m r) floats in two all-reduces; the rest goes exactly with P's.
+    P's all-reduce follows backward like all-reduce's buckets (M Q computed first); after
+    backward: P's orthogonalization, Q = M^T P, Q's all-reduce, then P Q^T and the error. Host
+    math per compressed element: 4 passes over memory (M = g + e, the decompression, the error,
+    the copy into the gradient) plus 6r flops (three thin products) at ``matmul_flops_per_s``."""
+    n, a, bw = w.ranks, w.alpha_s, w.bandwidth_bytes_per_s
+    p_floats = q_floats = matrix_elements = 0.0
+    dense_bytes = 0.0
+    views = matrix_views(w)
+    if w.shapes:  # the vectors and scalars: what no matrix view holds
+        dense_bytes = max(0.0, w.model_bytes - sum(4.0 * v[0] * v[1] for v in views if v))
+    for view in views:
+        if view is None:
+            continue
+        rows, cols = view
+        r = min(rank, rows, cols)
+        if rows * cols >= min_compression_rate * (rows + cols) * r:
+            p_floats += rows * r
+            q_floats += cols * r
+            matrix_elements += rows * cols
+        else:
+            dense_bytes += 4.0 * rows * cols
+    flops_per_element = 6 * rank
+    host_s = 4 * 4 * matrix_elements / w.host_bytes_per_s + flops_per_element * matrix_elements / w.matmul_flops_per_s
+    # phase 1, overlapping backward: P (and the exact rest), in proportion to the buckets
+    backward = w.backward_s * max(w.speeds())
+    share = [b / (w.model_bytes or 1.0) for b in w.buckets]
+    p_bytes = 4 * p_floats + dense_bytes
+    costs = [allreduce_time(n, p_bytes * s, a, bw) + host_s / 3 * s for s in share]
+    end = pipeline_end(_ready_times(w, backward), costs)
+    exposed = max(0.0, end - backward)
+    # phase 2, after P arrived: Q's all-reduce and the rest of the host math
+    q_s = allreduce_time(n, 4 * q_floats, a, bw) if q_floats else 0.0
+    exposed += q_s + 2 * host_s / 3
+    sent = 2 * (n - 1) / n * (p_bytes + 4 * q_floats) if n > 1 else 0.0
+    return _lock_step(w, f"powersgd-{rank}", sum(costs) + q_s, exposed, sent,
+                      "low-rank gradients with error feedback; compresses after start_iter steps of all-reduce")
+
+
+def predict_topk(w: Workload, density: float, **_: object) -> Prediction:
+    """Top-K: after backward each rank selects k = density · N elements (``select_bytes_per_s``),
+    all-gathers k values and k indices (8k bytes) from every rank and sums n sparse vectors into
+    a dense gradient: (n-1)α + (n-1) · 8k/BW on the wire, against all-reduce's 2(n-1)/n · 4N: it
+    moves fewer bytes only while ranks × density < 1."""
+    n, a, bw = w.ranks, w.alpha_s, w.bandwidth_bytes_per_s
+    pairs_bytes = 2 * density * w.model_bytes  # k float32 values + k float32 indices
+    wire = sum(allgather_time(n, 2 * density * b, a, bw) for b in w.buckets)
+    host = w.model_bytes / w.select_bytes_per_s + 2 * w.model_bytes / w.host_bytes_per_s \
+        + n * pairs_bytes / w.host_bytes_per_s
+    comm = wire + host
+    sent = (n - 1) * pairs_bytes if n > 1 else 0.0
+    return _lock_step(w, f"topk-{density * 100:g}", comm, comm, sent,
+                      "sparse gradients with error feedback; gathered, so the bytes grow with the ranks")
+
+
+def predict_local_updates(w: Workload, sync_every: int, fragments: int = 1, delay: int = 0,
+                          codec: str | None = None, **_: object) -> Prediction:
+    """Local updates (LocalSGD / DiLoCo): H inner steps without communication, then one all-reduce
+    of the model (of one fragment of F every H/F steps); with ``delay`` it runs during the next
+    inner steps and only what outlasts them shows. Per step on average: compute + exposed / (H/F)."""
+    n, a, bw = w.ranks, w.alpha_s, w.bandwidth_bytes_per_s
+    ratio = compression.CODECS[codec].ratio if codec else 1.0
+    fragment = w.model_bytes / fragments
+    sync = allreduce_time(n, ratio * fragment, a, bw) + (4 * fragment / w.codec_bytes_per_s[codec]
+                                                        if codec and w.codec_bytes_per_s.get(codec) else 0.0)
+    sync += 3 * fragment / w.host_bytes_per_s  # the outer step's passes over the fragment
+    period = sync_every / fragments  # steps between two syncs
+    compute = (w.forward_s + w.backward_s) * max(w.speeds())
+    exposed_per_sync = max(0.0, sync - delay * compute)
+    exposed = exposed_per_sync / period
+    sent = 2 * (n - 1) / n * ratio * fragment / period if n > 1 else 0.0
+    name = f"local-{sync_every}" if fragments == 1 else f"streaming-{sync_every}"
+    return _lock_step(w, name, sync / period, exposed, sent,
+                      "changes the optimization: ranks train apart for H steps (tune H and the outer step)")
 
 
 def predictable(mode: Mode, w: Workload, codecs: Collection[str] | None = None) -> bool:

@@ -101,3 +101,51 @@ def test_predict_all_ranks_by_throughput():
     assert "compressed-fp16" not in modes  # not calibrated
     by_mode = {p.mode: p for p in predictions}
     assert by_mode["compressed-sign"].samples_per_s > by_mode["allreduce"].samples_per_s
+
+
+def test_topk_bytes_grow_with_ranks_and_cross_allreduce_at_ranks_times_density_one():
+    """A rank receives (n-1)·8k bytes against all-reduce's 2(n-1)/n·4N: equal at n·density = 1."""
+    for ranks, density in ((4, 0.1), (10, 0.1), (20, 0.1), (2, 0.5), (4, 0.5)):
+        w = workload(ranks=ranks)
+        topk, exact = pm.predict_topk(w, density), pm.predict_allreduce(w)
+        assert topk.bytes_sent == pytest.approx((ranks - 1) * 2 * density * w.model_bytes)
+        if ranks * density < 1:
+            assert topk.bytes_sent < exact.bytes_sent
+        elif ranks * density > 1:
+            assert topk.bytes_sent > exact.bytes_sent
+        else:
+            assert topk.bytes_sent == pytest.approx(exact.bytes_sent)
+    # with free host math and no latency the step follows the bytes
+    fast = dict(alpha_s=0.0, host_bytes_per_s=1e18, select_bytes_per_s=1e18)
+    exact_step = pm.predict_allreduce(workload(ranks=4, **fast)).step_s
+    assert pm.predict_topk(workload(ranks=4, **fast), 0.01).step_s < exact_step
+    assert pm.predict_topk(workload(ranks=4, **fast), 0.5).step_s > exact_step
+
+
+def test_powersgd_sends_p_and_q_and_leaves_vectors_exact():
+    """A 1000 x 1000 matrix at rank 2 sends 2000 + 2000 floats; a 1000-vector goes exactly; a
+    10 x 10 matrix shrinks 2x at rank 2 (100 / (20·2) >= 2: 20 + 20 floats), not at rank 4
+    (100 / (20·4) < 2: its 100 floats exactly)."""
+    shapes = [(1000, 1000), (1000,), (10, 10)]
+    buckets = [4.0 * (1e6 + 1000 + 100)]
+    w = workload(ranks=4, buckets=buckets, shapes=shapes)
+    p = pm.predict_powersgd(w, rank=2)
+    assert p.bytes_sent == pytest.approx(1.5 * 4 * (2000 + 2000 + 1000 + 20 + 20))
+    p4 = pm.predict_powersgd(w, rank=4)
+    assert p4.bytes_sent == pytest.approx(1.5 * 4 * (4000 + 4000 + 1000 + 100))
+    assert p.step_s < pm.predict_allreduce(w).step_s  # 1/200 of the bytes on a 100 MB/s link
+    assert pm.matrix_views(workload(buckets=[4e6])) == [(1000, 1000)]  # without shapes: a square per bucket
+
+
+def test_local_updates_pay_one_model_allreduce_every_h_steps():
+    w = workload(ranks=4, host_bytes_per_s=1e18)
+    exact = pm.allreduce_time(4, w.model_bytes, ALPHA, BW)
+    for h in (1, 8, 32):
+        p = pm.predict_local_updates(w, sync_every=h)
+        assert p.exposed_comm_s == pytest.approx(exact / h)
+        assert p.bytes_sent == pytest.approx(1.5 * w.model_bytes / h)
+    # streaming: a fragment of 1/F every H/F steps (same bytes per step); a delay hides it behind compute
+    streamed = pm.predict_local_updates(w, sync_every=8, fragments=4)
+    assert streamed.bytes_sent == pytest.approx(1.5 * w.model_bytes / 8)
+    hidden = pm.predict_local_updates(w, sync_every=8, fragments=4, delay=1)
+    assert hidden.exposed_comm_s < streamed.exposed_comm_s

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from relaxlib import perfmodel
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
 from relaxlib.algorithms.compressed import gradient_buckets
 from relaxlib.errors import InvalidArgumentError
@@ -196,3 +198,10 @@ class TopK(Algorithm):
             raise ValueError("TopK.load_state_dict: the saved residuals do not match this model's buckets "
                              "(other parameters, fusion_mb or error_feedback)")
         self._residuals = [None if s is None else np.array(s, np.float32) for s in saved]
+
+
+modes.register(*(modes.Mode(f"topk-{percent}", kind="compressed",
+                            caveat=f"{percent} % of the gradient per step, gathered: pays while ranks x density < 1",
+                            build=TopK, predict=perfmodel.predict_topk, params={"density": percent / 100},
+                            position=60)
+                 for percent in (1, 10)))
