@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from relaxlib import basics
 from relaxlib.algorithms.averaging import FLOAT_DTYPES, dtype_name
 from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
 from relaxlib.algorithms.context import TensorMath
@@ -235,6 +236,8 @@ class LocalSGD(Algorithm):
     def before_update(self, ctx: TrainingContext) -> None:
         """At the first step: the anchor is rank 0's weights, which every rank takes."""
         if self._anchors is None:
+            if ctx.size != basics.size():  # (the anchor comes from world rank 0)
+                raise ValueError(f"{self.name} runs over all ranks; process sets are not supported")
             self._anchors = []
             for f, members in enumerate(self._fragments):
                 flat = ctx.flatten_params(members)

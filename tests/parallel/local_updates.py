@@ -154,3 +154,18 @@ def test_ranks_with_different_settings_are_told_what_differs():
     model = make_model()
     with pytest.raises(MismatchError, match="sync_every"):
         wrap(model, LocalSGD(sync_every=4 if RANK == 0 else 8))
+
+
+def test_a_process_set_is_refused_on_each_of_its_ranks():
+    """The anchor comes from world rank 0: within a set that lacks it, every member is told, at the first step."""
+    high = hvd.add_process_set(list(range(1, SIZE)))
+    try:
+        if high.included():
+            model = make_model()
+            opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                           named_parameters=model.named_parameters(), algorithm=LocalSGD(),
+                                           process_set=high)
+            with pytest.raises(ValueError, match="process sets are not supported"):
+                train(model, opt, range(1))
+    finally:
+        hvd.remove_process_set(high)
