@@ -198,6 +198,9 @@ class PowerSGD(Algorithm):
         self._errors = [ctx.math.zeros(plan.compressed_numel) if self.error_feedback and plan.matrices else None
                         for plan in self._plans]
         self._q: list[object | None] = [None] * len(self._plans)  # warm start: last step's mean Q
+        restore, self._restore = getattr(self, "_restore", None), None
+        if restore is not None:  # loaded before setup (Keras sets algorithms up at the first step)
+            self.load_state_dict(restore)
 
     def compressed_parameters(self) -> list[int]:
         """Optimizer indices of the parameters sent as low-rank factors (after ``setup``)."""
@@ -255,11 +258,20 @@ class PowerSGD(Algorithm):
         self._ready = [0] * len(self._plans)
 
     def state_dict(self) -> dict:
+        """Steps taken, error memories and warm-start factors (copies), per bucket."""
+        if not hasattr(self, "_ctx"):
+            raise RuntimeError(f"{self.name} has no state before it is set up (in Keras: before the first step)")
         return {"iteration": self._iteration,
                 "error_feedback": [None if e is None else self._ctx.math.clone(e) for e in self._errors],
                 "q": [None if q is None else self._ctx.math.clone(q) for q in self._q]}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores what ``state_dict`` returned (the same model, ``rank`` and ``fusion_mb``).
+        Before setup (a Keras optimizer sets its algorithm up at the first step) the state is
+        kept and restored by setup."""
+        if not hasattr(self, "_ctx"):
+            self._restore = state
+            return
         errors, factors = state["error_feedback"], state["q"]
         if len(errors) != len(self._plans) or len(factors) != len(self._plans):
             raise ValueError(f"PowerSGD.load_state_dict: the checkpoint has {len(errors)} buckets, this model "
