@@ -55,16 +55,20 @@ def typical_bucket(buckets: list[float]) -> int:
 
 def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[int], batch: int,
            network: calibration.Network | None = None, codecs: dict[str, float] | None = None,
-           show: bool = True, hooks: bool = True) -> list[perfmodel.Prediction]:
+           show: bool = True, hooks: bool = True, shapes: list[tuple[int, ...]] | None = None,
+           host: calibration.HostMath | None = None) -> list[perfmodel.Prediction]:
     """Collective: calibrates what is not given, predicts every mode, prints the table on rank 0
     (``show``) and returns the predictions, fastest first. ``forward_s``/``backward_s``: this
     rank's compute per iteration (ranks may differ: the spread becomes the straggler model);
-    ``hooks``: the framework overlaps communication with compute (``perfmodel.Workload.hooks``)."""
+    ``hooks``: the framework overlaps communication with compute (``perfmodel.Workload.hooks``);
+    ``shapes``: the gradients' shapes in the same order as their bytes (PowerSGD's matrices);
+    ``host``: the host rates of PowerSGD and Top-K (measured when not given)."""
     buckets = buckets_of(grad_bytes_backward_order)
     network = network or calibration.measure_network(bucket_bytes=typical_bucket(buckets),
                                                      exchange_bytes=int(sum(buckets)) // 4 * 4)
     if codecs is None:
         codecs = calibration.measure_compressed(network, int(sum(buckets)))
+    host = host or calibration.measure_host_math(int(sum(buckets)))
     spread = calibration.slowdowns(forward_s + backward_s)
     base_compute = (forward_s + backward_s) / spread[basics.rank()]  # the fastest rank's compute
     share = forward_s / (forward_s + backward_s) if forward_s + backward_s > 0 else 1 / 3
@@ -72,7 +76,9 @@ def advise(forward_s: float, backward_s: float, grad_bytes_backward_order: list[
         ranks=basics.size(), alpha_s=network.alpha_s, bandwidth_bytes_per_s=network.bandwidth_bytes_per_s,
         buckets=buckets, forward_s=base_compute * share, backward_s=base_compute * (1 - share), batch=batch,
         slowdown=spread, codec_bytes_per_s=codecs, reduce_scatter_alpha_s=network.reduce_scatter_alpha_s,
-        exchange_bytes_per_s=network.exchange_bytes_per_s, hooks=hooks)
+        exchange_bytes_per_s=network.exchange_bytes_per_s, hooks=hooks, shapes=list(shapes or []),
+        host_bytes_per_s=host.host_bytes_per_s, matmul_flops_per_s=host.matmul_flops_per_s,
+        select_bytes_per_s=host.select_bytes_per_s)
     predictions = perfmodel.predict_all(workload)
     if show and basics.rank() == 0:
         print(format_table(predictions, network, workload), flush=True)
@@ -101,9 +107,11 @@ def format_table(predictions: list[perfmodel.Prediction], network: calibration.N
 
 
 def advise_from_telemetry(records: list[dict], grad_bytes_backward_order: list[int],
-                          forward_share: float = 1 / 3, hooks: bool = True) -> list[perfmodel.Prediction]:
+                          forward_share: float = 1 / 3, hooks: bool = True,
+                          shapes: list[tuple[int, ...]] | None = None) -> list[perfmodel.Prediction]:
     """Collective: advice from observed steps (``relaxrun --advise``). Telemetry sees forward and
-    backward together; ``forward_share`` splits them (backward is usually about twice forward)."""
+    backward together; ``forward_share`` splits them (backward is usually about twice forward);
+    ``shapes``: the gradients' shapes, in the order of their bytes."""
     compute = sorted(r["compute_s"] for r in records)[len(records) // 2]
     return advise(compute * forward_share, compute * (1 - forward_share), grad_bytes_backward_order, batch=1,
-                  hooks=hooks)
+                  hooks=hooks, shapes=shapes)

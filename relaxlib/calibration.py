@@ -190,6 +190,44 @@ def measure_compressed(network: Network, nbytes: int, codecs: tuple[str, ...] | 
     return result
 
 
+@dataclass
+class HostMath:
+    """Host-side rates of the compressors that are not codecs (perfmodel.Workload's fields)."""
+
+    host_bytes_per_s: float    # one element-wise pass over float32 memory
+    matmul_flops_per_s: float  # a thin (rank-4) float32 matrix product
+    select_bytes_per_s: float  # a Top-K selection (argpartition of magnitudes)
+
+
+def measure_host_math(nbytes: int = 16 << 20, reps: int = 3) -> HostMath:
+    """Collective: PowerSGD's and Top-K's host rates measured on every rank at once (the ranks
+    share the cores as in training), averaged over the ranks so every rank predicts the same."""
+    count = max(1024, min(nbytes, 16 << 20) // 4)
+    values = np.random.default_rng(basics.rank()).normal(size=count).astype(np.float32)
+    other, out = values[::-1].copy(), np.empty_like(values)
+    side = max(32, int(count ** 0.5))
+    matrix = values[:side * side].reshape(side, side)
+    factor = np.ones((side, 4), np.float32)
+
+    def best(run) -> float:
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        return max(min(times), 1e-9)
+
+    if basics.size() > 1:
+        _allreduce(np.zeros(1), "relax.calibrate.host.start")  # start together: the cores are shared
+    rates = np.array([
+        3 * values.nbytes / best(lambda: np.add(values, other, out=out)),  # two reads, one write
+        2 * side * side * 4 / best(lambda: matrix @ factor),
+        values.nbytes / best(lambda: np.argpartition(np.abs(values), count - count // 100)),
+    ], np.float64)
+    rates = _allreduce(rates, "relax.calibrate.host") if basics.size() > 1 else rates
+    return HostMath(*(float(r) for r in rates))
+
+
 def slowdowns(compute_s: float) -> list[float]:
     """Collective: every rank's compute time relative to the fastest rank's."""
     times = _allgather_scalar(compute_s)

@@ -16,6 +16,11 @@ def gradient_bytes(variables) -> list[int]:
     return [int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in reversed(list(variables))]
 
 
+def gradient_shapes(variables) -> list[tuple[int, ...]]:
+    """Each variable's shape, in the order of ``gradient_bytes``."""
+    return [tuple(int(d) for d in v.shape) for v in reversed(list(variables))]
+
+
 def advise(model, sample_batch, loss_fn=None, reps: int = 3, show: bool = True):
     """Collective: times the forward and backward pass of ``model`` on ``sample_batch`` (this
     rank's batch, eagerly), calibrates the network and codecs, and prints (rank 0) and returns
@@ -37,4 +42,5 @@ def advise(model, sample_batch, loss_fn=None, reps: int = 3, show: bool = True):
     sizes = gradient_bytes(variables)
     batch = int(tf.shape(sample_batch)[0]) if hasattr(sample_batch, "shape") else 1
     return advisor.advise(statistics.median(forward[1:]), statistics.median(backward[1:]), sizes, batch, show=show,
-                          hooks=False)  # Keras has no gradient or forward hooks: nothing overlaps compute
+                          hooks=False,  # Keras has no gradient or forward hooks: nothing overlaps compute
+                          shapes=gradient_shapes(variables))

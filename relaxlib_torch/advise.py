@@ -26,6 +26,8 @@ def advise(model: torch.nn.Module, sample_batch, loss_fn=None, reps: int = 3, sh
         forward.append(middle - start)
         backward.append(time.perf_counter() - middle)
     model.zero_grad(set_to_none=True)
-    sizes = [p.numel() * p.element_size() for p in reversed(list(model.parameters())) if p.requires_grad]
+    trained = [p for p in reversed(list(model.parameters())) if p.requires_grad]
+    sizes = [p.numel() * p.element_size() for p in trained]
     batch = len(sample_batch) if hasattr(sample_batch, "__len__") else 1
-    return advisor.advise(statistics.median(forward[1:]), statistics.median(backward[1:]), sizes, batch, show=show)
+    return advisor.advise(statistics.median(forward[1:]), statistics.median(backward[1:]), sizes, batch, show=show,
+                          shapes=[tuple(p.shape) for p in trained])

@@ -16,7 +16,7 @@ from relaxlib import advisor, auto, telemetry
 from relaxlib.algorithms.base import step_or_abandon
 from relaxlib.basics import Average
 from relaxlib.process_sets import global_process_set
-from relaxlib_tf.advise import gradient_bytes
+from relaxlib_tf.advise import gradient_bytes, gradient_shapes
 from relaxlib_tf.compression import Compression
 from relaxlib_tf.context import KerasContext
 from relaxlib_tf.gradient_tape import GradientReducer, check_algorithm, runs_in_keras
@@ -60,7 +60,7 @@ class _DistributedMixin:
         if recorder.advise_at and len(recorder) == recorder.advise_at - 1:
             recorder.advise_at = 0
             predictions = advisor.advise_from_telemetry(recorder.records(), gradient_bytes(self._trainable_variables),
-                                                        hooks=False)
+                                                        hooks=False, shapes=gradient_shapes(self._trainable_variables))
             auto.finish_phase(predictions, runs_in_keras,
                               hard_exit=True)  # SystemExit would become an op error in a py_function
 

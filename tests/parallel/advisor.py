@@ -40,6 +40,13 @@ def test_compressed_allreduce_gives_every_codec_an_effective_throughput():
     assert all(1e6 < v < 1e12 for v in codecs.values()), codecs
 
 
+def test_host_math_rates_are_plausible_and_agreed():
+    host = calibration.measure_host_math(1 << 20, reps=2)
+    rates = [host.host_bytes_per_s, host.matmul_flops_per_s, host.select_bytes_per_s]
+    assert all(1e6 < r < 1e13 for r in rates), host
+    assert hvd.allgather_object(rates) == [rates] * hvd.size()  # averaged: every rank predicts the same
+
+
 def test_slowdowns_are_relative_to_the_fastest_rank():
     spread = calibration.slowdowns(1.0 + hvd.rank())
     assert spread == [1.0 + r for r in range(hvd.size())]
@@ -53,8 +60,10 @@ def test_advice_follows_the_model():
     predictions = hvd.advise(model, torch.randn(32, 128), show=False)
     assert [p.samples_per_s for p in predictions] == sorted((p.samples_per_s for p in predictions), reverse=True)
     from relaxlib import advisor
+    defaults = perfmodel.Workload(ranks=1, alpha_s=0, bandwidth_bytes_per_s=1, buckets=[], forward_s=0, backward_s=0)
+    host = calibration.HostMath(defaults.host_bytes_per_s, defaults.matmul_flops_per_s, defaults.select_bytes_per_s)
     given = advisor.advise(0.01, 0.02, [256 * 10 * 4, 128 * 256 * 4], batch=32, network=network, codecs=codecs,
-                           show=False)
+                           show=False, host=host)
     workload = perfmodel.Workload(ranks=hvd.size(), alpha_s=1e-4, bandwidth_bytes_per_s=1e8,
                                   buckets=advisor.buckets_of([256 * 10 * 4, 128 * 256 * 4]), forward_s=0.01,
                                   backward_s=0.02, batch=32, slowdown=[1.0] * hvd.size(), codec_bytes_per_s=codecs)
