@@ -37,6 +37,7 @@ from relaxlib.algorithms.averaging import FLOAT_DTYPES, dtype_name
 from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
 from relaxlib.algorithms.context import TensorMath
 from relaxlib.compression import CODECS
+from relaxlib.errors import InvalidArgumentError
 
 __all__ = ["DiLoCo", "LocalSGD", "OuterSGD", "fragment_schedule", "split_fragments"]
 
@@ -284,8 +285,12 @@ class LocalSGD(Algorithm):
         """Waits for fragment ``f``'s averaged outer gradient, steps its anchor, sets its weights."""
         pending = self._pending.pop(f)
         delta = ctx.comm.wait(pending.handle)
+        own = pending.sent
         if delta is pending.sent:  # (a communicator that averaged in place: keep what we own apart)
             delta = ctx.math.clone(delta)
+            own = ctx.math.difference(self._anchors[f], ctx.flatten_params(self._fragments[f]))
+        if not math.isfinite(ctx.math.sum_of_squares(delta)):  # the same average, so every rank gets here
+            self._raise_non_finite(ctx, f, own)
         self._momenta[f] = self._outer.step(ctx.math, self._anchors[f], delta, self._momenta[f])
         members = self._fragments[f]
         if self.mixing == 0:
@@ -296,6 +301,20 @@ class LocalSGD(Algorithm):
             ctx.math.add_(local, self._anchors[f], 1.0 - self.mixing)
             ctx.set_params_from_flat(members, local)
         self.syncs += 1
+
+    def _raise_non_finite(self, ctx: TrainingContext, f: int, own: Any) -> None:
+        """Raises on every rank, naming the ranks whose outer gradient of fragment ``f`` was not
+        finite (one all-reduce of a flag per rank), before a NaN reaches the anchor, which would
+        keep it for good. The anchor and outer momentum are unchanged."""
+        zero = ctx.math.zeros(1)
+        bad = zero + (0.0 if math.isfinite(ctx.math.sum_of_squares(own)) else 1.0)
+        flags = ctx.math.concat([ctx.math.repeat(zero, ctx.rank), bad, ctx.math.repeat(zero, ctx.size - ctx.rank - 1)])
+        counts = ctx.comm.wait(ctx.comm.allreduce_async(flags, f"{self.name}.non_finite.{f}", average=False))
+        culprits = [str(rank) for rank in range(ctx.size) if float(counts[rank]) > 0]
+        where = (f"the weights of rank{'s' if len(culprits) > 1 else ''} {', '.join(culprits)}" if culprits
+                 else "no rank's weights (their average overflowed)")
+        raise InvalidArgumentError(f"{self.name}: the outer gradient of fragment {f} is not finite (NaN or Inf in "
+                                   f"{where}); the anchor and outer momentum are unchanged")
 
     def abandon_step(self, ctx: TrainingContext) -> None:
         """A failed step (e.g. a codec refused a non-finite outer gradient, on every rank): the

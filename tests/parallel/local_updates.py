@@ -10,7 +10,7 @@ from sklearn.datasets import load_digits
 
 import relaxlib_torch as hvd
 from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD
-from relaxlib.errors import MismatchError
+from relaxlib.errors import MismatchError, RelaxError
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
@@ -169,3 +169,23 @@ def test_a_process_set_is_refused_on_each_of_its_ranks():
                 train(model, opt, range(1))
     finally:
         hvd.remove_process_set(high)
+
+
+@pytest.mark.parametrize("codec", [None, "uint8"])
+def test_a_non_finite_outer_gradient_is_named_on_every_rank(codec):
+    """Rank 1's weights turn NaN between syncs: every rank's sync step fails naming rank 1, and no
+    NaN reaches the anchor (the other ranks' weights and the checkpoint stay finite)."""
+    model = make_model()
+    algorithm = LocalSGD(sync_every=2, codec=codec)
+    opt = wrap(model, algorithm)
+    train(model, opt, range(1))
+    if RANK == 1:
+        with torch.no_grad():
+            model[0].weight[0, 0] = float("nan")
+    with pytest.raises(RelaxError, match=r"non-finite|not finite") as raised:
+        train(model, opt, range(1, 2))
+    assert "rank 1" in str(raised.value), str(raised.value)
+    state = algorithm.state_dict()
+    assert all(torch.isfinite(anchor).all() for anchor in state["anchor"])
+    if RANK != 1:
+        assert torch.isfinite(flat(model)).all()
