@@ -67,11 +67,20 @@ class GraphMath(TensorMath, StepScaleMath):
 
     def matmul(self, a, b, rows: int, inner: int, cols: int, transpose_a: bool = False,
                transpose_b: bool = False) -> tf.Tensor:
-        """Not traced: PowerSGD, its only user, decides on host values every step (not traceable)."""
-        raise NotImplementedError(f"low-rank matrix products (PowerSGD) {NOT_IN_A_GRAPH}; Keras runs such "
-                                  "algorithms on host arrays")
+        left = tf.reshape(a, [inner, rows] if transpose_a else [rows, inner])
+        right = tf.reshape(b, [cols, inner] if transpose_b else [inner, cols])
+        return tf.reshape(tf.matmul(left, right, transpose_a=transpose_a, transpose_b=transpose_b), [-1])
 
     def orthogonalize(self, tensor, rows: int, cols: int, epsilon: float = 0.0) -> tf.Tensor:
-        """Not traced: PowerSGD, its only user, decides on host values every step (not traceable)."""
-        raise NotImplementedError(f"Gram-Schmidt orthogonalization (PowerSGD) {NOT_IN_A_GRAPH}; Keras runs such "
-                                  "algorithms on host arrays")
+        """Modified Gram-Schmidt as in the other bindings, column by column (no in-place writes:
+        the columns are new tensors)."""
+        columns = tf.unstack(tf.reshape(tf.cast(tensor, tf.float32), [rows, cols]), num=cols, axis=1)
+        for i in range(cols):
+            column = columns[i]
+            divisor = tf.sqrt(tf.reduce_sum(column * column)) + epsilon
+            # a zero column (epsilon 0) stays zero, where 0 / 0 would be NaN
+            column = tf.where(divisor > 0, column / tf.where(divisor > 0, divisor, 1.0), tf.zeros_like(column))
+            columns[i] = column
+            for j in range(i + 1, cols):
+                columns[j] = columns[j] - tf.reduce_sum(column * columns[j]) * column
+        return tf.reshape(tf.stack(columns, axis=1), [-1])

@@ -394,3 +394,58 @@ def test_a_checkpoint_of_another_model_is_refused():
 def test_state_before_setup_is_refused_with_the_reason():
     with pytest.raises(RuntimeError, match="before it is set up"):
         PowerSGD().state_dict()
+
+
+TAPE = """
+import numpy as np, tensorflow as tf
+import relaxlib_tf as hvd
+from relaxlib.algorithms.host_math import HostMath
+from relaxlib.algorithms.powersgd import PowerSGD
+from relaxlib_tf.tensor_math import GraphMath
+hvd.init()
+host, graph = HostMath(), GraphMath()
+rng = np.random.default_rng(2)
+a, b = rng.standard_normal(15).astype(np.float32), rng.standard_normal(10).astype(np.float32)
+for flags in ((False, False), (True, False), (False, True)):
+    np.testing.assert_allclose(graph.matmul(tf.constant(a), tf.constant(b), 3, 5, 2, *flags).numpy(),
+                               host.matmul(a, b, 3, 5, 2, *flags), rtol=1e-6)
+m = rng.standard_normal(12).astype(np.float32)
+m[1::2] = 0  # a zero second column
+np.testing.assert_allclose(graph.orthogonalize(tf.constant(m), 6, 2).numpy(), host.orthogonalize(m, 6, 2), atol=1e-6)
+
+# the tape, eagerly, against the host-array path (tests/test_powersgd.py's Context) on one rank
+shapes, targets = [(6, 5), (7,)], [np.arange(30, dtype=np.float32).reshape(6, 5) % 7, np.ones(7, np.float32)]
+variables = [tf.Variable(np.zeros(s, np.float32)) for s in shapes]
+algorithm = PowerSGD(start_iter=1)
+for step in range(3):
+    with hvd.DistributedGradientTape(tf.GradientTape(), algorithm=algorithm) as tape:
+        loss = tf.add_n([tf.reduce_sum((v - t * (step + 1)) ** 2) for v, t in zip(variables, targets)])
+    grads = tape.gradient(loss, variables)
+    np.save(f"{OUT}/tape{step}.npy", np.concatenate([g.numpy().reshape(-1) for g in grads]))
+print("TAPE OK", algorithm.state_dict()["iteration"])
+"""
+
+
+def test_tensorflow_math_and_the_tape_compute_what_host_math_does(tmp_path):
+    """GraphMath's products and orthogonalization equal HostMath's, and PowerSGD runs in
+    DistributedGradientTape eagerly (with TF tensors), giving the host-array path's gradients."""
+    import subprocess
+    import sys
+
+    from mpi_launch import REPO
+
+    code = f"OUT = {str(tmp_path)!r}\n" + TAPE
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert "TAPE OK 3" in out.stdout, out.stdout + out.stderr[-3000:]
+    shapes = [(6, 5), (7,)]
+    targets = [np.arange(30, dtype=np.float32).reshape(6, 5) % 7, np.ones(7, np.float32)]
+    variables = [np.zeros(s, np.float32) for s in shapes]
+    ctx = Context(shapes, Comm(World(1), 0))
+    algorithm = PowerSGD(start_iter=1)
+    algorithm.setup(ctx)
+    for step in range(3):
+        ctx.grads = [2 * (v - t * (step + 1)) for v, t in zip(variables, targets)]
+        step_or_abandon(algorithm, ctx)
+        expected = np.concatenate([ctx.applied[i].reshape(-1) for i in range(2)])
+        np.testing.assert_allclose(np.load(tmp_path / f"tape{step}.npy"), expected, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"step {step}")

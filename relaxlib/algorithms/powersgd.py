@@ -151,6 +151,10 @@ class PowerSGD(Algorithm):
 
     Non-finite gradients on any rank make the step fail on every rank (the mean P is not
     finite), leaving the error memories and warm-start factors as they were.
+
+    Runs in torch's and the Keras ``DistributedOptimizer`` (Keras: on host arrays, inside
+    ``tf.function`` as a py_function) and in ``DistributedGradientTape`` called eagerly; it is not
+    traceable (see ``traceable``).
     """
 
     name = "powersgd"
@@ -309,9 +313,9 @@ class PowerSGD(Algorithm):
             flight.dense = ctx.comm.allreduce_async(dense, name + ".dense")
         if not plan.matrices:
             return
-        m = ctx.math.concat([grads[x.offset:x.offset + x.numel] for x in plan.matrices])  # a copy: ours to change
-        if self._errors[bucket] is not None:
-            ctx.math.add_(m, self._errors[bucket])
+        m = ctx.math.concat([grads[x.offset:x.offset + x.numel] for x in plan.matrices])
+        if self._errors[bucket] is not None:  # (not in place: TensorFlow's tensors are not written)
+            m = m + self._errors[bucket]
         flight.m = m
         q = self._initial_q(ctx, bucket)
         p = ctx.math.concat([ctx.math.matmul(m[x.m_offset:x.m_offset + x.numel],
