@@ -52,7 +52,9 @@ ADAM_LR_FACTOR = 0.1  # Adam's cells run at a tenth of the column's learning rat
 MODES = ("allreduce", "dear", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-sign-noef",
          "compressed-sign-unscaled", "compressed-sign-gradient", "compressed-sign-floor-0.3",
          "adam", "onebit-adam", "decentralized-ring", "decentralized-random", "decentralized-ring-uint8",
-         "partial-static", "partial-random", "partial-smart", "async")
+         "partial-static", "partial-random", "partial-smart", "async",
+         "powersgd-1", "powersgd-2", "powersgd-4", "topk-1", "topk-10", "local-8", "diloco-8")
+LOCAL_UPDATES = ("local-8", "diloco-8")  # measured after a final exact average of the ranks' models
 REFERENCE = {"onebit-adam": "adam", "adam": "adam"}  # every other mode is compared with allreduce
 AVERAGING = ("decentralized-ring", "decentralized-random", "decentralized-ring-uint8", "partial-static",
              "partial-random", "partial-smart", "async")
@@ -62,6 +64,9 @@ TARGETS = {
     "compressed with error feedback": (1.0, ("compressed-uint8", "compressed-sign")),
     "1-bit Adam": (1.0, ("onebit-adam",)),
     "model averaging after average_now": (2.0, AVERAGING),
+    "low rank with error feedback (rank 2-4)": (1.0, ("powersgd-2", "powersgd-4")),
+    "Top-K 1 % with error feedback": (1.0, ("topk-1",)),
+    "local updates after a final average": (2.0, LOCAL_UPDATES),
 }
 CONVERGED = 80.0  # a reference below this accuracy (%) did not converge: its cell binds no target
 
@@ -111,6 +116,14 @@ def build_algorithm(mode: str):
         return algorithms.AsyncModelAverage(sync_interval_ms=1)
     if mode == "local-only":  # control: local SGD, the models averaged once, after training
         return algorithms.Decentralized("ring", period=2**62)
+    if mode.startswith("powersgd-"):  # compressing from step 10 (the cells are 200-450 steps long)
+        return algorithms.PowerSGD(rank=int(mode.split("-")[1]), start_iter=10)
+    if mode.startswith("topk-"):
+        return algorithms.TopK(density=float(mode.split("-")[1]) / 100)
+    if mode.startswith("local-"):  # plain model averaging every H steps
+        return algorithms.LocalSGD(sync_every=int(mode.split("-")[1]))
+    if mode.startswith("diloco-"):  # outer SGD, Nesterov 0.9, lr 0.7
+        return algorithms.DiLoCo(sync_every=int(mode.split("-")[1]))
     return algorithm_for(mode)
 
 
@@ -166,6 +179,10 @@ def run_cell(hvd, data, cell: dict, epochs: int = EPOCHS, batch: int = BATCH) ->
             algorithm.average_now()
         elif hasattr(optimizer, "flush"):
             optimizer.flush()
+        if cell["mode"] in LOCAL_UPDATES:  # the ranks' models since the last sync, averaged once
+            with torch.no_grad():
+                for i, p in enumerate(model.parameters()):
+                    p.copy_(hvd.allreduce(p.detach(), name=f"grid.final.{i}"))
     except Exception as error:  # a diverged cell (non-finite gradients) fails on every rank alike
         return {"accuracy": None, "error": f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"}
     finally:
