@@ -4,12 +4,13 @@ error feedback, and arguments refused on every rank."""
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits
 
 import relaxlib_torch as hvd
-from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD
+from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD, fragment_schedule, split_fragments
 from relaxlib.errors import MismatchError, RelaxError
 
 hvd.init()
@@ -189,3 +190,73 @@ def test_a_non_finite_outer_gradient_is_named_on_every_rank(codec):
     assert all(torch.isfinite(anchor).all() for anchor in state["anchor"])
     if RANK != 1:
         assert torch.isfinite(flat(model)).all()
+
+
+# ---- the whole algorithm against a float64 numpy simulation of every rank ----
+
+SHAPES = [(5, 3), (3,), (3, 2), (7,)]
+
+
+def linear_gradients(step: int, rank: int) -> list[np.ndarray]:
+    """The gradient of rank ``rank`` at ``step`` (any rank can compute any rank's)."""
+    rng = np.random.default_rng(100 * step + rank)
+    return [(rng.standard_normal(shape) * (1 + i)).astype(np.float32) for i, shape in enumerate(SHAPES)]
+
+
+def simulate(algorithm: LocalSGD, start: list[np.ndarray], steps: int, lr: float, mu: float) -> np.ndarray:
+    """Every rank's flat weights after ``steps``, in float64: inner momentum SGD per rank, then the
+    module docstring's outer step per fragment when it is due, applied ``delay`` steps later."""
+    sizes = [int(np.prod(shape)) for shape in SHAPES]
+    bounds = np.cumsum([0, *sizes])
+    fragments = [np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in group])
+                 for group in split_fragments(sizes, algorithm.fragments)]
+    phases = fragment_schedule(algorithm.sync_every, algorithm.fragments)
+    theta = np.tile(np.concatenate([w.ravel() for w in start]).astype(np.float64), (SIZE, 1))
+    inner = np.zeros_like(theta)
+    anchor = theta[0].copy()
+    outer = [None] * len(fragments)
+    pending = {}
+    for step in range(1, steps + 1):
+        grads = np.stack([np.concatenate([g.ravel() for g in linear_gradients(step - 1, r)]) for r in range(SIZE)])
+        inner = mu * inner + grads
+        theta -= lr * inner
+        due = [f for f, (_, when) in pending.items() if when <= step]
+        sending = [f for f, phase in enumerate(phases) if step % algorithm.sync_every == phase]
+        for f in sending:
+            pending[f] = ((anchor[fragments[f]] - theta[:, fragments[f]]).mean(0), step + algorithm.delay)
+        for f in sorted(due) + (sending if algorithm.delay == 0 else []):
+            delta, _ = pending.pop(f)
+            m = algorithm.outer_momentum
+            if m:
+                outer[f] = delta.copy() if outer[f] is None else m * outer[f] + delta
+                update = delta + m * outer[f] if algorithm.nesterov else outer[f]
+            else:
+                update = delta
+            anchor[fragments[f]] -= algorithm.outer_lr * update
+            theta[:, fragments[f]] = algorithm.mixing * theta[:, fragments[f]] + (1 - algorithm.mixing) * anchor[
+                fragments[f]]
+    return theta
+
+
+SIMULATED = {
+    "localsgd-heavy-ball": lambda: LocalSGD(sync_every=2, outer_lr=0.8, outer_momentum=0.5),
+    "diloco": lambda: DiLoCo(sync_every=3),
+    "streaming": lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5),
+    "streaming-4": lambda: DiLoCo(sync_every=4, fragments=4, delay=2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIMULATED))
+def test_weights_follow_the_simulated_algorithm(case):
+    start = [np.random.default_rng(7).standard_normal(shape).astype(np.float32) for shape in SHAPES]
+    params = [torch.nn.Parameter(torch.from_numpy(w.copy())) for w in start]
+    algorithm = SIMULATED[case]()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.05, momentum=0.9),
+                                   named_parameters=[(f"w{i}", p) for i, p in enumerate(params)], algorithm=algorithm)
+    for step in range(11):
+        opt.zero_grad()
+        sum((p * torch.from_numpy(g)).sum() for p, g in zip(params, linear_gradients(step, RANK))).backward()
+        opt.step()
+    expected = simulate(SIMULATED[case](), start, 11, lr=0.05, mu=0.9)[RANK]
+    mine = torch.cat([p.detach().flatten() for p in params]).double().numpy()
+    np.testing.assert_allclose(mine, expected, rtol=1e-4, atol=1e-5, err_msg=case)
