@@ -13,7 +13,7 @@ from relaxlib.errors import InvalidArgumentError, error_for
 # load. Every other constant of relax.h (status codes, dtypes, reduce ops, request kinds) is read
 # from the core (relax_abi_constants) as an attribute of this module without the RELAX_ prefix,
 # e.g. ``_core.REQ_ALLREDUCE``, ``_core.FLOAT32``, ``_core.OP_SUM``, ``_core.PENDING``.
-ABI_VERSION = 16
+ABI_VERSION = 17
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 WAIT_SLICE_MS = 50  # waits return to Python this often, so Ctrl-C and signal-based timeouts work
@@ -331,7 +331,7 @@ def _load() -> ctypes.CDLL:
 
 def constants() -> dict[str, int]:
     """The constants of relax.h as the core was compiled with them (relax_abi_constants), by name
-    without the ``RELAX_`` prefix: ``{"ABI_VERSION": 16, "OK": 0, ..., "REQ_GROUP_AVERAGE": 11}``."""
+    without the ``RELAX_`` prefix: ``{"ABI_VERSION": 17, "OK": 0, ..., "REQ_GROUP_AVERAGE": 11}``."""
     global _constants
     if _constants is None:
         values = {}

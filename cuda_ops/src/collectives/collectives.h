@@ -137,6 +137,11 @@ class Collectives {
   // The shared-memory segment whenever this communicator has one, whatever RELAX_SHM_MIN_BYTES
   // says (negotiation rounds go through it): null on every rank or on none.
   ShmCollectives* shared_segment() const { return shm_.get(); }
+  // A pairwise step with any two peers: over the ring's link when they are its neighbours, else
+  // MPI point-to-point; every wait bounded by config.peer_timeout_s (public for Adasum's tree,
+  // collectives/adasum.h).
+  Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
+                  int source);
   // dst = the all-reduce of the data every rank carried in the last negotiation round through
   // the shared segment (ShmCollectives::exchange_records), with allreduce()'s bits.
   void reduce_inline(void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
@@ -153,10 +158,6 @@ class Collectives {
   Status ring_reduce_scatter(const Pieces& buf, const std::vector<int64_t>& counts, int32_t dtype, int32_t op);
   Status ring_allgather(const Pieces& buf, const std::vector<int64_t>& counts, size_t element_size);
   Status ring_allreduce(const Pieces& buf, int32_t dtype, int32_t op, double postscale);
-  // A pairwise step with any two peers: over the ring's link when they are its neighbours, else
-  // MPI point-to-point.
-  Status sendrecv(const uint8_t* send, int64_t send_bytes, int dest, uint8_t* recv, int64_t recv_bytes,
-                  int source);
   Status mpi_allreduce(const void* src, void* dst, int64_t count, int32_t dtype, int32_t op, double postscale);
   // MPI_Waitall / MPI_Wait / MPI_Waitany by polling: busy at first (yielding the core between
   // polls when config.yield_while_waiting), then sleeping between polls; bounded by

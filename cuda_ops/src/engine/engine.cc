@@ -364,9 +364,10 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
 
 // A request that may carry its data in this round: this rank announces it alone, by its cache
 // id, nothing else is pending on any member (the coordinator's state is the same everywhere),
-// and it is an all-reduce the shared segment would run, without prescaling. Every member that
-// announces the same request reaches the same answer, except for local state (a timeline, an
-// older request still pending here) that the other members then see in the round's flags.
+// and it is an all-reduce the shared segment would run (not Adasum's tree), without prescaling.
+// Every member that announces the same request reaches the same answer, except for local state
+// (a timeline, an older request still pending here) that the other members then see in the
+// round's flags.
 const LocalRequest* Engine::inline_candidate(const ProcessSetState& set, const RankMessage& mine) const {
   if (mine.flags != 0 || mine.cached.size() != 1 || !mine.descriptors.empty() || !mine.stall_aborts.empty() ||
       !mine.active_sets.empty() || set.pending.size() != 1 || set.coordinator.pending_count() != 0 ||
@@ -376,8 +377,9 @@ const LocalRequest* Engine::inline_candidate(const ProcessSetState& set, const R
   const LocalRequest& local = set.pending.begin()->second;  // (its reduction is valid: checked at submission)
   const Descriptor& d = local.desc;
   const int64_t bytes = kinds::byte_size(d);
-  if (d.type != RELAX_REQ_ALLREDUCE || d.prescale != 1.0 || !d.group.empty() || bytes <= 0 ||
-      !local.input || !local.output || bytes > kInlineMaxBytes || !set.collectives.uses_shared_memory(bytes)) {
+  if (d.type != RELAX_REQ_ALLREDUCE || d.reduce_op == RELAX_OP_ADASUM || d.prescale != 1.0 || !d.group.empty() ||
+      bytes <= 0 || !local.input || !local.output || bytes > kInlineMaxBytes ||
+      !set.collectives.uses_shared_memory(bytes)) {
     return nullptr;
   }
   return &local;

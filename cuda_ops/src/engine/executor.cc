@@ -6,6 +6,7 @@
 #include <exception>
 #include <utility>
 
+#include "collectives/adasum.h"
 #include "collectives/reduce.h"
 #include "engine/requests/kind_support.h"
 
@@ -179,8 +180,8 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
       std::memcpy(buf, src, static_cast<size_t>(total) * esize);
       src = buf;
     }
-  } else if (d.prescale == 1.0 && collectives_.reduces_pieces(total * static_cast<int64_t>(esize)) &&
-             lie_apart(items, esize)) {
+  } else if (d.prescale == 1.0 && d.reduce_op != RELAX_OP_ADASUM &&
+             collectives_.reduces_pieces(total * static_cast<int64_t>(esize)) && lie_apart(items, esize)) {
     // Through shared memory or the TCP ring each tensor is read and written where it lies:
     // copying them into one buffer and back would move every byte twice more.
     std::vector<Piece> pieces;
@@ -211,7 +212,14 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
     phase_start = steady_seconds();
   }
   if (d.prescale != 1.0) scale_buffer(buf, total, d.dtype, d.prescale);
-  Status status = collectives_.allreduce(src, buf, total, d.dtype, op, kinds::postscale_of(d, collectives_.size()));
+  Status status;
+  if (d.reduce_op == RELAX_OP_ADASUM) {  // combined per tensor (collectives/adasum.h), never divided by size
+    std::vector<int64_t> counts;
+    for (const Item& item : items) counts.push_back(item.tensor->first().num_elements());
+    status = adasum_allreduce(collectives_, src, buf, counts, d.dtype, d.postscale);
+  } else {
+    status = collectives_.allreduce(src, buf, total, d.dtype, op, kinds::postscale_of(d, collectives_.size()));
+  }
   trace(items, "ALLREDUCE", phase_start);
   if (fused && status.is_ok()) {
     phase_start = steady_seconds();

@@ -20,7 +20,7 @@ Status fail(const LocalRequest& local, const std::string& detail) { return inval
 Status parse_reduction(LocalRequest& local, const relax_reduce_args_t& args) {
   Descriptor& d = local.desc;
   if (args.reduce_op == RELAX_OP_ADASUM) {
-    return fail(local, "the Adasum reduction is not implemented in relaxlib; use Average or Sum.");
+    return fail(local, "the Adasum reduction is supported by allreduce only (as in Horovod); use Average or Sum.");
   }
   if (args.reduce_op < RELAX_OP_AVERAGE || args.reduce_op > RELAX_OP_PRODUCT) {
     return fail(local, "unknown reduction op " + std::to_string(args.reduce_op));

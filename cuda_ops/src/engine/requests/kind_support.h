@@ -18,7 +18,8 @@ std::string describe(const LocalRequest& local);
 // every request pays the checks, none should pay for strings.
 Status fail(const LocalRequest& local, const std::string& detail);
 
-// Checks a reduction's op, dtype and scale factors and records them in `d`.
+// Checks a reduction's op, dtype and scale factors and records them in `d` (Adasum is refused:
+// allreduce alone takes it, through parse_adasum in adasum_request.h).
 Status parse_reduction(LocalRequest& local, const relax_reduce_args_t& args);
 // The output buffer must be given (same-shape kinds) unless the tensor is empty; it must then hold
 // the tensor's bytes (recorded for the buffer rule).
