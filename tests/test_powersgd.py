@@ -449,3 +449,23 @@ def test_tensorflow_math_and_the_tape_compute_what_host_math_does(tmp_path):
         expected = np.concatenate([ctx.applied[i].reshape(-1) for i in range(2)])
         np.testing.assert_allclose(np.load(tmp_path / f"tape{step}.npy"), expected, rtol=1e-5, atol=1e-5,
                                    err_msg=f"step {step}")
+
+
+def test_a_bucket_s_all_reduces_start_as_soon_as_its_gradients_exist():
+    """Overlap with backward: P's and the exact part's all-reduces leave from ``on_gradient``;
+    only Q's waits for ``step``."""
+
+    def body(rank, world):
+        ctx = Context(SHAPES, Comm(world, rank), rank, 2)
+        algorithm = PowerSGD(start_iter=0)
+        algorithm.setup(ctx)
+        ctx.grads = gradients(SHAPES, rank, 0)
+        for index in reversed(range(len(SHAPES))):  # backward order
+            algorithm.on_gradient(ctx, index)
+        started = [name for name, _ in ctx.comm.names]
+        step_or_abandon(algorithm, ctx)
+        return started, [name for name, _ in ctx.comm.names]
+
+    for started, sent in run_ranks(2, body):
+        assert sorted(started) == ["powersgd.0.dense", "powersgd.0.p"]
+        assert sorted(sent) == ["powersgd.0.dense", "powersgd.0.p", "powersgd.0.q"]  # nothing sent twice
