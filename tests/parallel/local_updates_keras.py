@@ -76,3 +76,24 @@ def test_torch_and_keras_end_with_the_same_parameters(case):
             assert not np.array_equal(mine, before), f"{case}: parameter {i} never moved"
             np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{case}, Keras {'traced' if traced else 'eager'}: parameter {i}")
+
+
+def test_keras_fit_with_compressed_outer_gradients():
+    """model.fit with DiLoCo and a uint8 outer gradient (error feedback on host arrays): the
+    Keras update stays in the traced step, every rank holds the same weights after each sync."""
+    keras.utils.set_random_seed(RANK)  # different initial weights: the anchor is rank 0's
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    algorithm = DiLoCo(sync_every=3, codec="uint8")
+    optimizer = keras_hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9), algorithm=algorithm)
+    model.compile(optimizer=optimizer, loss="mse")
+    rng = np.random.default_rng(RANK)  # each rank its own data
+    x, y = rng.standard_normal((24, 8)).astype(np.float32), rng.standard_normal((24, 4)).astype(np.float32)
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)  # 6 steps: syncs after 3 and 6
+    assert str(optimizer._relax_in_fit) == "split"
+    assert (algorithm.inner_steps, algorithm.syncs) == (6, 2)
+    assert algorithm.state_dict()["error_feedback"][0] is not None
+    weights = np.concatenate([w.ravel() for w in model.get_weights()])
+    rows = torch_hvd.allgather(torch.from_numpy(weights).reshape(1, -1)).numpy()
+    assert np.isfinite(rows).all()
+    for rank in range(1, len(rows)):
+        np.testing.assert_array_equal(rows[rank], rows[0], err_msg=f"rank {rank} differs from rank 0 after a sync")
