@@ -469,3 +469,17 @@ def test_a_bucket_s_all_reduces_start_as_soon_as_its_gradients_exist():
     for started, sent in run_ranks(2, body):
         assert sorted(started) == ["powersgd.0.dense", "powersgd.0.p"]
         assert sorted(sent) == ["powersgd.0.dense", "powersgd.0.p", "powersgd.0.q"]  # nothing sent twice
+
+
+def test_max_grad_norm_clips_the_averaged_gradient():
+    def body(rank, world):
+        ctx = Context(SHAPES, Comm(world, rank), rank, 2)
+        ctx.max_grad_norm = 0.5
+        algorithm = PowerSGD(start_iter=0)
+        algorithm.setup(ctx)
+        ctx.grads = gradients(SHAPES, rank, 0)
+        step_or_abandon(algorithm, ctx)
+        return np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in ctx.applied.values()))
+
+    for norm in run_ranks(2, body):
+        assert norm == pytest.approx(0.5, rel=1e-5)
