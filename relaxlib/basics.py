@@ -26,7 +26,9 @@ Adasum = 2
 Min = 3
 Max = 4
 Product = 5
-REDUCTIONS = (Average, Sum, Min, Max, Product)  # the ops relaxlib implements
+# The ops relaxlib implements. Adasum (Horovod's adaptive summation: float32/float64 allreduce
+# over a power-of-two number of ranks, never divided by the size) is checked by the core.
+REDUCTIONS = (Average, Sum, Adasum, Min, Max, Product)
 
 
 def exact_gradients() -> bool:
@@ -53,7 +55,8 @@ def scatter_gradient_factor(op: int, size: int) -> float:
 
 def resolve_op(op: int | None, average: bool | None) -> int:
     """The reduction of a Horovod-style call: ``op`` (default Average) or the deprecated
-    ``average=True/False``; rejects Adasum (not implemented) and unknown values."""
+    ``average=True/False``; rejects unknown values (what an op does not support, e.g. Adasum
+    on integers or outside allreduce, the core refuses on every rank with a message)."""
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
     if op is None:
@@ -61,10 +64,8 @@ def resolve_op(op: int | None, average: bool | None) -> int:
             warnings.warn("Parameter `average` has been replaced with `op` and will be removed", DeprecationWarning,
                           stacklevel=3)
         op = Sum if average is False else Average
-    if op == Adasum:
-        raise NotImplementedError("relaxlib does not implement the Adasum reduction; use op=Average or op=Sum.")
     if op not in REDUCTIONS:
-        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Min, Max or Product")
+        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Adasum, Min, Max or Product")
     return op
 
 logger = logging.getLogger("relaxlib")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from relaxlib.basics import Average, Sum
+from relaxlib.basics import Adasum, Average, Sum
 from relaxlib.process_sets import global_process_set
 from relaxlib_tf import mpi_ops
 from relaxlib_tf.compression import Compression
@@ -45,8 +45,8 @@ class GradientReducer:
     def __init__(self, prefix: str, compression=Compression.none, sparse_as_dense: bool = False, op=Average,
                  gradient_predivide_factor: float = 1.0, process_set=global_process_set,
                  scale_local_gradients: bool = True) -> None:
-        if op not in (Average, Sum):
-            raise ValueError("gradients can be averaged (op=Average) or summed (op=Sum) only")
+        if op not in (Average, Sum, Adasum):  # Adasum: combined per tensor, not divided (as Horovod's tape)
+            raise ValueError("gradients can be averaged (op=Average), summed (op=Sum) or combined by op=Adasum only")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         self.prefix = prefix

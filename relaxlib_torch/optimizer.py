@@ -19,6 +19,7 @@ from relaxlib.algorithms import Algorithm, AllReduce
 from relaxlib.algorithms.base import step_or_abandon
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import functions, mpi_ops
+from relaxlib_torch.adasum_optimizer import _AdasumOptimizer
 from relaxlib_torch.compression import Compression
 from relaxlib_torch.context import TorchContext
 
@@ -366,7 +367,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
 
     Arguments follow Horovod 0.28: ``named_parameters`` (names for negotiation and errors),
     ``compression`` (``Compression.none``/``fp16``), ``backward_passes_per_step`` (local
-    accumulation), ``op`` (Average, Sum, ...), ``gradient_predivide_factor`` (split the averaging
+    accumulation), ``op`` (Average, Sum, ...; Adasum takes Horovod's delta optimizer,
+    relaxlib_torch/adasum_optimizer.py), ``gradient_predivide_factor`` (split the averaging
     before/after the sum), ``groups`` (int or list of parameter lists, reduced atomically),
     ``sparse_as_dense``, ``process_set``. relaxlib adds ``algorithm`` (a
     :mod:`relaxlib.algorithms` object; None = all-reduce) and ``model`` (needed by algorithms
@@ -381,8 +383,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         raise ValueError("backward_passes_per_step must be >= 1")
     if gradient_predivide_factor != 1.0 and op != mpi_ops.Average:
         raise ValueError("gradient_predivide_factor requires op == Average")
-    if op == mpi_ops.Adasum:
-        raise NotImplementedError("relaxlib does not implement Adasum; use op=Average or op=Sum.")
+    if op == mpi_ops.Adasum and process_set is not global_process_set:
+        raise NotImplementedError("Adasum does not support non-global process sets (as in Horovod).")
+    if op == mpi_ops.Adasum and max_grad_norm is not None:
+        raise ValueError("max_grad_norm clips averaged gradients; op=Adasum combines model changes instead")
     if max_grad_norm is not None and max_grad_norm <= 0:
         raise ValueError("max_grad_norm must be positive")
     if algorithm is None:
@@ -407,6 +411,13 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
                                    "gradient_predivide_factor": gradient_predivide_factor,
                                    "groups": groups if isinstance(groups, int) else len(groups or []) or num_groups,
                                    "sparse_as_dense": sparse_as_dense, "max_grad_norm": max_grad_norm})
+    if isinstance(algorithm, AllReduce) and op == mpi_ops.Adasum:  # Horovod's delta optimizer
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_AdasumOptimizer.__dict__))
+        wrapped = cls.__new__(cls)
+        wrapped.__dict__.update(optimizer.__dict__)
+        wrapped._relax_adasum_setup(_DistributedOptimizer._name_parameters(wrapped, named_parameters), compression,
+                                    backward_passes_per_step, optimizer.__class__)
+        return wrapped
     if isinstance(algorithm, AllReduce):
         cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
         wrapped = cls.__new__(cls)

@@ -308,8 +308,8 @@ def test_introspection_and_aliases():
     assert isinstance(hvd.mpi_threads_supported(), bool)
     assert hvd.HorovodInternalError is relaxlib.RelaxError and issubclass(hvd.HorovodInternalError, RuntimeError)
     assert hvd.is_homogeneous()
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(torch.ones(1), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="Adasum reduction supports float32 and float64 tensors, not int64"):
+        hvd.allreduce(torch.ones(1, dtype=torch.int64), op=hvd.Adasum)
 
 
 def test_average_argument_is_deprecated_but_works():

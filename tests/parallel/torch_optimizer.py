@@ -202,8 +202,8 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="unique"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                  named_parameters=[("same", p) for p in model.parameters()])
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="max_grad_norm.*Adasum"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum, max_grad_norm=1.0)
     with pytest.raises(TypeError):
         hvd.DistributedOptimizer(model)
 
