@@ -221,6 +221,10 @@ class BuildRelax(build_command_base()):
     """Builds the core library next to the relaxlib package, then the framework extensions."""
 
     def run(self) -> None:
+        # One object directory for every kind of build: editable installs would otherwise compile the
+        # torch extension from scratch in a fresh temporary directory each time (every `make build`
+        # after any source change), and a wheel build again; ninja recompiles only what changed.
+        self.build_temp = str(ROOT / "build" / "torch_ext")
         package_root = ROOT if self.inplace else Path(self.build_lib)
         core_dir = package_root / "relaxlib" / "lib"
         with ThreadPoolExecutor(max_workers=1) as pool:
