@@ -190,6 +190,16 @@ class LocalSGD(Algorithm):
         """The outer SGD this configuration applies."""
         return OuterSGD(self.outer_lr, self.outer_momentum, self.nesterov)
 
+    @property
+    def inner_steps(self) -> int:
+        """Local updates completed (restored from a checkpoint)."""
+        return self._inner_steps
+
+    @property
+    def syncs(self) -> int:
+        """Outer steps applied, counting each fragment's (restored from a checkpoint)."""
+        return self._syncs
+
     def requirements(self) -> frozenset[str]:
         needs = {"weights", "async_broadcast"}
         if self.codec is not None:
@@ -217,8 +227,8 @@ class LocalSGD(Algorithm):
         self._memories = [ctx.comm.error_feedback(sum(params[i].numel for i in group))
                           if self.codec is not None and self.error_feedback else None for group in self._fragments]
         self._pending: dict[int, _Pending] = {}
-        self.inner_steps = 0  # completed local updates
-        self.syncs = 0  # outer steps applied (all fragments)
+        self._inner_steps = 0  # completed local updates
+        self._syncs = 0  # outer steps applied (all fragments)
         restore, self._restore = getattr(self, "_restore", None), None
         if restore is not None:  # loaded before setup (Keras sets algorithms up at the first step)
             self.load_state_dict(restore)
@@ -261,8 +271,8 @@ class LocalSGD(Algorithm):
 
     def after_update(self, ctx: TrainingContext) -> None:
         """Counts the inner step; applies the outer steps due now, sends the fragments due now."""
-        self.inner_steps += 1
-        step = self.inner_steps
+        self._inner_steps += 1
+        step = self._inner_steps
         for f in sorted(f for f, pending in self._pending.items() if pending.due <= step):
             self._apply(ctx, f)
         for f, phase in enumerate(self._sends):
@@ -300,7 +310,7 @@ class LocalSGD(Algorithm):
             ctx.math.scale_(local, self.mixing)
             ctx.math.add_(local, self._anchors[f], 1.0 - self.mixing)
             ctx.set_params_from_flat(members, local)
-        self.syncs += 1
+        self._syncs += 1
 
     def _raise_non_finite(self, ctx: TrainingContext, f: int, own: Any) -> None:
         """Raises on every rank, naming the ranks whose outer gradient of fragment ``f`` was not
@@ -354,8 +364,8 @@ class LocalSGD(Algorithm):
             raise ValueError(f"{self.name}: the checkpoint has {len(saved)} fragments, this configuration "
                              f"{len(self._fragments)}")
         self._pending.clear()
-        self.inner_steps = int(state["inner_steps"])
-        self.syncs = int(state.get("syncs", 0))
+        self._inner_steps = int(state["inner_steps"])
+        self._syncs = int(state.get("syncs", 0))
         self._anchors = None if saved is None else [ctx.math.clone(a) for a in saved]
         self._momenta = [None if m is None else ctx.math.clone(m) for m in state["momentum"]]
         for memory, residual in zip(self._memories, state["error_feedback"]):
