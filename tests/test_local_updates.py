@@ -135,6 +135,16 @@ def test_a_checkpoint_loaded_before_setup_is_restored_by_setup():
     np.testing.assert_array_equal(state["momentum"][0], saved["momentum"][0])
 
 
+def test_a_checkpoint_of_another_model_is_refused():
+    algorithm = LocalSGD(sync_every=4)
+    algorithm.setup(_Parameters("float32", "float32"))
+    state = {"inner_steps": 1, "anchor": [np.zeros(6, np.float32)], "momentum": [None], "error_feedback": [None]}
+    with pytest.raises(ValueError, match="anchor of fragment 0 has 6 elements, the model's 8"):
+        algorithm.load_state_dict(state)
+    with pytest.raises(ValueError, match="the checkpoint has 2 fragments, this configuration 1"):
+        algorithm.load_state_dict({**state, "anchor": [np.zeros(4, np.float32)] * 2})
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize(f"{GROUP_PARAM}, {MODULE_PARAM}",
                          cases((NP3, "local_updates.py"), (TF_NP3, "local_updates_keras.py")))

@@ -363,6 +363,11 @@ class LocalSGD(Algorithm):
         if saved is not None and len(saved) != len(self._fragments):
             raise ValueError(f"{self.name}: the checkpoint has {len(saved)} fragments, this configuration "
                              f"{len(self._fragments)}")
+        numels = [sum(ctx.parameters()[i].numel for i in members) for members in self._fragments]
+        for f, (anchor, numel) in enumerate(zip(saved or [], numels)):
+            if len(anchor) != numel:
+                raise ValueError(f"{self.name}: the checkpoint's anchor of fragment {f} has {len(anchor)} elements, "
+                                 f"the model's {numel}: it is another model's")
         self._pending.clear()
         self._inner_steps = int(state["inner_steps"])
         self._syncs = int(state.get("syncs", 0))
