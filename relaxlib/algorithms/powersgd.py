@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relaxlib import perfmodel
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
 from relaxlib.algorithms.compressed import gradient_buckets
 from relaxlib.errors import InvalidArgumentError
@@ -381,3 +383,12 @@ class PowerSGD(Algorithm):
                 error = ctx.math.difference(flight.m, low_rank)  # what the mean approximation leaves of M
         pieces = [(low_rank if compressed else dense)[at:at + numel] for compressed, at, numel in plan.layout]
         return ctx.math.concat(pieces), q, error
+
+
+# Advisor modes: compressing from step 10 (what the advisor predicts is the compressed steady state;
+# torch's hook defaults to 1000 steps of all-reduce first, for ImageNet-length runs).
+modes.register(*(modes.Mode(f"powersgd-{rank}", kind="compressed",
+                            caveat=f"rank-{rank} gradients with error feedback; all-reducible, host matrix products",
+                            build=PowerSGD, predict=perfmodel.predict_powersgd, params={"rank": rank, "start_iter": 10},
+                            position=55)
+                 for rank in (1, 4)))
