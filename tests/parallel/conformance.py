@@ -28,6 +28,7 @@ from relaxlib.algorithms import (
     PartialAllReduce,
 )
 from relaxlib.algorithms.powersgd import PowerSGD
+from relaxlib.algorithms.topk import TopK
 from relaxlib_tf.context import KerasContext
 from relaxlib_tf.graph_context import KerasGraphContext
 from relaxlib_torch.context import TorchContext
@@ -119,6 +120,8 @@ CASES = {
     # matrix products round differently, so the frameworks agree to float tolerance
     "powersgd": (lambda: PowerSGD(rank=1, start_iter=2, min_compression_rate=1), "sgd", False),
     "powersgd-adam": (lambda: PowerSGD(rank=2, start_iter=0, min_compression_rate=1), "adam", False),
+    "topk": (lambda: TopK(density=0.3), "sgd", False),  # 30 %: each parameter keeps a few elements
+    "topk-adam": (lambda: TopK(density=0.1), "adam", False),
 }
 # what Keras traces into tf.function as TF ops (the others run there in a py_function on host arrays)
 IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam",
