@@ -10,11 +10,11 @@ from relaxlib.algorithms.base import Algorithm, AllReduce, ParamRef, TrainingCon
 from relaxlib.algorithms.compressed import CompressedScatterReduce, OneBitAdam
 from relaxlib.algorithms.dear import DeAR
 from relaxlib.algorithms.decentralized import Decentralized
-from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD
+from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD, OuterSGD
 from relaxlib.algorithms.partial import PartialAllReduce
 from relaxlib.algorithms.powersgd import PowerSGD
 from relaxlib.algorithms.topk import TopK
 
 __all__ = ["Algorithm", "AllReduce", "AsyncModelAverage", "CompressedScatterReduce", "DeAR", "DiLoCo", "Decentralized",
-           "LocalSGD", "ModelAveraging", "OneBitAdam", "ParamRef", "PartialAllReduce", "PowerSGD", "TopK",
+           "LocalSGD", "ModelAveraging", "OneBitAdam", "OuterSGD", "ParamRef", "PartialAllReduce", "PowerSGD", "TopK",
            "TrainingContext"]

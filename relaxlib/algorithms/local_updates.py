@@ -29,10 +29,11 @@ result is applied then: ``theta_fragment = mixing * theta_fragment + (1 - mixing
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from relaxlib import basics
+from relaxlib import basics, perfmodel
+from relaxlib.algorithms import modes
 from relaxlib.algorithms.averaging import FLOAT_DTYPES, dtype_name
 from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
 from relaxlib.algorithms.context import TensorMath
@@ -384,3 +385,19 @@ def DiLoCo(sync_every: int = 500, outer_lr: float = 0.7, outer_momentum: float =
     rate 0.7, every ``sync_every`` inner steps (the paper's H = 500). ``options``: LocalSGD's
     others (``codec``, ``fragments``, ``delay``, ``mixing``, ...)."""
     return LocalSGD(sync_every, outer_lr=outer_lr, outer_momentum=outer_momentum, nesterov=nesterov, **options)
+
+
+def _predict_diloco(w: perfmodel.Workload, sync_every: int) -> perfmodel.Prediction:
+    """DiLoCo's step: local updates' equation (the outer optimizer costs passes, not messages)."""
+    return replace(perfmodel.predict_local_updates(w, sync_every), mode=f"diloco-{sync_every}")
+
+
+# Advisor modes (kind "averaging": the ranks' models differ between syncs, and the optimization is
+# not all-reduce's: a different trajectory, with H and the outer step to tune).
+modes.register(
+    modes.Mode("local-8", kind="averaging", build=LocalSGD, predict=perfmodel.predict_local_updates,
+               caveat="models averaged every 8 steps: a different optimization (tune H)", params={"sync_every": 8},
+               position=70),
+    modes.Mode("diloco-32", kind="averaging", build=DiLoCo, predict=_predict_diloco,
+               caveat="outer Nesterov SGD every 32 steps: a different optimization (tune H and the outer lr)",
+               params={"sync_every": 32}, position=71))

@@ -27,6 +27,7 @@ from relaxlib.algorithms import (
     OneBitAdam,
     PartialAllReduce,
 )
+from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD
 from relaxlib.algorithms.powersgd import PowerSGD
 from relaxlib.algorithms.topk import TopK
 from relaxlib_tf.context import KerasContext
@@ -122,11 +123,17 @@ CASES = {
     "powersgd-adam": (lambda: PowerSGD(rank=2, start_iter=0, min_compression_rate=1), "adam", False),
     "topk": (lambda: TopK(density=0.3), "sgd", False),  # 30 %: each parameter keeps a few elements
     "topk-adam": (lambda: TopK(density=0.1), "adam", False),
+    "local-sgd": (lambda: LocalSGD(sync_every=2), "sgd", False),
+    "diloco-streaming": (lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5), "sgd", False),
 }
 # what Keras traces into tf.function as TF ops (the others run there in a py_function on host arrays)
 IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compressed-sign", "compressed-uint8-adam",
             "compressed-sign-hierarchical", "compressed-sign-unscaled", "decentralized-ring",
             "decentralized-ring-uint8", "decentralized-random", "partial-static", "partial-random"}
+
+
+# what Keras traces around the wrapped optimizer's update, the algorithm's halves on host arrays
+SPLIT = {"local-sgd", "diloco-streaming"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -137,7 +144,7 @@ def test_torch_and_keras_end_with_the_same_parameters(case):
     for how in ("eager", "traced"):
         keras_runs[how], bound[how] = run_keras(factory(), optimizer, traced=how == "traced")
     if case != "allreduce":  # (AllReduce() is the Keras optimizer's own path: no context)
-        expected = "graph" if case in IN_GRAPH else "py_function"
+        expected = "graph" if case in IN_GRAPH else "split" if case in SPLIT else "py_function"
         assert bound == {"eager": "host", "traced": expected}, bound
     for i, (eager, traced) in enumerate(zip(keras_runs["eager"], keras_runs["traced"])):
         # TF ops and host arrays reach the same core collectives with the same buffers
