@@ -1,5 +1,6 @@
-"""Writing your own relaxation: Local SGD (periodic model averaging) in 25 lines, one object for
-PyTorch and Keras.
+"""Writing your own relaxation: periodic model averaging (the simplest local SGD) in 25 lines, one
+object for PyTorch and Keras. (The built-in, with an outer optimizer, compression and streaming,
+is relaxlib.algorithms.LocalSGD / DiLoCo.)
 
 Each rank applies its own gradients every step and the ranks average their *weights* every
 `period` steps: `period` times less communication than all-reduce, at some cost in accuracy.
@@ -18,10 +19,10 @@ from sklearn.datasets import load_digits
 from relaxlib.algorithms import Algorithm
 
 
-class LocalSGD(Algorithm):
+class PeriodicAverage(Algorithm):
     """Local steps; every `period` steps the weights are averaged over the ranks."""
 
-    name = "local_sgd"
+    name = "periodic_average"
 
     def __init__(self, period: int = 4) -> None:
         self.period = period
@@ -31,12 +32,12 @@ class LocalSGD(Algorithm):
         ctx.apply_update(everything, ctx.snapshot())          # local update with own gradients
         if (ctx.step_count + 1) % self.period == 0:
             weights = ctx.flatten_params(everything)
-            averaged = ctx.comm.wait(ctx.comm.allreduce_async(weights, name="local_sgd.weights"))
+            averaged = ctx.comm.wait(ctx.comm.allreduce_async(weights, name="periodic_average.weights"))
             ctx.set_params_from_flat(everything, averaged)
 
     def flush(self, ctx) -> None:                             # end of training: one final average
         everything = [p.index for p in ctx.parameters()]
-        averaged = ctx.comm.wait(ctx.comm.allreduce_async(ctx.flatten_params(everything), name="local_sgd.final"))
+        averaged = ctx.comm.wait(ctx.comm.allreduce_async(ctx.flatten_params(everything), name="periodic_average.final"))
         ctx.set_params_from_flat(everything, averaged)
 
 
@@ -55,7 +56,7 @@ def train_torch() -> tuple[int, float]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                         named_parameters=model.named_parameters(), algorithm=LocalSGD(period=4))
+                                         named_parameters=model.named_parameters(), algorithm=PeriodicAverage(period=4))
     for _ in range(10):
         for start in range(0, len(x), 32):
             optimizer.zero_grad()
@@ -74,7 +75,7 @@ def train_keras() -> tuple[int, float]:
     x, y = shard(hvd.rank(), hvd.size())
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
-    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), algorithm=LocalSGD(period=4))
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), algorithm=PeriodicAverage(period=4))
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(x, y, batch_size=32, epochs=10, shuffle=False, verbose=0,
               callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
@@ -88,7 +89,7 @@ def main() -> float:
     args = parser.parse_args()
     rank, accuracy = train_torch() if args.framework == "torch" else train_keras()
     if rank == 0:
-        print(f"LocalSGD(period=4), {args.framework}: accuracy on this rank's shard after 10 epochs: {accuracy:.3f}")
+        print(f"PeriodicAverage(period=4), {args.framework}: accuracy on this rank's shard after 10 epochs: {accuracy:.3f}")
     return accuracy
 
 
