@@ -59,7 +59,7 @@ def test_gradient_tape_combines_gradients_with_adasum():
 
 
 def test_integer_tensors_are_refused_on_every_rank():
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Adasum.*float32 and float64.*int32"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Adasum.*float16, float32 and float64.*int32"):
         hvd.allreduce(tf.ones([4], tf.int32), op=hvd.Adasum, name="tf.adasum.int")
     still_works()
 

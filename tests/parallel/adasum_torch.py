@@ -1,6 +1,6 @@
 """op=Adasum through relaxlib_torch on real ranks (tests/test_adasum.py launches 2, 3 and 4): results
-against the numpy tree (adasum_reference.py) for several tensors in one fused call, float64, zero
-vectors and DistributedOptimizer(op=Adasum); bad dtypes, other collectives and a rank count that
+against the numpy tree (adasum_reference.py) for several tensors in one fused call, float64, float16,
+zero vectors and DistributedOptimizer(op=Adasum); bad dtypes, other collectives and a rank count that
 is not a power of two refused on every rank, the engine working on afterwards."""
 
 import numpy as np
@@ -51,6 +51,16 @@ def test_float64_in_place():
 
 
 @power_of_two
+def test_float16_is_combined_in_double_and_rounded_once():
+    """As Horovod's half-precision Adasum: dot products in double, each result rounded to float16."""
+    tensor = torch.from_numpy(rank_tensors(RANK, [300], np.float16, seed=4)[0])
+    out = hvd.allreduce(tensor, op=hvd.Adasum, name="adasum.f16")
+    assert out.dtype == torch.float16
+    want = expected([300], np.float16, seed=4)[0]
+    np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=5e-3, atol=5e-3 * np.abs(want).max())
+
+
+@power_of_two
 def test_zero_vectors():
     """A zero gradient leaves the others' Adasum unchanged (it is the identity); all zeros give
     zeros, not NaN. Identical gradients give that gradient (parallel ones are averaged)."""
@@ -78,7 +88,7 @@ def test_prescale_and_postscale_apply_around_the_combination():
 
 
 def test_integer_tensors_are_refused_on_every_rank():
-    with pytest.raises(ValueError, match=r"allreduce 'adasum\.int'.*Adasum.*float32 and float64.*int32"):
+    with pytest.raises(ValueError, match=r"allreduce 'adasum\.int'.*Adasum.*float16, float32 and float64.*int32"):
         hvd.allreduce(torch.ones(4, dtype=torch.int32), op=hvd.Adasum, name="adasum.int")
     with pytest.raises(ValueError, match=r"Adasum.*allreduce only"):
         hvd.reducescatter(torch.ones(4 * SIZE), op=hvd.Adasum, name="adasum.reducescatter")

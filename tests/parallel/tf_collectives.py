@@ -326,7 +326,7 @@ def test_dtype_mismatch_raises_on_every_rank():
 def test_local_argument_errors():
     with pytest.raises(ValueError, match="allgather"):
         hvd.allgather(tf.constant(1.0))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="Adasum reduction supports float32 and float64"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Adasum reduction supports float16, float32 and float64"):
         hvd.allreduce(tf.ones([1], tf.int32), op=hvd.Adasum)
     with pytest.raises(TypeError, match="algorithm must be a relaxlib.algorithms.Algorithm"):
         hvd.DistributedGradientTape(tf.GradientTape(), algorithm=object())

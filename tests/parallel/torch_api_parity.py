@@ -308,7 +308,7 @@ def test_introspection_and_aliases():
     assert isinstance(hvd.mpi_threads_supported(), bool)
     assert hvd.HorovodInternalError is relaxlib.RelaxError and issubclass(hvd.HorovodInternalError, RuntimeError)
     assert hvd.is_homogeneous()
-    with pytest.raises(ValueError, match="Adasum reduction supports float32 and float64 tensors, not int64"):
+    with pytest.raises(ValueError, match="Adasum reduction supports float16, float32 and float64 tensors, not int64"):
         hvd.allreduce(torch.ones(1, dtype=torch.int64), op=hvd.Adasum)
 
 

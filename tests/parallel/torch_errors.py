@@ -91,7 +91,7 @@ def test_local_argument_errors():
         hvd.allgather(torch.ones(2, dtype=torch.complex64))
     with pytest.raises(TypeError, match="does not support tensors of type"):
         hvd.reducescatter(torch.ones(2, dtype=torch.complex64))
-    with pytest.raises(ValueError, match="Adasum reduction supports float32 and float64 tensors, not int32"):
+    with pytest.raises(ValueError, match="Adasum reduction supports float16, float32 and float64 tensors, not int32"):
         hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum)
     with pytest.raises(ValueError, match="root rank 99 is out of range"):
         hvd.broadcast(torch.ones(2), root_rank=99)

@@ -64,7 +64,7 @@ typedef enum {
 typedef enum {
   RELAX_OP_AVERAGE = 0,
   RELAX_OP_SUM = 1,
-  RELAX_OP_ADASUM = 2, /* allreduce only (since ABI 17): float32/float64, global set, 2^k ranks */
+  RELAX_OP_ADASUM = 2, /* allreduce only (since ABI 17): float16/32/64, global set, 2^k ranks */
   RELAX_OP_MIN = 3,
   RELAX_OP_MAX = 4,
   RELAX_OP_PRODUCT = 5

@@ -9,16 +9,25 @@
 #include "collectives/collectives.h"
 #include "collectives/reduce.h"
 #include "relax/relax.h"
+#include "util/half.h"
 
 namespace relax {
 namespace {
+
+// Elements as double, and back (float16 is stored as its bits).
+double load(float x) { return static_cast<double>(x); }
+double load(double x) { return x; }
+double load(uint16_t half) { return static_cast<double>(half_to_float(half)); }
+void store(double v, float& out) { out = static_cast<float>(v); }
+void store(double v, double& out) { out = v; }
+void store(double v, uint16_t& half) { half = float_to_half(static_cast<float>(v)); }
 
 template <typename T>
 void dot_and_norms(const T* a, const T* b, int64_t n, double& dot, double& a_sq, double& b_sq) {
   double d = 0, x = 0, y = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const double u = static_cast<double>(a[i]);
-    const double v = static_cast<double>(b[i]);
+    const double u = load(a[i]);
+    const double v = load(b[i]);
     d += u * v;
     x += u * u;
     y += v * v;
@@ -30,7 +39,7 @@ void dot_and_norms(const T* a, const T* b, int64_t n, double& dot, double& a_sq,
 
 template <typename T>
 void scaled_add(T* a, const T* b, int64_t n, double ca, double cb) {
-  for (int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(ca * static_cast<double>(a[i]) + cb * static_cast<double>(b[i]));
+  for (int64_t i = 0; i < n; ++i) store(ca * load(a[i]) + cb * load(b[i]), a[i]);
 }
 
 bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -63,6 +72,8 @@ void adasum_dot_and_norms(const void* a, const void* b, int64_t count, int32_t d
                           double& b_sq) {
   if (dtype == RELAX_FLOAT64) {
     dot_and_norms(static_cast<const double*>(a), static_cast<const double*>(b), count, dot, a_sq, b_sq);
+  } else if (dtype == RELAX_FLOAT16) {
+    dot_and_norms(static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), count, dot, a_sq, b_sq);
   } else {
     dot_and_norms(static_cast<const float*>(a), static_cast<const float*>(b), count, dot, a_sq, b_sq);
   }
@@ -71,6 +82,8 @@ void adasum_dot_and_norms(const void* a, const void* b, int64_t count, int32_t d
 void adasum_scaled_add(void* a, const void* b, int64_t count, int32_t dtype, const AdasumCoefficients& c) {
   if (dtype == RELAX_FLOAT64) {
     scaled_add(static_cast<double*>(a), static_cast<const double*>(b), count, c.own, c.other);
+  } else if (dtype == RELAX_FLOAT16) {
+    scaled_add(static_cast<uint16_t*>(a), static_cast<const uint16_t*>(b), count, c.own, c.other);
   } else {
     scaled_add(static_cast<float*>(a), static_cast<const float*>(b), count, c.own, c.other);
   }
@@ -80,14 +93,14 @@ Status adasum_allreduce(void* buf, const std::vector<int64_t>& counts, int32_t d
                         const AdasumExchange& exchange) {
   // The request's checks refuse both before any rank gets here; a caller that skipped them must
   // not run a tree whose partners do not exist.
-  if (dtype != RELAX_FLOAT32 && dtype != RELAX_FLOAT64) {
-    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "Adasum reduces float32 and float64 tensors only");
+  if (dtype != RELAX_FLOAT32 && dtype != RELAX_FLOAT64 && dtype != RELAX_FLOAT16) {
+    return Status::error(RELAX_ERR_INVALID_ARGUMENT, "Adasum reduces float16, float32 and float64 tensors only");
   }
   if (!is_power_of_two(size) || rank < 0 || rank >= size) {
     return Status::error(RELAX_ERR_INTERNAL, "Adasum needs a power-of-two number of ranks, got " +
                                                  std::to_string(size));
   }
-  const int64_t esize = dtype == RELAX_FLOAT64 ? 8 : 4;
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   auto* base = static_cast<uint8_t*>(buf);
   const size_t ntensors = counts.size();
   std::vector<int64_t> begins(ntensors);

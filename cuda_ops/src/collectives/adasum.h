@@ -29,12 +29,13 @@ struct AdasumCoefficients {
 // coefficient at 1, as in Horovod, instead of dividing by zero.
 AdasumCoefficients adasum_coefficients(double dot, double own_norm_sq, double other_norm_sq);
 
-// dot = a.b, a_sq = |a|^2, b_sq = |b|^2 over `count` float32 or float64 elements, accumulated in
-// double (as Horovod does).
+// dot = a.b, a_sq = |a|^2, b_sq = |b|^2 over `count` float16, float32 or float64 elements,
+// accumulated in double (as Horovod does).
 void adasum_dot_and_norms(const void* a, const void* b, int64_t count, int32_t dtype, double& dot, double& a_sq,
                           double& b_sq);
 
-// In place: a[i] = c.own * a[i] + c.other * b[i], computed in double and rounded once.
+// In place: a[i] = c.own * a[i] + c.other * b[i], computed in double and rounded once (float16
+// through float, as Horovod's F16C path).
 void adasum_scaled_add(void* a, const void* b, int64_t count, int32_t dtype, const AdasumCoefficients& c);
 
 // One pairwise step with `peer`: sends `send_bytes` from `send` while receiving `recv_bytes` into
@@ -43,7 +44,7 @@ using AdasumExchange =
     std::function<Status(const uint8_t* send, int64_t send_bytes, uint8_t* recv, int64_t recv_bytes, int peer)>;
 
 // Adasum all-reduce in place over `buf`: the tensors laid end to end in it have `counts`
-// elements each (float32 or float64), and each is combined with its own dot products. `rank`
+// elements each (float16, float32 or float64), and each is combined with its own dot products. `rank`
 // and `size` (a power of two) are this rank's place in the communicator `exchange` talks over.
 // Every rank must call it with the same counts and dtype; every rank ends with identical bits.
 Status adasum_allreduce(void* buf, const std::vector<int64_t>& counts, int32_t dtype, int rank, int size,

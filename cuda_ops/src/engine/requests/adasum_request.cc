@@ -11,9 +11,11 @@ namespace kinds {
 
 Status parse_adasum(const SubmitContext& ctx, LocalRequest& local, const relax_reduce_args_t& args) {
   Descriptor& d = local.desc;
-  if (d.dtype != RELAX_FLOAT32 && d.dtype != RELAX_FLOAT64) {
+  if (d.dtype != RELAX_FLOAT32 && d.dtype != RELAX_FLOAT64 && d.dtype != RELAX_FLOAT16) {
     // Its coefficients come from dot products and norms: integers would truncate them to nonsense.
-    return fail(local, "the Adasum reduction supports float32 and float64 tensors, not " + dtype_name(d.dtype));
+    // Horovod's Adasum takes the same three float types (no bfloat16).
+    return fail(local, "the Adasum reduction supports float16, float32 and float64 tensors, not " +
+                           dtype_name(d.dtype));
   }
   if (ctx.process_set != 0) {
     return fail(local, "the Adasum reduction runs over the global process set only (as in Horovod), not process set " +

@@ -8,7 +8,7 @@
 namespace relax {
 namespace kinds {
 
-// float32 or float64 tensors, the global process set, and a power-of-two number of ranks (as
+// float16, float32 or float64 tensors, the global process set, and a power-of-two number of ranks (as
 // Horovod's CPU Adasum requires); records the reduction in `local` like parse_reduction().
 Status parse_adasum(const SubmitContext& ctx, LocalRequest& local, const relax_reduce_args_t& args);
 
