@@ -250,7 +250,8 @@ def _advise_when_due(optimizer) -> None:
         recorder.advise_at = 0
         params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
         predictions = advisor.advise_from_telemetry(recorder.records(),
-                                                    [p.numel() * p.element_size() for p in reversed(params)])
+                                                    [p.numel() * p.element_size() for p in reversed(params)],
+                                                    shapes=[tuple(p.shape) for p in reversed(params)])
         auto.finish_phase(predictions, lambda algorithm: optimizer.model is not None or not algorithm.needs_model)
 
 
