@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from rank_groups import GROUP_PARAM, MODULE_PARAM, cases, group
 
-from mpi_launch import run_pytest_on_ranks
 from relaxlib.algorithms import topk
 from relaxlib.algorithms.topk import TopK
 
@@ -78,8 +78,13 @@ def test_other_bad_arguments_are_refused():
         TopK(error_feedback="yes")
 
 
-def test_topk_on_three_torch_ranks():
+NP3 = group("np3", 3)  # the same group (by value) as tests/test_torch_parallel.py's: no launch of its own
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(f"{GROUP_PARAM}, {MODULE_PARAM}", cases((NP3, "torch_topk.py")))
+def test_topk_on_three_torch_ranks(rank_group, rank_module, rank_groups):
     """Density 1 equals all-reduce; 10 % against the formula with error feedback over steps; every
     rank's update identical; digits training close to all-reduce; state_dict resumes bit for bit;
     NaN gradients refused on every rank."""
-    run_pytest_on_ranks(3, "torch_topk.py", timeout=300).check()
+    rank_groups.check(rank_group, rank_module)
