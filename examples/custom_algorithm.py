@@ -37,7 +37,8 @@ class PeriodicAverage(Algorithm):
 
     def flush(self, ctx) -> None:                             # end of training: one final average
         everything = [p.index for p in ctx.parameters()]
-        averaged = ctx.comm.wait(ctx.comm.allreduce_async(ctx.flatten_params(everything), name="periodic_average.final"))
+        weights = ctx.flatten_params(everything)
+        averaged = ctx.comm.wait(ctx.comm.allreduce_async(weights, name="periodic_average.final"))
         ctx.set_params_from_flat(everything, averaged)
 
 
@@ -89,7 +90,8 @@ def main() -> float:
     args = parser.parse_args()
     rank, accuracy = train_torch() if args.framework == "torch" else train_keras()
     if rank == 0:
-        print(f"PeriodicAverage(period=4), {args.framework}: accuracy on this rank's shard after 10 epochs: {accuracy:.3f}")
+        print(f"PeriodicAverage(period=4), {args.framework}: accuracy on this rank's shard after 10 epochs: "
+              f"{accuracy:.3f}")
     return accuracy
 
 

@@ -142,6 +142,9 @@ def test_site_builds_strict(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     api = (site / "reference" / "algorithms" / "index.html").read_text()
     assert "relaxlib.algorithms.CompressedScatterReduce" in api and "step_scale" in api
+    from relaxlib import algorithms
+    undocumented = [n for n in algorithms.__all__ if f"relaxlib.algorithms.{n}" not in api]
+    assert not undocumented, f"public names of relaxlib.algorithms missing from its API page: {undocumented}"
     for page, name in [("relaxlib_torch", "relaxlib_torch.DistributedOptimizer"),
                        ("relaxlib_tf", "relaxlib_tf.DistributedGradientTape"),
                        ("keras", "relaxlib_tf.keras.DistributedOptimizer"),
