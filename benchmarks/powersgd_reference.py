@@ -73,7 +73,9 @@ def plot(summary: dict, path: Path, title: str) -> None:
     for mode, m in summary["modes"].items():
         marker = "s" if mode.startswith("ddp") else "o"
         ax.scatter(1e3 * m["step_s"], m["final_loss"], marker=marker)
-        ax.annotate(mode, (1e3 * m["step_s"], m["final_loss"]), fontsize=8, xytext=(4, 2), textcoords="offset points")
+        below = mode.startswith("ddp")  # the peers' labels under their points: DDP sits on all-reduce
+        ax.annotate(mode, (1e3 * m["step_s"], m["final_loss"]), fontsize=8, xytext=(4, -10 if below else 3),
+                    textcoords="offset points")
     ax.set_xlabel("step time (ms, median)")
     ax.set_ylabel("loss after the same steps")
     ax.set_title(title, fontsize=9)
