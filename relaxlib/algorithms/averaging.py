@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relaxlib import basics, direct
-from relaxlib.algorithms.base import Algorithm, TrainingContext
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm
 
 FLOAT_DTYPES = ("float32", "float64")
 
@@ -92,9 +92,7 @@ class ModelAveraging(Algorithm):
             ctx.apply_update(self._indices, snapshot)
             return
         grads = ctx.flatten_grads(self._indices)
-        coefficient = ctx.max_grad_norm / (math.sqrt(ctx.math.sum_of_squares(grads)) + 1e-6)
-        if coefficient < 1.0:
-            ctx.math.scale_(grads, coefficient)
+        clip_to_max_grad_norm(ctx, [grads])
         ctx.apply_update(self._indices, snapshot, flat_grads=grads)
 
     def traceable(self, ctx: TrainingContext) -> bool:

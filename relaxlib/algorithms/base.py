@@ -17,6 +17,8 @@ Hook order in one training step::
 
 from __future__ import annotations
 
+import math
+
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
 from relaxlib.algorithms.context import CAPABILITIES, ParamRef, TrainingContext
@@ -122,6 +124,20 @@ class Algorithm:
 
     def __repr__(self) -> str:
         return self.describe()
+
+
+def clip_to_max_grad_norm(ctx: TrainingContext, tensors: list, norm: float | None = None) -> None:
+    """Scales ``tensors`` in place so that their global L2 norm is at most ``ctx.max_grad_norm``
+    (nothing without it). ``norm``: the norm when the caller has it (e.g. summed over ranks), else
+    computed here from the float64 sums of squares, so every algorithm clips the same way."""
+    if not ctx.max_grad_norm:
+        return
+    if norm is None:
+        norm = math.sqrt(sum(ctx.math.sum_of_squares(t) for t in tensors))
+    coefficient = ctx.max_grad_norm / (norm + 1e-6)
+    if coefficient < 1.0:
+        for t in tensors:
+            ctx.math.scale_(t, coefficient)
 
 
 def step_or_abandon(algorithm: Algorithm, ctx: TrainingContext) -> None:

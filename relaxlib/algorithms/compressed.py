@@ -7,7 +7,7 @@ import math
 
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.step_scale import FactoredScale
 from relaxlib.compression import CODECS
@@ -319,12 +319,7 @@ class CompressedScatterReduce(Algorithm):
             for members, update in zip(self._buckets, averaged):
                 ctx.add_to_params(members, update, alpha=-1.0)
             return
-        if ctx.max_grad_norm:
-            norm = math.sqrt(sum(ctx.math.sum_of_squares(g) for g in averaged))  # identical on every rank
-            coefficient = ctx.max_grad_norm / (norm + 1e-6)
-            if coefficient < 1.0:
-                for g in averaged:
-                    ctx.math.scale_(g, coefficient)
+        clip_to_max_grad_norm(ctx, averaged)  # the same averages on every rank: the same norm
         # one optimizer call for every bucket: optimizer-wide state (Keras counts an iteration per
         # call, global-norm clipping, moving averages) must see one step
         ctx.apply_update([i for members in self._buckets for i in members], ctx.snapshot(),

@@ -31,7 +31,7 @@ import time
 
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.base import Algorithm, TrainingContext
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.tuning import BayesianSearch
 
@@ -164,10 +164,7 @@ class DeAR(Algorithm):
             return
         local = sum(ctx.math.sum_of_squares(shard) for shard in self._shards.values())
         norm = math.sqrt(ctx.comm.allreduce_scalar(local, name="dear.grad_norm"))
-        coefficient = ctx.max_grad_norm / (norm + 1e-6)
-        if coefficient < 1.0:
-            for shard in self._shards.values():
-                ctx.math.scale_(shard, coefficient)
+        clip_to_max_grad_norm(ctx, list(self._shards.values()), norm)
 
     def _build_buckets(self, ctx: TrainingContext, fusion_mb: float) -> None:
         """Buckets from the recorded forward order, decided on rank 0 so every rank agrees."""

@@ -35,7 +35,7 @@ from typing import Any
 from relaxlib import basics, perfmodel
 from relaxlib.algorithms import modes
 from relaxlib.algorithms.averaging import FLOAT_DTYPES, dtype_name
-from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
 from relaxlib.algorithms.context import TensorMath
 from relaxlib.compression import CODECS
 from relaxlib.errors import InvalidArgumentError
@@ -265,9 +265,7 @@ class LocalSGD(Algorithm):
             ctx.apply_update(indices, snapshot)
             return
         grads = ctx.flatten_grads(indices)
-        coefficient = ctx.max_grad_norm / (math.sqrt(ctx.math.sum_of_squares(grads)) + 1e-6)
-        if coefficient < 1.0:
-            ctx.math.scale_(grads, coefficient)
+        clip_to_max_grad_norm(ctx, [grads])
         ctx.apply_update(indices, snapshot, flat_grads=grads)
 
     def after_update(self, ctx: TrainingContext) -> None:

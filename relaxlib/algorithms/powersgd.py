@@ -23,7 +23,7 @@ import numpy as np
 
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
 from relaxlib.algorithms.compressed import gradient_buckets
 from relaxlib.errors import InvalidArgumentError
 
@@ -248,12 +248,7 @@ class PowerSGD(Algorithm):
             if memory is not None and error is not None and error is not memory:
                 ctx.math.copy_(memory, error)
         self._iteration += 1
-        if ctx.max_grad_norm:
-            norm = math.sqrt(sum(ctx.math.sum_of_squares(g) for g in averaged))  # identical on every rank
-            coefficient = ctx.max_grad_norm / (norm + 1e-6)
-            if coefficient < 1.0:
-                for g in averaged:
-                    ctx.math.scale_(g, coefficient)
+        clip_to_max_grad_norm(ctx, averaged)  # the same averages on every rank: the same norm
         # one optimizer call for every bucket: optimizer-wide state must see one step
         ctx.apply_update([i for plan in self._plans for i in plan.members], ctx.snapshot(),
                          flat_grads=ctx.math.concat(averaged))

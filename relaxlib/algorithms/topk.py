@@ -34,7 +34,7 @@ import numpy as np
 
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.base import Algorithm, TrainingContext, wait_out
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
 from relaxlib.algorithms.compressed import gradient_buckets
 from relaxlib.errors import InvalidArgumentError
 
@@ -127,7 +127,6 @@ class TopK(Algorithm):
         self._numel = [sum(numel[i] for i in bucket) for bucket in self._buckets]
         self._residuals = [np.zeros(n, np.float32) if self.error_feedback else None for n in self._numel]
         self._handles: list[Any] = []
-        self.bytes_sent = 0  # per step, this rank's payload (values + indices), for reports
 
     def _host(self, ctx: TrainingContext, flat: Any, what: str) -> np.ndarray:
         view = ctx.math.host_view(flat)
@@ -139,7 +138,7 @@ class TopK(Algorithm):
     def step(self, ctx: TrainingContext) -> None:
         snapshot = ctx.snapshot()
         self._handles = []
-        residuals, sent = [], 0
+        residuals = []
         for b, bucket in enumerate(self._buckets):
             values = np.array(self._host(ctx, ctx.flatten_grads(bucket), "the gradients"), dtype=np.float32)
             residual = self._residuals[b]
@@ -154,10 +153,7 @@ class TopK(Algorithm):
                 kept = np.full(kept.shape, np.nan, np.float32)
                 values = residual
             residuals.append(values if residual is not None else None)
-            payload = pack(chosen, kept)
-            sent += payload.nbytes
-            self._handles.append(ctx.comm.allgather_async(ctx.math.from_host(payload), f"{self.name}.{b}"))
-        self.bytes_sent = sent
+            self._handles.append(ctx.comm.allgather_async(ctx.math.from_host(pack(chosen, kept)), f"{self.name}.{b}"))
         handles, self._handles = self._handles, []
         gathered = [np.asarray(self._host(ctx, ctx.comm.wait(h), "the gathered pairs"), np.float32) for h in handles]
         bad = sorted({rank for b, pairs in enumerate(gathered) for rank in self._nonfinite_ranks(pairs, b)})
@@ -165,15 +161,11 @@ class TopK(Algorithm):
             raise InvalidArgumentError(f"TopK: the gradients hold NaN or Inf on rank(s) {bad}; no parameter and no "
                                        "residual was updated on any rank")
         self._residuals = residuals
-        averaged = [densify(pairs, ctx.size, self._numel[b], self.density) for b, pairs in enumerate(gathered)]
-        if ctx.max_grad_norm:
-            norm = math.sqrt(sum(float(np.dot(a.astype(np.float64), a.astype(np.float64))) for a in averaged))
-            coefficient = ctx.max_grad_norm / (norm + 1e-6)
-            if coefficient < 1.0:
-                for a in averaged:
-                    a *= coefficient
+        averaged = [ctx.math.from_host(densify(pairs, ctx.size, self._numel[b], self.density))
+                    for b, pairs in enumerate(gathered)]
+        clip_to_max_grad_norm(ctx, averaged)
         for bucket, dense in zip(self._buckets, averaged):
-            ctx.apply_update(bucket, snapshot, flat_grads=ctx.math.from_host(dense))
+            ctx.apply_update(bucket, snapshot, flat_grads=dense)
 
     def _nonfinite_ranks(self, gathered: np.ndarray, bucket: int) -> list[int]:
         """The ranks whose gathered values of ``bucket`` are not all finite."""
