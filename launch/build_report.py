@@ -15,6 +15,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from relaxlib_launch.mpirun_command import mpirun_executable
+
 PROBE_TIMEOUT_S = 120
 
 
@@ -71,9 +73,10 @@ def build_info() -> dict:
 
 
 def mpirun_version() -> str:
-    """First line of ``mpirun --version`` for the mpirun on PATH now ("" if there is none)."""
+    """First line of ``mpirun --version`` for the mpirun relaxrun launches with ("" if there is none)."""
     try:
-        out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([mpirun_executable() or "mpirun", "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.splitlines()[0].strip() if out.strip() else ""
@@ -88,7 +91,7 @@ def open_mpi_release(version_line: str | None) -> tuple[int, str] | None:
 def fault_tolerance(info: dict, running: str, environ: dict[str, str]) -> tuple[bool, str]:
     """Whether a job of this installation can survive a lost rank at the MPI level (Open MPI's ULFM):
     (True, "Open MPI 5.0.11 ULFM") or (False, why not). ``running``: ``mpirun --version`` of the
-    mpirun on PATH; ``environ``: this process's environment (inside a job it says whether mpirun
+    mpirun relaxrun launches with; ``environ``: this process's environment (inside a job it says whether mpirun
     turned fault tolerance on)."""
     if info["ulfm"] is None:
         return False, ("this build predates the ULFM check (rebuild: `make build` or "
@@ -98,7 +101,7 @@ def fault_tolerance(info: dict, running: str, environ: dict[str, str]) -> tuple[
     built = open_mpi_release(info["mpi"])
     now = open_mpi_release(running)
     if now is None or now[0] < 5:
-        return False, (f"the mpirun on PATH ({running or 'none found'}) cannot start a job with fault tolerance "
+        return False, (f"the mpirun found ({running or 'none found'}) cannot start a job with fault tolerance "
                        f"(--with-ft ulfm); relaxlib was built against {built[1] if built else info['mpi']}")
     in_job = "OMPI_COMM_WORLD_SIZE" in environ or "PMIX_RANK" in environ
     if in_job and environ.get("OMPI_MCA_mpi_ft_enable", "") not in ("1", "true", "yes"):

@@ -13,6 +13,7 @@ import argparse
 import shlex
 import sys
 
+from relaxlib_launch import build_report
 from relaxlib_launch.hosts import hostfile_hosts, hosts_option
 
 # Accepted for compatibility but without effect, and why (printed once per launch).
@@ -139,6 +140,17 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+def output_directory_arguments(directory: str, version_line: str | None = None) -> list[str]:
+    """mpirun's arguments for one folder of per-rank stdout/stderr (horovodrun's ``--output-filename``):
+    Open MPI 5 spells it ``--output dir=D`` (its ``--output-filename D`` writes ``D.<job>.<rank>.out``
+    files beside D instead); Open MPI 4 and others ``--output-filename D``. ``version_line``: the
+    ``mpirun --version`` line (found when None)."""
+    release = build_report.open_mpi_release(build_report.mpirun_version() if version_line is None else version_line)
+    if release and release[0] >= 5:
+        return ["--output", f"dir={directory}"]
+    return ["--output-filename", directory]
+
+
 def mpirun_arguments(args: argparse.Namespace) -> list[str]:
     """mpirun arguments implied by the horovodrun options (SSH, output, transport, timestamps)."""
     out = []
@@ -150,7 +162,7 @@ def mpirun_arguments(args: argparse.Namespace) -> list[str]:
     if ssh:
         out += ["--mca", "plm_rsh_args", shlex.join(ssh)]
     if args.output_filename:
-        out += ["--output-filename", args.output_filename]
+        out += output_directory_arguments(args.output_filename)
     if args.tcp:
         out += ["--mca", "btl", "tcp,self"]
     if args.prefix_timestamp:

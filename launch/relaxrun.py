@@ -13,14 +13,13 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
 
 from relaxlib_launch import build_report, horovodrun_options
 from relaxlib_launch.hosts import HostError
-from relaxlib_launch.mpirun_command import mpirun_argv
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_executable
 
 EXPORTED_PREFIXES = ("RELAX_", "HOROVOD_", "PYTHON", "OMP_", "MKL_")
 EXPORTED_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(build_report.report())
         return 0
     horovodrun_options.print_notes(args)
-    if shutil.which("mpirun") is None:
+    if mpirun_executable() is None:
         print("relaxrun: mpirun not found; install Open MPI (Debian: apt-get install openmpi-bin libopenmpi-dev)",
               file=sys.stderr)
         return 127

