@@ -118,13 +118,16 @@ cpp-test: | $(DEPS_STAMP)
 
 # No GPU here: the CUDA kernels are compiled (with the host math they share) but not run; the
 # registry check links them with the core and reads which codecs have kernels (no GPU needed).
+# nvcc takes the host compiler's and linker's options only through -Xcompiler / -Xlinker (Open MPI 5's
+# wrapper flags carry -pthread and -Wl,...).
+NVCC_MPI = sed -e 's/-pthread/-Xcompiler=-pthread/g' -e 's/-Wl,/-Xlinker=/g'
 cuda-check: $(BUILD_STAMP)
 	@if command -v nvcc >/dev/null; then \
 		rm -rf build/cuda && mkdir -p build/cuda && for f in cuda_ops/src/codecs/*.cu cuda_ops/tests/*.cu; do \
 			nvcc -std=c++17 -O2 -Xcompiler -Wall,-Wextra -Werror all-warnings -Icuda_ops/include -Icuda_ops/src \
-				-DOMPI_SKIP_MPICXX=1 $$(mpicc --showme:compile) -c $$f -o build/cuda/$$(basename $$f .cu).o || exit 1; \
+				-DOMPI_SKIP_MPICXX=1 $$(mpicc --showme:compile | $(NVCC_MPI)) -c $$f -o build/cuda/$$(basename $$f .cu).o || exit 1; \
 		done && nvcc -o build/cuda/codec_kernels_check build/cuda/*.o build/core/*.o \
-			$$(mpicc --showme:link) -lpthread -ldl \
+			$$(mpicc --showme:link | $(NVCC_MPI)) -lpthread -ldl \
 		&& ./build/cuda/codec_kernels_check && echo "nvcc compiled cuda_ops/src/codecs/*.cu"; \
 	else echo "cuda-check skipped: nvcc not found"; fi
 

@@ -171,6 +171,31 @@ def shutdown() -> None:
     process_sets._reset_after_shutdown()
 
 
+def fault_tolerance() -> tuple[bool, str]:
+    """Whether this job can survive a lost rank: ``(True, "")``, or ``(False, why not)`` (relaxlib
+    built without Open MPI's ULFM, or ``mpirun`` started without ``--with-ft ulfm``)."""
+    lib = _core.lib()
+    if lib.relax_fault_tolerance():
+        return True, ""
+    return False, lib.relax_last_error().decode(errors="replace")
+
+
+def process_failure_noted() -> bool:
+    """True once this rank learned that a peer's process was lost (since the last ``reset()``)."""
+    return bool(_core.lib().relax_process_failure_noted())
+
+
+def reset() -> None:
+    """Re-forms the world from the live ranks after a lost rank (collective over the survivors;
+    needs fault tolerance, see ``fault_tolerance()``). Ranks are renumbered in their old order, so
+    the lowest surviving rank becomes rank 0; ``size()``, ``local_size()`` and the transports are
+    those of the new world. Process sets added with ``add_process_set`` are gone (add them again in
+    a reset callback). ``hvd.elastic.run`` calls this for you."""
+    _core.check(_core.lib().relax_reset())
+    from relaxlib import process_sets
+    process_sets._reset_after_shutdown()
+
+
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Starts writing a Chrome-trace timeline (rank 0 writes; a no-op elsewhere); also started by
     RELAX_TIMELINE=path at init. With ``{rank}`` in the path every rank writes its own file

@@ -1,19 +1,36 @@
-"""Horovod's elastic *state* API on a fixed set of ranks (framework-neutral part).
+"""Horovod's elastic API (framework-neutral part): training that survives a lost rank.
 
 Horovod's ``hvd.elastic`` keeps training state in memory (``commit``), rolls back uncommitted
-changes (``restore``) and brings every rank to rank 0's state (``sync``), and its ``run``
-decorator re-runs the training function when ranks join or leave. relaxlib runs on a fixed
-``mpirun`` launch: the state objects behave as in Horovod, so elastic scripts run unchanged,
-but the set of ranks never changes. ``commit`` never raises ``HostsUpdatedInterrupt``, and a lost
-rank ends the job with an error on the others (relaunch, resuming from your own checkpoint)
-instead of a reset.
+changes (``restore``) and brings every rank to rank 0's state (``sync``); its ``run`` decorator
+re-runs the training function after the set of ranks changed. relaxlib does the same on Open
+MPI's fault-tolerant MPI (ULFM; ``relaxrun --min-np N`` launches with it): when a rank's process
+is lost, every survivor's pending collective raises ``ProcessFailedError``; ``run`` then restores
+the last commit, re-forms the world from the survivors (``relaxlib.reset()``: the lowest surviving
+rank becomes rank 0), runs the reset callbacks, synchronizes the state from the new rank 0 and
+calls the function again. At most the steps since the last ``commit`` are lost.
+
+Not yet: growing the world back (``commit`` never raises ``HostsUpdatedInterrupt``); without
+fault tolerance (Debian's Open MPI 4.1, or ``mpirun`` without ``--with-ft ulfm``) a lost rank ends
+the job with an error on the others, as before.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import logging
+import os
+import time
 from typing import Callable
+
+from relaxlib import basics
+from relaxlib.errors import MPIError, ProcessFailedError, RelaxError, ShutdownError, StalledError
+
+logger = logging.getLogger("relaxlib")
+
+# How long a survivor whose collective failed waits for the core to confirm that a process was lost
+# (its failure watch polls every 50 ms; a revoked communicator can fail a wait a moment before).
+FAILURE_CONFIRMATION_S = 3.0
 
 
 class State:
@@ -26,13 +43,13 @@ class State:
         self._reset_callbacks: list[Callable[[], None]] = []
 
     def register_reset_callbacks(self, callbacks) -> None:
-        """Functions to run after the set of ranks changes. Kept for Horovod compatibility; with
-        relaxlib's fixed launch they never run."""
+        """Functions to run after the set of ranks changed (``run`` calls them after a reset, before
+        the state is synchronized): rescale the learning rate, rebuild process sets, ..."""
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self) -> None:
-        """Resets the state and runs the reset callbacks (Horovod calls this after a membership
-        change, which relaxlib does not have)."""
+        """Resets the state and runs the reset callbacks (``run`` calls this after re-forming the
+        world)."""
         self.reset()
         for callback in self._reset_callbacks:
             callback()
@@ -89,13 +106,68 @@ class ObjectState(State):
             setattr(self, name, copy.deepcopy(value))
 
 
+def _lost_a_rank(error: RelaxError) -> bool:
+    """Whether ``error`` comes from a lost process (waiting briefly for the core to confirm it when
+    the error is of a kind a loss can cause first: a shutdown, a stall, an MPI error)."""
+    if isinstance(error, ProcessFailedError):
+        return True
+    if not isinstance(error, (ShutdownError, StalledError, MPIError)) or not basics.fault_tolerance()[0]:
+        return False
+    deadline = time.monotonic() + FAILURE_CONFIRMATION_S
+    while not basics.process_failure_noted():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _limits() -> tuple[int, int | None]:
+    """(min_np, reset_limit) from relaxrun's --min-np / --reset-limit (RELAX_ELASTIC_MIN_NP /
+    RELAX_ELASTIC_RESET_LIMIT; Horovod's HOROVOD_ELASTIC_* names are read too)."""
+    def read(name: str) -> int | None:
+        text = os.environ.get(f"RELAX_ELASTIC_{name}") or os.environ.get(f"HOROVOD_ELASTIC_{name}")
+        if not text:
+            return None
+        try:
+            value = int(text)
+            if value < 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"RELAX_ELASTIC_{name}={text} is not a whole number >= 0") from None
+        return value
+    return read("MIN_NP") or 1, read("RESET_LIMIT")
+
+
 def run_fn(func: Callable) -> Callable:
     """The ``hvd.elastic.run`` decorator: ``func(state, ...)`` starts from rank 0's state on every
-    rank (``state.sync()``), then runs once. Horovod would re-run it after a membership change;
-    relaxlib's ranks are fixed, so errors propagate (a lost peer ends the job on every rank)."""
+    rank (``state.sync()``). When a rank's process is lost (``ProcessFailedError``, with fault
+    tolerance on), every survivor restores the last commit, re-forms the world without the lost
+    ranks (``relaxlib.reset()``), runs the reset callbacks, synchronizes from the new rank 0 and
+    calls ``func`` again. Any other error propagates. Fails with ``ProcessFailedError`` instead of
+    resetting when fewer than ``--min-np`` ranks would be left, or after ``--reset-limit`` resets."""
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs):
-        state.sync()
-        return func(state, *args, **kwargs)
+        min_np, reset_limit = _limits()
+        resets = 0
+        while True:
+            try:
+                state.sync()
+                return func(state, *args, **kwargs)
+            except RelaxError as error:
+                if not _lost_a_rank(error):
+                    raise
+                if reset_limit is not None and resets >= reset_limit:
+                    raise ProcessFailedError(f"{error} (no reset: --reset-limit={reset_limit} reached)") from error
+                state.restore()
+                started = time.monotonic()
+                basics.reset()
+                resets += 1
+                logger.warning("relaxlib elastic: world re-formed in %.2f s: now rank %d of %d (reset %d), "
+                               "resuming from the last commit", time.monotonic() - started, basics.rank(),
+                               basics.size(), resets)
+                if basics.size() < min_np:
+                    raise ProcessFailedError(f"{error} (only {basics.size()} ranks left, fewer than --min-np="
+                                             f"{min_np}: the job cannot go on)") from error
+                state.on_reset()
 
     return wrapper

@@ -61,6 +61,14 @@ class MPIError(RelaxError):
     code = 7
 
 
+class ProcessFailedError(ShutdownError):
+    """A rank's process was lost. With fault tolerance on (``mpirun --with-ft ulfm``, the default
+    of ``relaxrun``), the survivors can go on: ``hvd.elastic.run`` restores the last commit and
+    re-forms the world without the lost ranks (``relaxlib.reset()``)."""
+
+    code = 12
+
+
 class ProcessSetError(RelaxError, ValueError):
     """Unknown process set, or this rank is not a member of it."""
 
@@ -68,7 +76,8 @@ class ProcessSetError(RelaxError, ValueError):
 
 
 _BY_CODE = {cls.code: cls for cls in (NotInitializedError, InvalidArgumentError, MismatchError, ShutdownError,
-                                       StalledError, DuplicateNameError, MPIError, ProcessSetError)}
+                                       StalledError, DuplicateNameError, MPIError, ProcessSetError,
+                                       ProcessFailedError)}
 
 
 def error_for(code: int, message: str) -> RelaxError:

@@ -17,6 +17,7 @@ import torch
 from relaxlib import advisor, agreement, auto, basics, telemetry
 from relaxlib.algorithms import Algorithm, AllReduce
 from relaxlib.algorithms.base import step_or_abandon
+from relaxlib.errors import RelaxError
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import functions, mpi_ops
 from relaxlib_torch.adasum_optimizer import _AdasumOptimizer
@@ -233,6 +234,30 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def flush(self) -> None:
         """All-reduce applies updates at once: nothing is ever pending."""
 
+    def load_state_dict(self, state_dict) -> None:
+        """Loads the optimizer's state and forgets the step in progress, as Horovod's does: the
+        all-reduces a failed step left behind are waited out (their errors dropped) and the
+        gradient-accumulation counters start again (``hvd.elastic`` restores through here)."""
+        self._forget_step_in_progress()
+        super(self.__class__, self).load_state_dict(state_dict)
+
+    def _forget_step_in_progress(self) -> None:
+        for handle, _ in self._handles.values():
+            if handle is None:
+                continue
+            try:
+                mpi_ops.synchronize(handle)
+            except RelaxError:
+                pass  # the failure that ended the step is being handled by the caller
+            except ValueError:
+                pass  # the one whose synchronize raised that failure is gone already
+        self._handles.clear()
+        self._group_ready.clear()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._synchronized = False
+        self._should_synchronize = True
+
     def zero_grad(self, set_to_none: bool = True):
         """Clears gradients; refuses while allreduces are pending (that would race with them)."""
         if self._handles:
@@ -352,7 +377,11 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
         return state
 
     def load_state_dict(self, state_dict) -> None:
-        """Restores what ``state_dict`` returned (the algorithm's part too)."""
+        """Restores what ``state_dict`` returned (the algorithm's part too), after waiting out what
+        a failed step left in flight (``hvd.elastic`` restores through here)."""
+        self.algorithm.abandon_step(self._ctx)
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
         state_dict = dict(state_dict)
         algorithm_state = state_dict.pop("relaxlib", None)
         super(self.__class__, self).load_state_dict(state_dict)

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 17
+#define RELAX_ABI_VERSION 18
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -42,7 +42,8 @@ typedef enum {
   RELAX_ERR_INTERNAL = 8,
   RELAX_ERR_UNKNOWN_HANDLE = 9,
   RELAX_ERR_PROCESS_SET = 10,     /* unknown process set, or this rank is not a member */
-  RELAX_PENDING = 11              /* relax_wait_for / relax_run_for: not complete yet (not a failure) */
+  RELAX_PENDING = 11,             /* relax_wait_for / relax_run_for: not complete yet (not a failure) */
+  RELAX_ERR_PROC_FAILED = 12      /* a rank's process was lost (fault tolerance on: relax_reset recovers) */
 } relax_status_t;
 
 /* Element types. Values are stable (part of the ABI). */
@@ -287,6 +288,16 @@ RELAX_API int relax_shutdown(void);
  * submits no negotiated request again, so requests only finishing ranks have not submitted fail
  * on every rank (RELAX_ERR_SHUTDOWN) instead of waiting. No-op when not initialized. */
 RELAX_API int relax_finishing(void);
+/* Fault tolerance (Open MPI's ULFM, `mpirun --with-ft ulfm`). relax_fault_tolerance: 1 when a lost
+ * rank is survivable in this job, else 0 with the reason in relax_last_error(). Once a rank's
+ * process is lost, every wait here fails RELAX_ERR_PROC_FAILED within moments and
+ * relax_process_failure_noted() returns 1. relax_reset (collective over the survivors): stops the
+ * engine, re-forms the world from the live ranks (MPIX_Comm_shrink; ranks renumbered in their old
+ * order, so the lowest surviving rank becomes 0) and starts a new engine on it, with fresh
+ * transports; RELAX_ERR_MPI where fault tolerance is off. */
+RELAX_API int relax_fault_tolerance(void);
+RELAX_API int relax_process_failure_noted(void);
+RELAX_API int relax_reset(void);
 RELAX_API int relax_is_initialized(void);
 RELAX_API int relax_rank(void);
 RELAX_API int relax_size(void);

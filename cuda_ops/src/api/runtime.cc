@@ -12,8 +12,10 @@
 #include "api/runtime_state.h"
 #include "api/validate.h"
 #include "relax/relax.h"
+#include "transport/liveness.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
+#include "transport/ulfm.h"
 #include "util/heap.h"
 #include "util/logging.h"
 #include "util/types.h"
@@ -52,9 +54,9 @@ Status no_lane() {
 
 namespace {
 
-void stop_engine() {
-  Runtime& rt = runtime();
-  std::lock_guard<std::mutex> lock(rt.mutex);
+// Stops the lanes and the engine (the caller holds rt.mutex); the communicators stay open.
+void stop_lanes(Runtime& rt) {
+  rt.failure_watch.reset();  // first: its failure callback revokes the communicators closed below
   if (rt.lane) {
     if (rt.engine) rt.engine->set_stop_listener(nullptr);
     rt.lane->stop("relaxlib was shut down");
@@ -65,6 +67,12 @@ void stop_engine() {
     rt.engine->stop();
     rt.engine.reset();
   }
+}
+
+void stop_engine() {
+  Runtime& rt = runtime();
+  std::lock_guard<std::mutex> lock(rt.mutex);
+  stop_lanes(rt);
   rt.mpi.close();
 }
 
@@ -131,6 +139,11 @@ int initialize() {
     if (!t.is_ok()) RELAX_LOG(Warning, t.message);
   }
   rt.engine->start();
+  std::string no_fault_tolerance;
+  if (ulfm_enabled(&no_fault_tolerance)) {
+    MpiContext* mpi = &rt.mpi;  // the watch is destroyed before the context closes (stop_lanes)
+    rt.failure_watch = std::make_unique<FailureWatch>(rt.mpi.control(), [mpi] { mpi->revoke_all(); });
+  }
   rt.initialized_once = true;
   RELAX_LOG(Debug, "initialized: rank " << rt.mpi.topology().rank << " of " << rt.mpi.topology().size);
   return RELAX_OK;
@@ -305,7 +318,7 @@ int relax_init_rendezvous(int32_t timeout_ms) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized) return RELAX_OK;  // MPI_Init comes first / relax_init reports it
-  if (rt.rendezvous == MPI_REQUEST_NULL) MPI_Ibarrier(MPI_COMM_WORLD, &rt.rendezvous);
+  if (rt.rendezvous == MPI_REQUEST_NULL) MPI_Ibarrier(rt.mpi.base(), &rt.rendezvous);
   const double until = relax::steady_seconds() + std::max(timeout_ms, 0) * 1e-3;
   for (;;) {
     int done = 0;
@@ -322,6 +335,35 @@ int relax_was_initialized(void) {
 }
 
 int relax_init(void) { return relax::initialize(); }
+
+int relax_fault_tolerance(void) {
+  std::string why;
+  if (relax::ulfm_enabled(&why)) return 1;
+  relax::fail(relax::Status::error(RELAX_ERR_MPI, "fault tolerance unavailable: " + why));
+  return 0;
+}
+
+int relax_process_failure_noted(void) { return relax::peer_failure_noted() ? 1 : 0; }
+
+int relax_reset(void) {
+  relax::Runtime& rt = runtime();
+  std::string why;
+  if (!relax::ulfm_enabled(&why)) {
+    return relax::fail(relax::Status::error(RELAX_ERR_MPI, "relaxlib cannot re-form the world: " + why));
+  }
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    if (!rt.mpi.is_open()) return relax::not_initialized();
+    relax::stop_lanes(rt);
+    std::vector<int> lost;
+    relax::Status s = rt.mpi.shrink_world(&lost);
+    if (!s.is_ok()) return relax::fail(s);
+    // The lost ranks are out of the new world: its waits must not fail for them.
+    relax::forget_peer_failure_after_reset();
+    RELAX_LOG(Info, "reset: world re-formed without " << lost.size() << " lost rank(s)");
+  }
+  return relax::initialize();
+}
 
 int relax_shutdown(void) {
   relax::stop_engine();

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "relaxed/direct_lane.h"
 #include "relaxed/group_service.h"
+#include "transport/failure_watch.h"
 #include "transport/mpi_context.h"
 #include "util/types.h"
 
@@ -22,6 +23,7 @@ struct Runtime {
   std::shared_ptr<Engine> engine;  // shared: a driving caller keeps it alive through a shutdown
   std::unique_ptr<DirectLane> lane;  // null when MPI lacks MPI_THREAD_MULTIPLE
   GroupService groups;
+  std::unique_ptr<FailureWatch> failure_watch;  // with fault tolerance on: turns a lost rank into errors
   double peer_timeout_s = 0;  // the engine's RELAX_OP_TIMEOUT / stall shutdown time (0: the default)
   MPI_Request rendezvous = MPI_REQUEST_NULL;  // relax_init_rendezvous's barrier, while pending
   bool initialized_once = false;

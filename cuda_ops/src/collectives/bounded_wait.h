@@ -22,15 +22,28 @@ namespace relax {
 // sharing cores, taken from the compute of its peers), while the kernel keeps the sockets busy
 // between polls from megabytes of buffer.
 // A wait longer than `timeout_s` fails RELAX_ERR_STALLED naming the ranks of `comm` that did not
-// answer (report_silence, `during` says what waited); its requests stay posted (the job cannot go
+// answer (report_silence, `during` says what waited), or once a silence or a lost process is
+// noted (liveness.h: the status says which); its requests stay posted (the job cannot go
 // on), so their buffers must outlive the process's useful life. Fails at once, without polling,
 // once a peer was found silent. An MPI error fails RELAX_ERR_MPI naming `what`.
 template <class Test>
 Status bounded_poll(MPI_Comm comm, double timeout_s, bool yield, Test test, const char* what, const char* during) {
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
-  bool timed_out = false;
-  const int rc = poll_with_backoff(test, yield ? 200 : 1000, yield, 1.0 / 32, timeout_s, timed_out);
+  if (peer_silence_noted()) return peer_silence_status();
+  bool timed_out = false, abandoned = false;
+  // A silence or a lost process noted meanwhile (by another lane, or by the failure watch) ends
+  // the wait too: its requests stay posted, as after a timeout.
+  auto test_unless_abandoned = [&](int& done) {
+    if (peer_silence_noted()) {
+      abandoned = true;
+      done = 1;
+      return MPI_SUCCESS;
+    }
+    return test(done);
+  };
+  const int rc = poll_with_backoff(test_unless_abandoned, yield ? 200 : 1000, yield, 1.0 / 32, timeout_s, timed_out);
+  if (abandoned) return peer_silence_status();
   if (timed_out) return Status::error(RELAX_ERR_STALLED, report_silence(comm, timeout_s, during));
+  if (rc != MPI_SUCCESS && peer_silence_noted()) return peer_silence_status();  // e.g. revoked by the watch
   return mpi_status(rc, what);
 }
 

@@ -292,7 +292,7 @@ Status Collectives::mpi_allreduce(const void* src, void* dst, int64_t count, int
                                   double postscale) {
   // Nonblocking, so that the wait is bounded (bounded_wait.h); as fast as MPI_Allreduce for small
   // messages, which complete within the wait's first spin.
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());  // (post nothing)
+  if (peer_silence_noted()) return peer_silence_status();  // (post nothing)
   MPI_Request request = MPI_REQUEST_NULL;
   const int rc = MPI_Iallreduce(src == dst ? MPI_IN_PLACE : src, dst, static_cast<int>(count), mpi_type(dtype),
                                 mpi_op(op), comm_, &request);
@@ -409,7 +409,7 @@ Status Collectives::reduce_scatter(const std::vector<Piece>& inputs, void* work,
 }
 
 Status Collectives::broadcast(void* buf, int64_t bytes, int root) {
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());  // (post nothing)
+  if (peer_silence_noted()) return peer_silence_status();  // (post nothing)
   auto* p = static_cast<uint8_t*>(buf);
   for (int64_t off = 0; off < bytes; off += kMaxMessageBytes) {
     const int n = static_cast<int>(std::min(kMaxMessageBytes, bytes - off));
@@ -442,7 +442,7 @@ Status Collectives::allgatherv(const void* in, void* out, const std::vector<int6
   }
   if (route == Route::kMpiCollective) {
     // A timed-out request stays posted with pointers to these: never reuse them after one.
-    if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+    if (peer_silence_noted()) return peer_silence_status();
     gather_counts_.clear();
     gather_displs_.clear();
     for (size_t r = 0; r < counts.size(); ++r) {

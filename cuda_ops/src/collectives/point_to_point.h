@@ -18,7 +18,7 @@ inline int mod(int a, int n) { return ((a % n) + n) % n; }
 // OK, or RELAX_ERR_MPI naming the call `what` and MPI's error.
 inline Status mpi_status(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return Status::ok();
-  return Status::error(RELAX_ERR_MPI, std::string(what) + " failed: " + mpi_error_string(rc));
+  return mpi_call_failed(rc, what);
 }
 
 }  // namespace relax

@@ -103,13 +103,16 @@ ShmCollectives::ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int 
 
 template <class Body>
 Status ShmCollectives::guarded(const char* during, Body body) {
-  if (!broken_.empty()) return Status::error(RELAX_ERR_STALLED, broken_);
+  if (!broken_.empty()) return Status::error(broken_code_, broken_);
   try {
     body();
   } catch (const PeerSilence& silence) {
     // The segment's barrier counts now disagree between ranks: it can never be used again.
-    broken_ = note_peer_silence(peer_silence_message(silence.ranks, timeout_s_, during));
-    return Status::error(RELAX_ERR_STALLED, broken_);
+    if (!peer_silence_noted()) note_peer_silence(peer_silence_message(silence.ranks, timeout_s_, during));
+    const Status noted = peer_silence_status();  // a lost process noted by the failure watch, or the silence
+    broken_ = noted.message;
+    broken_code_ = noted.code;
+    return noted;
   }
   return Status::ok();
 }
@@ -161,7 +164,7 @@ void ShmCollectives::barrier(Wait wait) {
         if (spin_gate_ && spin_gate_->load(std::memory_order_relaxed) <= 0) spin_us = 0;
       }
       const double waited_us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
-      if (waited_us >= timeout_s_ * 1e6) throw PeerSilence{late_ranks(epoch)};
+      if (waited_us >= timeout_s_ * 1e6 || peer_silence_noted()) throw PeerSilence{late_ranks(epoch)};
       if (waited_us < spin_us) continue;
       if (waited_us < yield_until_us) {
         sched_yield();

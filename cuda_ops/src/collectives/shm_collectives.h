@@ -121,6 +121,7 @@ class ShmCollectives {
   double timeout_s_;
   std::vector<int> world_ranks_;  // of this segment's ranks, for naming a silent one
   std::string broken_;
+  int32_t broken_code_ = RELAX_ERR_STALLED;
   const size_t data_offset_;  // flags first, then the two slot sets
   uint64_t epoch_ = 0;        // barriers passed
   int64_t rounds_ = 0;        // rounds run: selects the slot set

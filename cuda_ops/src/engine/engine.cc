@@ -354,7 +354,7 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
   set.executor.run(responses, set.pending);
   clock = steady_seconds();
   // A transfer that timed out failed its own requests; the silent peer fails everything else.
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  if (peer_silence_noted()) return peer_silence_status();
   execution_ns_.fetch_add(static_cast<int64_t>((clock - round_end) * 1e9), std::memory_order_relaxed);
   negotiation_ns_.fetch_add(static_cast<int64_t>((round_end - round_start) * 1e9), std::memory_order_relaxed);
   rounds_.fetch_add(1, std::memory_order_relaxed);

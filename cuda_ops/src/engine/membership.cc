@@ -66,8 +66,7 @@ void Engine::add_process_set(const Response& response) {
   const int32_t id = next_set_id_++;
   if (rc != MPI_SUCCESS) {
     finish_membership(response, global,
-                      Status::error(RELAX_ERR_MPI, "creating process set " + rank_list(ranks) + " failed: " +
-                                                       mpi_error_string(rc)),
+                      mpi_call_failed(rc, "creating process set " + rank_list(ranks)),
                       -1);
     return;
   }

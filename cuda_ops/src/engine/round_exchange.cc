@@ -71,7 +71,7 @@ Status gather(MPI_Comm comm, ShmCollectives* shm, uint8_t* out, const std::vecto
     counts.assign(lengths.begin(), lengths.end());
     return shm->allgatherv(out, counts, 1, ShmCollectives::Wait::kRound);
   }
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  if (peer_silence_noted()) return peer_silence_status();
   MPI_Request request;
   bool timed_out = false;
   int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, out, lengths.data(), displs.data(), MPI_BYTE, comm, &request);
@@ -79,7 +79,7 @@ Status gather(MPI_Comm comm, ShmCollectives* shm, uint8_t* out, const std::vecto
   if (timed_out) {
     return Status::error(RELAX_ERR_STALLED, report_silence(comm, timeout_s, "a negotiation round"));
   }
-  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "negotiation all-gather failed: " + mpi_error_string(rc));
+  if (rc != MPI_SUCCESS) return mpi_call_failed(rc, "negotiation all-gather");
   return Status::ok();
 }
 

@@ -200,7 +200,7 @@ double direct_lane_timeout_seconds(const EngineConfig& config) {
 }
 
 Status DirectLane::refuse_if_silent() const {
-  return peer_silence_noted() ? Status::error(RELAX_ERR_STALLED, peer_silence_reason()) : Status::ok();
+  return peer_silence_noted() ? peer_silence_status() : Status::ok();
 }
 
 bool DirectLane::withdraw(std::vector<MPI_Request>& requests) {
@@ -264,7 +264,7 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalReque
     }
     if (peer_silence_noted()) {  // another lane (or the engine) found a silent rank: the job is over
       left_posted = withdraw(requests);
-      return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+      return peer_silence_status();
     }
     if (stopping) {  // shutdown: peers may be gone
       left_posted = withdraw(requests);

@@ -299,7 +299,7 @@ void GroupService::generate() {
 
 Status GroupService::request(int64_t step, GroupAssignment& out) {
   if (!started()) return Status::error(RELAX_ERR_NOT_INITIALIZED, "the group generator was not started");
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  if (peer_silence_noted()) return peer_silence_status();
   // Heap buffers: if the generator (rank 0) stops answering, the request and the reply's receive
   // stay posted and their buffers are leaked rather than freed under MPI.
   auto message = std::make_unique<int64_t[]>(2);
@@ -309,7 +309,7 @@ Status GroupService::request(int64_t step, GroupAssignment& out) {
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int rc = MPI_Irecv(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, 0, kReplyTag, comm_, &requests[0]);
   if (rc == MPI_SUCCESS) rc = MPI_Isend(message.get(), 2, MPI_INT64_T, 0, kRequestTag, comm_, &requests[1]);
-  if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "group request failed: " + mpi_error_string(rc));
+  if (rc != MPI_SUCCESS) return mpi_call_failed(rc, "group request");
   int done = 0;
   const double start = steady_seconds();
   while (!done) {  // poll with back-off: a blocking receive would spin a core
@@ -326,7 +326,7 @@ Status GroupService::request(int64_t step, GroupAssignment& out) {
         message.release();  // NOLINT: still posted, leaked on purpose
         bytes.release();    // NOLINT: likewise
       }
-      if (silent) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+      if (silent) return peer_silence_status();
       if (too_long) {
         return Status::error(RELAX_ERR_STALLED,
                              note_peer_silence(peer_silence_message(world_ranks_of(comm_, {0}), timeout_s_,
@@ -346,10 +346,10 @@ Status GroupService::request(int64_t step, GroupAssignment& out) {
 
 Status GroupService::retire() {
   if (!started()) return Status::ok();
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  if (peer_silence_noted()) return peer_silence_status();
   const int64_t message[2] = {rank_, -1};  // two words: sent eagerly, the blocking send returns at once
   int rc = MPI_Send(message, 2, MPI_INT64_T, 0, kRequestTag, comm_);
-  return rc == MPI_SUCCESS ? Status::ok() : Status::error(RELAX_ERR_MPI, "group retire failed: " + mpi_error_string(rc));
+  return rc == MPI_SUCCESS ? Status::ok() : mpi_call_failed(rc, "group retire");
 }
 
 void GroupService::stop() {

@@ -19,7 +19,7 @@ inline uint64_t fnv1a(const std::string& s) {
 
 // An MPI call's failure, naming the call.
 inline Status mpi_failure(int rc, const char* what) {
-  return Status::error(RELAX_ERR_MPI, std::string(what) + " failed: " + mpi_error_string(rc));
+  return mpi_call_failed(rc, what);
 }
 
 }  // namespace relax

@@ -30,6 +30,8 @@ std::atomic<int64_t> g_epoch{0};
 std::mutex g_silence_mutex;
 std::string g_silence_reason;
 std::atomic<bool> g_silence{false};
+std::atomic<bool> g_failure{false};   // the silence is a lost process (note_peer_failure)
+std::atomic<bool> g_survived{false};  // a failure was cleared by a reset
 
 std::string seconds_text(double s) {
   char text[32];
@@ -168,9 +170,35 @@ std::string note_peer_silence(const std::string& message) {
 
 bool peer_silence_noted() { return g_silence.load(std::memory_order_relaxed); }
 
+std::string note_peer_failure(const std::string& message) {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  if (g_silence_reason.empty() || !g_failure.load()) g_silence_reason = message;  // a loss explains a silence
+  g_failure.store(true);
+  g_silence.store(true);
+  return g_silence_reason;
+}
+
+bool peer_failure_noted() { return g_failure.load(std::memory_order_relaxed); }
+
+Status peer_silence_status() {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  return Status::error(g_failure.load() ? RELAX_ERR_PROC_FAILED : RELAX_ERR_STALLED, g_silence_reason);
+}
+
+void forget_peer_failure_after_reset() {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  if (g_silence.load()) g_survived.store(true);
+  g_silence_reason.clear();
+  g_failure.store(false);
+  g_silence.store(false);
+}
+
+bool peer_failure_survived() { return g_survived.load(std::memory_order_relaxed); }
+
 void forget_peer_silence_for_tests() {
   std::lock_guard<std::mutex> lock(g_silence_mutex);
   g_silence_reason.clear();
+  g_failure.store(false);
   g_silence.store(false);
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "util/types.h"
+
 namespace relax {
 
 // Wait limit when RELAX_OP_TIMEOUT (or RELAX_STALL_SHUTDOWN_TIME) is unset: like
@@ -47,6 +49,20 @@ std::string report_silence(MPI_Comm comm, double timeout, const std::string& dur
 // "rank 2 did not answer within RELAX_OP_TIMEOUT=5 s during <during>" (several ranks: "ranks
 // [1, 2] did not answer ..."), `timeout` as peer_timeout_seconds() returned it.
 std::string peer_silence_message(const std::vector<int>& world_ranks, double timeout, const std::string& during);
+
+// Records that a peer's process was lost (MPI's fault tolerance reported it; failure_watch.h):
+// a peer silence whose waits fail RELAX_ERR_PROC_FAILED instead of RELAX_ERR_STALLED, and which
+// relax_reset() can clear once the survivors re-formed the world. Returns the recorded message.
+std::string note_peer_failure(const std::string& message);
+// Whether the note above was made (since the last reset).
+bool peer_failure_noted();
+// The status a wait returns once a silence or failure is noted: RELAX_ERR_PROC_FAILED for a
+// lost process, RELAX_ERR_STALLED for a silent one, with the recorded message.
+Status peer_silence_status();
+// Clears a noted failure after the survivors re-formed the world (relax_reset); remembers that
+// one happened, so MPI_Finalize is skipped at exit (it waits for the lost rank: open-mpi/ompi#11404).
+void forget_peer_failure_after_reset();
+bool peer_failure_survived();
 
 // Records that a peer did not answer (first message wins) and returns the recorded message.
 // From then on MPI_Finalize is skipped at exit (mpi_context.cc), so the process can end, and

@@ -13,6 +13,7 @@
 
 #include "transport/liveness.h"
 #include "transport/setup_wait.h"
+#include "transport/ulfm.h"
 #include "util/logging.h"
 
 namespace relax {
@@ -23,7 +24,8 @@ std::once_flag g_finalize_registered;
 void finalize_at_exit() {
   // A peer that stopped answering would never reach MPI_Finalize's fence: leave without it (mpirun
   // then reports this rank as failed and ends the job, the silent rank with it).
-  if (peer_silence_noted()) return;
+  // After a lost rank (survived or not) MPI_Finalize waits for it forever (open-mpi/ompi#11404).
+  if (peer_silence_noted() || peer_failure_survived()) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -43,6 +45,13 @@ std::string mpi_error_string(int code) {
   int length = 0;
   if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
   return std::string(text, static_cast<size_t>(length));
+}
+
+Status mpi_call_failed(int rc, const std::string& what) {
+  const std::string message = what + " failed: " + mpi_error_string(rc);
+  if (!is_process_failure(rc)) return Status::error(RELAX_ERR_MPI, message);
+  note_peer_failure(message + " (a rank's process was lost; the survivors can re-form the world with a reset)");
+  return peer_silence_status();
 }
 
 bool every_rank_succeeded(MPI_Comm comm, const std::string& local_why, std::string& why, double timeout_s,
@@ -101,8 +110,8 @@ Status MpiContext::open(double timeout_s) {
   }
   // Nonblocking and bounded (setup_wait.h), as is every exchange below: a rank that never
   // answers fails open() on every other rank, naming it, instead of holding them here.
-  Status s = bounded_comm_dup(MPI_COMM_WORLD, control_, timeout_s_, "relaxlib's start (communicator set-up)");
-  if (s.is_ok()) s = bounded_comm_dup(MPI_COMM_WORLD, data_, timeout_s_, "relaxlib's start (communicator set-up)");
+  Status s = bounded_comm_dup(base_, control_, timeout_s_, "relaxlib's start (communicator set-up)");
+  if (s.is_ok()) s = bounded_comm_dup(base_, data_, timeout_s_, "relaxlib's start (communicator set-up)");
   if (s.is_ok()) {
     MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
@@ -192,6 +201,27 @@ Status MpiContext::agree_core_sharing() {
                                    "relaxlib's start (the agreement on core sharing)");
   if (!s.is_ok()) return s;
   topology_.cores_shared_somewhere = shared_somewhere != 0;
+  return Status::ok();
+}
+
+void MpiContext::revoke_all() {
+  if (!ulfm_compiled()) return;
+  for (MPI_Comm comm : {control_, data_, local_, cross_}) {
+    if (comm != MPI_COMM_NULL) revoke_comm(comm);
+  }
+}
+
+Status MpiContext::shrink_world(std::vector<int>* lost_world_ranks) {
+  if (!ulfm_compiled()) return revoke_comm(MPI_COMM_NULL);  // the "unavailable" status
+  revoke_all();
+  // Revoked communicators can be freed (their pending operations completed in error on revocation).
+  for (MPI_Comm* comm : {&cross_, &local_, &data_, &control_}) free_comm(*comm);
+  open_ = false;
+  MPI_Comm survivors = MPI_COMM_NULL;
+  Status s = shrink_comm(base_, &survivors, lost_world_ranks);
+  if (!s.is_ok()) return s;
+  if (base_ != MPI_COMM_WORLD) MPI_Comm_free(&base_);
+  base_ = survivors;
   return Status::ok();
 }
 

@@ -34,6 +34,17 @@ class MpiContext {
   Status open(double timeout_s = 0);
   // Frees the communicators (MPI itself is finalized at process exit if we initialized it).
   void close();
+  // The communicator every other one is derived from: MPI_COMM_WORLD until a reset re-formed the
+  // world, then the survivors' (it outlives close(), so a later open() keeps the new world).
+  MPI_Comm base() const { return base_; }
+  // With fault tolerance (ULFM): revokes every communicator of this context, so every live rank's
+  // pending and later operations on them fail at once (a rank blocked on one never waits for a
+  // dead one). Safe from any thread. A no-op without ULFM.
+  void revoke_all();
+  // After a lost rank, on every survivor (collective over them): closes this context and makes the
+  // base the live ranks of the old one (revoke, MPIX_Comm_shrink); the next open() derives the
+  // topology of the new world. `lost_world_ranks`: the MPI_COMM_WORLD ranks that are gone.
+  Status shrink_world(std::vector<int>* lost_world_ranks);
   bool is_open() const { return open_; }
 
   const Topology& topology() const { return topology_; }
@@ -54,6 +65,7 @@ class MpiContext {
   double timeout_s_ = 0;  // of open(): bounds every exchange it runs
   Topology topology_;
   std::vector<int> local_world_ranks_;
+  MPI_Comm base_ = MPI_COMM_WORLD;
   MPI_Comm control_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;
@@ -62,6 +74,11 @@ class MpiContext {
 
 // Error text of an MPI return code.
 std::string mpi_error_string(int code);
+
+// The status of a failed MPI call `what` (rc != MPI_SUCCESS): RELAX_ERR_MPI naming it, except
+// where MPI's fault tolerance reports a lost process or a revoked communicator (ulfm.h): then the
+// loss is noted (liveness.h: every other wait of this rank ends too) and RELAX_ERR_PROC_FAILED.
+Status mpi_call_failed(int rc, const std::string& what);
 
 // Collective over `comm`, for setups that must succeed on every rank or on none: returns true if
 // `local_why` is empty on every rank, else false on every rank with the lowest failed rank's

@@ -13,7 +13,7 @@ namespace {
 
 Status posted(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return Status::ok();
-  return Status::error(RELAX_ERR_MPI, std::string(what) + " failed: " + mpi_error_string(rc));
+  return mpi_call_failed(rc, what);
 }
 
 // Waits for a request whose buffers are `keep`: released (leaked) if the wait times out, since
@@ -33,7 +33,7 @@ struct Staged {
 }  // namespace
 
 Status setup_wait(MPI_Comm comm, MPI_Request& request, double timeout_s, const std::string& during) {
-  if (peer_silence_noted()) return Status::error(RELAX_ERR_STALLED, peer_silence_reason());
+  if (peer_silence_noted()) return peer_silence_status();
   bool timed_out = false;
   // A set-up exchange is over within microseconds when every rank is there: spin 1 ms, then
   // back off so a rank waiting for a slow starter leaves the cores to it.

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <vector>
 
+#include "transport/liveness.h"
 #include "transport/mpi_context.h"
 #include "transport/open_mpi_params.h"
 #include "transport/ring_handshake.h"
@@ -384,6 +385,10 @@ Status TcpRing::exchange(const std::vector<iovec>& send_parts, const std::vector
         return fail("receiving from rank " + std::to_string(left_name_) + " failed (" + std::strerror(errno) +
                     "); did it exit?");
       }
+    }
+    if (peer_silence_noted()) {  // a lost process (failure_watch.h) or a silence found by another lane
+      const Status noted = peer_silence_status();
+      return fail(noted.message, noted.code);
     }
     if (steady_seconds() >= deadline) {  // the streams are out of step now: the ring is unusable
       return fail(timeout_text(to_send.remaining() > 0, received < recv_bytes), RELAX_ERR_STALLED);

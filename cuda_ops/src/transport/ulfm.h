@@ -38,6 +38,11 @@ Status revoke_comm(MPI_Comm comm);
 // of `comm` that are not in it (ascending). Collective over the live ranks of `comm`.
 Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_world_ranks);
 
+// MPIX_Comm_get_failed after a progress poll (MPI learns of a failure only while it progresses):
+// the MPI_COMM_WORLD ranks of `comm`'s members known to have failed, ascending (empty: none yet).
+// RELAX_ERR_PROC_FAILED (ranks empty) when `comm` was revoked: another rank saw a failure.
+Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks);
+
 // MPIX_Comm_agree: the bitwise AND of `*flag` over the live ranks of `comm`, the same on every one
 // of them even if ranks fail during the call. The status reports a failure among the ranks
 // (MPIX_ERR_PROC_FAILED) that no rank had acknowledged, as ULFM defines; `*flag` is valid either way.

@@ -1,0 +1,49 @@
+#include "transport/failure_watch.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "transport/liveness.h"
+#include "transport/ulfm.h"
+#include "util/logging.h"
+#include "util/text.h"
+
+namespace relax {
+
+FailureWatch::FailureWatch(MPI_Comm comm, std::function<void()> on_failure)
+    : comm_(comm), on_failure_(std::move(on_failure)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+FailureWatch::~FailureWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void FailureWatch::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, std::chrono::milliseconds(kPollMs), [this] { return stopping_; })) {
+    std::vector<int> lost;
+    const Status s = failed_world_ranks(comm_, &lost);
+    const bool revoked = s.code == RELAX_ERR_PROC_FAILED;
+    if (!revoked && lost.empty()) continue;
+    const std::string who = revoked ? "a rank"
+                            : lost.size() == 1 ? "rank " + std::to_string(lost.front()) + " of the original world"
+                                               : "ranks " + rank_list(lost) + " of the original world";
+    const std::string message = who + " lost its process (reported by MPI's fault tolerance" +
+                                (revoked ? ", through another survivor" : "") +
+                                "); the survivors can re-form the world (hvd.elastic.run does, from the last commit)";
+    RELAX_LOG(Warning, message);
+    note_peer_failure(message);
+    if (on_failure_) on_failure_();
+    return;  // one report per watch: the reset starts a new one for the new world
+  }
+}
+
+}  // namespace relax
