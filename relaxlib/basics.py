@@ -191,9 +191,20 @@ def reset() -> None:
     the lowest surviving rank becomes rank 0; ``size()``, ``local_size()`` and the transports are
     those of the new world. Process sets added with ``add_process_set`` are gone (add them again in
     a reset callback). ``hvd.elastic.run`` calls this for you."""
+    global _world_generation
     _core.check(_core.lib().relax_reset())
+    _world_generation += 1
     from relaxlib import process_sets
     process_sets._reset_after_shutdown()
+
+
+_world_generation = 0
+
+
+def world_generation() -> int:
+    """How many times ``reset()`` re-formed the world in this process (0: the launch's world): state
+    laid out for a number of ranks compares it to know whether it still fits."""
+    return _world_generation
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

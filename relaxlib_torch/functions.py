@@ -39,14 +39,19 @@ def broadcast_parameters(params, root_rank: int, prefix: str = "Parameter.", pro
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model=None,
                               process_set=global_process_set) -> None:
     """Makes every rank's optimizer state (per-parameter state and param_group options such as
-    lr and momentum) equal to ``root_rank``'s (a world rank). ``model`` is accepted for Horovod
-    compatibility and not needed."""
+    lr and momentum) equal to ``root_rank``'s (a world rank). A relaxed algorithm's own state
+    (``state_dict()["relaxlib"]``: error-feedback residuals of this rank's share, ...) belongs to
+    each rank and is kept. ``model`` is accepted for Horovod compatibility and not needed."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state_dict()["state"]:
         _initialize_state(optimizer)
-    state = optimizer.state_dict() if basics.rank() == root_rank else None
-    state = broadcast_object(state, root_rank, name="optimizer_state", process_set=process_set)
+    state = optimizer.state_dict()
+    own_algorithm_state = state.pop("relaxlib", None)
+    state = broadcast_object(state if basics.rank() == root_rank else None, root_rank, name="optimizer_state",
+                             process_set=process_set)
+    if own_algorithm_state is not None:
+        state = dict(state, relaxlib=own_algorithm_state)
     optimizer.load_state_dict(state)
 
 

@@ -306,6 +306,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
         self.max_grad_norm = max_grad_norm
         self._process_set = process_set
         self._ctx = TorchContext(self, optimizer_class, names, algorithm, model, process_set, max_grad_norm)
+        self._world_generation = basics.world_generation()
         self._delay = {}
         self._hook_handles = []
         for index, p in enumerate(p for group in self.param_groups for p in group["params"]):
@@ -316,8 +317,18 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
             self._hook_handles.append(model.register_state_dict_pre_hook(lambda *args, **kwargs: self.flush()))
         algorithm.setup(self._ctx)
 
+    def _check_world(self) -> None:
+        """Refuses to go on in a world re-formed after a lost rank (relaxlib.reset): the algorithms'
+        state and schedules are laid out for the number of ranks they were set up with."""
+        if basics.world_generation() != self._world_generation and type(self.algorithm) is not AllReduce:
+            raise RelaxError(f"{self.algorithm.name} cannot go on after the world changed (a lost rank): its "
+                             "state and schedule are laid out for the old number of ranks. hvd.elastic survives "
+                             "lost ranks with the all-reduce baseline (no algorithm=) for now; restart this one "
+                             "from a checkpoint.")
+
     def _make_hook(self, index: int):
         def hook(param: torch.Tensor) -> None:
+            self._check_world()
             self._delay[param] -= 1
             if self._delay[param] < 0:
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
@@ -337,6 +348,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
             _advise_when_due(self)
 
     def _algorithm_step(self, closure):
+        self._check_world()
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -380,6 +392,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
         """Restores what ``state_dict`` returned (the algorithm's part too), after waiting out what
         a failed step left in flight (``hvd.elastic`` restores through here)."""
         self.algorithm.abandon_step(self._ctx)
+        self._check_world()
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step
         state_dict = dict(state_dict)

@@ -122,8 +122,30 @@ def test_horovodrun_options_map_to_relaxlib_and_mpirun_settings():
     assert cmd[3:7] == ["--bind-to", "core", "--map-by", "socket"] and "none" not in cmd
 
 
+def test_elastic_options_launch_with_fault_tolerance_and_bound_the_resets(monkeypatch):
+    monkeypatch.setattr(horovodrun_options.build_report, "mpirun_version", lambda: "mpirun (Open MPI) 5.0.11")
+    cmd, env = command_for(["-np", "4", "--min-np", "2", "--max-np", "4", "--reset-limit", "3", "python", "t.py"])
+    assert cmd[cmd.index("--with-ft") + 1] == "ulfm"
+    assert env["RELAX_ELASTIC_MIN_NP"] == "2" and env["RELAX_ELASTIC_RESET_LIMIT"] == "3"
+    assert cmd[cmd.index("RELAX_ELASTIC_MIN_NP") - 1] == "-x"
+    plain, plain_env = command_for(["-np", "4", "python", "t.py"])
+    assert "--with-ft" not in plain and "RELAX_ELASTIC_MIN_NP" not in plain_env  # only elastic launches
+
+
+@pytest.mark.parametrize("argv, version, says", [
+    (["--min-np", "5"], "mpirun (Open MPI) 5.0.11", "--min-np=5 must be between 1 and -np=4"),
+    (["--max-np", "3"], "mpirun (Open MPI) 5.0.11", "--max-np=3 must be at least -np=4"),
+    (["--min-np", "2"], "mpirun (Open MPI) 4.1.4", "needs Open MPI 5 with ULFM"),
+])
+def test_elastic_options_that_cannot_hold_are_refused(argv, version, says, monkeypatch, capsys):
+    monkeypatch.setattr(horovodrun_options.build_report, "mpirun_version", lambda: version)
+    with pytest.raises(SystemExit):
+        relaxrun.parse_args(["-np", "4"] + argv + ["python", "t.py"])
+    assert says in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, says", [
-    (["--gloo"], "MPI only"), (["--min-np", "2"], "elastic"), (["--host-discovery-script", "d.sh"], "elastic"),
+    (["--gloo"], "MPI only"), (["--host-discovery-script", "d.sh"], "elastic"),
     (["--config-file", "c.yaml"], "RELAX_"), (["--jsrun"], "mpirun"),
     (["--gloo-timeout-seconds", "5"], "RELAX_OP_TIMEOUT"),
 ])

@@ -1,0 +1,96 @@
+"""A training job that loses ranks (tests/test_elastic.py launches it with relaxrun --min-np).
+
+Horovod's elastic pattern: TorchState(model, optimizer, batch=...), ``@hvd.elastic.run``, a commit
+every COMMIT_EVERY batches. The ranks named in ``--kill`` (world rank:batch, comma-separated) SIGKILL
+themselves at that batch, at the moment ``--where`` says: ``backward`` (gradients in flight),
+``step`` (inside optimizer.step's collectives, from a timer), ``commit`` (inside state.commit).
+Every survivor prints one ``DONE`` line: its new rank and size, the batches it trained, the digest of
+its parameters, how many resets it went through and the seconds since the first loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import signal
+import threading
+import time
+
+import torch
+
+import relaxlib_torch as hvd
+from relaxlib import algorithms
+
+TOTAL_BATCHES = 48
+COMMIT_EVERY = 4
+
+
+def make_algorithm(name: str):
+    """The relaxation under test (None: the all-reduce baseline)."""
+    return {
+        "allreduce": None,
+        "dear": lambda: algorithms.DeAR(fusion_mb=0.01),
+        "uint8": lambda: algorithms.CompressedScatterReduce(codec="uint8", error_feedback=True),
+        "sign": lambda: algorithms.CompressedScatterReduce(codec="sign", error_feedback=True),
+    }[name]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kill", default="", help="world_rank:batch,... to SIGKILL")
+    parser.add_argument("--where", choices=("backward", "step", "commit"), default="backward")
+    parser.add_argument("--algorithm", default="allreduce")
+    args = parser.parse_args()
+    hvd.init()
+    world_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", hvd.rank()))
+    kills = {int(r): int(b) for r, b in (item.split(":") for item in args.kill.split(",") if item)}
+    my_kill = kills.get(world_rank)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    factory = make_algorithm(args.algorithm)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                         named_parameters=model.named_parameters(),
+                                         **({"algorithm": factory(), "model": model} if factory else {}))
+    state = hvd.elastic.TorchState(model, optimizer, batch=0)
+    resets = []
+    state.register_reset_callbacks([lambda: resets.append(time.monotonic())])
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def original_commit() -> None:
+        hvd.elastic.TorchState.commit(state)
+
+    def commit() -> None:
+        if my_kill == state.batch and args.where == "commit":
+            threading.Timer(0.002, die).start()  # inside the commit's collectives
+        original_commit()
+
+    @hvd.elastic.run
+    def train(state) -> None:
+        while state.batch < TOTAL_BATCHES:
+            g = torch.Generator().manual_seed(1000 * state.batch + hvd.rank())
+            x = torch.randn(8, 16, generator=g)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+            loss.backward()
+            if my_kill == state.batch and args.where == "backward":
+                die()
+            if my_kill == state.batch and args.where == "step":
+                threading.Timer(0.001, die).start()
+            optimizer.step()
+            state.batch += 1
+            if state.batch % COMMIT_EVERY == 0:
+                commit()
+
+    train(state)
+    digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
+    print(f"DONE world={world_rank} rank={hvd.rank()} size={hvd.size()} batch={state.batch} digest={digest} "
+          f"resets={len(resets)}", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Training that survives a lost rank (Open MPI 5's ULFM; tests/parallel/elastic_torch.py).
+
+Each case launches 4 ranks with ``relaxrun --min-np``, SIGKILLs one or two of them at a chosen
+batch and moment, and checks what Horovod's elastic mode promises: every survivor finishes all the
+batches (nothing committed is lost), with bitwise-equal parameters, in a world re-formed without the
+lost ranks. Cases that lose rank 2 or rank 0 at batch 13 both restore the commit of batch 12 and go
+on with three ranks fed the same data, so they must end with the same parameters: a failed step
+leaves nothing behind. Cases that cannot go on end with a clear error on every survivor.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mpi_launch import REPO
+from relaxlib_launch import build_report
+
+SCRIPT = REPO / "tests" / "parallel" / "elastic_torch.py"
+RELAXRUN = [sys.executable, "-m", "relaxlib_launch.relaxrun"]
+DONE = re.compile(r"DONE world=(\d+) rank=(\d+) size=(\d+) batch=(\d+) digest=(\w+) resets=(\d+)")
+
+
+def _fault_tolerance_missing() -> str | None:
+    info = build_report.build_info()
+    available, why = build_report.fault_tolerance(info, build_report.mpirun_version(), {})
+    return None if available else why
+
+
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(_fault_tolerance_missing() is not None,
+                                                  reason=f"fault tolerance unavailable: {_fault_tolerance_missing()}")]
+
+
+def launch(*args: str, np: int = 4, min_np: int = 2) -> subprocess.CompletedProcess:
+    """relaxrun -np <np> --min-np <min_np> elastic_torch.py <args>, bounded (a hang fails the test)."""
+    return subprocess.run(RELAXRUN + ["-np", str(np), "--min-np", str(min_np), sys.executable, str(SCRIPT), *args],
+                          capture_output=True, text=True, timeout=150, cwd=REPO)
+
+
+def finished(run: subprocess.CompletedProcess) -> list[tuple[int, ...]]:
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    return [tuple(int(v) if v.isdigit() else v for v in m.groups()) for m in DONE.finditer(run.stdout)]
+
+
+@pytest.fixture(scope="module")
+def lost_at_13():
+    """The parameters of the survivors of a rank lost at batch 13, by case (filled as cases run)."""
+    return {}
+
+
+@pytest.mark.parametrize("kill, where, survivors, resets", [
+    ("2:13", "backward", 3, 1),       # gradients in flight
+    ("0:13", "step", 3, 1),           # rank 0 itself, inside optimizer.step's collectives
+    ("3:12", "commit", 3, 1),         # just after a commit
+    ("1:9,3:30", "backward", 2, 2),   # two ranks, one after the other (two resets)
+    ("1:20,2:20", "step", 2, 1),      # two ranks at once (one reset)
+])
+def test_survivors_lose_no_commit_and_agree_bitwise(kill, where, survivors, resets, lost_at_13):
+    done = finished(launch("--kill", kill, "--where", where))
+    assert len(done) == survivors, done
+    killed = {int(item.split(":")[0]) for item in kill.split(",")}
+    assert {d[0] for d in done} == set(range(4)) - killed
+    assert sorted(d[1] for d in done) == list(range(survivors))  # renumbered in their old order
+    assert all(d[2] == survivors and d[3] == 48 and d[5] == resets for d in done), done
+    assert len({d[4] for d in done}) == 1, done  # bitwise-equal parameters
+    if kill.endswith(":13") or kill.endswith(":12"):  # all three restore the commit of batch 12
+        lost_at_13[kill] = done[0][4]
+        assert len(set(lost_at_13.values())) == 1, lost_at_13
+
+
+def test_below_min_np_every_survivor_fails_clearly():
+    run = launch("--kill", "2:5", np=3, min_np=3)
+    assert run.returncode != 0
+    assert "DONE" not in run.stdout
+    assert run.stderr.count("fewer than --min-np=3") == 2, run.stderr[-4000:]
+
+
+def test_an_algorithm_that_cannot_follow_the_new_world_says_so_on_every_survivor():
+    run = launch("--kill", "2:13", "--algorithm", "uint8")
+    assert run.returncode != 0
+    assert run.stderr.count("compressed_scatter_reduce cannot go on after the world changed") == 3, \
+        run.stderr[-4000:]
+
+
+def test_compressed_algorithm_state_syncs_without_a_loss():
+    """TorchState.sync broadcasts the optimizer state but each rank keeps its own error-feedback
+    residuals (their shapes differ by rank when a bucket does not split evenly)."""
+    done = finished(launch("--algorithm", "uint8"))
+    assert len(done) == 4 and len({d[4] for d in done}) == 1 and all(d[5] == 0 for d in done), done
