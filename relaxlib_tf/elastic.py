@@ -8,18 +8,33 @@ ranks of a relaxlib job never change: see relaxlib.elastic.
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from relaxlib import basics
 from relaxlib.elastic import ObjectState, State, run_fn
+from relaxlib.errors import ProcessFailedError, ShutdownError
 from relaxlib_tf.functions import broadcast_object, broadcast_variables
 
 __all__ = ["ObjectState", "State", "TensorFlowKerasState", "TensorFlowState", "run"]
 
 
 def run(func):
-    """Decorator for ``func(state, ...)``: synchronizes ``state`` from rank 0, then runs it."""
-    return run_fn(func)
+    """Horovod's ``hvd.elastic.run`` for TensorFlow (relaxlib.elastic.run_fn): ``func(state, ...)``
+    starts from rank 0's state and survives lost ranks. A relaxlib op that failed inside a graph
+    (``tf.function``, Keras ``fit``) reaches Python as a ``tf.errors.OpError``; the one a lost rank
+    causes is turned back into relaxlib's error, which run_fn recovers from."""
+    @functools.wraps(func)
+    def translated(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.OpError as error:
+            if "[RelaxError]" in str(error) or basics.process_failure_noted():
+                raise ProcessFailedError(error.message) if basics.process_failure_noted() else \
+                    ShutdownError(error.message) from error
+            raise
+    return run_fn(translated)
 
 
 class _VariablesState(ObjectState):

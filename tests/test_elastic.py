@@ -90,3 +90,16 @@ def test_compressed_algorithm_state_syncs_without_a_loss():
     residuals (their shapes differ by rank when a bucket does not split evenly)."""
     done = finished(launch("--algorithm", "uint8"))
     assert len(done) == 4 and len({d[4] for d in done}) == 1 and all(d[5] == 0 for d in done), done
+
+
+def test_keras_fit_survives_a_lost_rank():
+    """Keras 3 fit with Horovod's elastic callbacks: the survivors finish every epoch with equal
+    weights, and an all-reduce traced before the loss averages over the new world afterwards."""
+    run = subprocess.run(RELAXRUN + ["-np", "4", "--min-np", "2", sys.executable,
+                                     str(REPO / "tests" / "parallel" / "elastic_keras.py"), "--kill", "2:9"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = finished(run)
+    assert len(done) == 3 and {d[0] for d in done} == {0, 1, 3}, done
+    assert all(d[2] == 3 and d[3] == 24 and d[5] == 1 for d in done), done
+    assert len({d[4] for d in done}) == 1, done
+    assert run.stdout.count("average_before=2.5 average_after=2.0") == 3, run.stdout

@@ -56,7 +56,7 @@ from relaxlib_tf import (  # noqa: F401 - the Horovod Keras module re-exports th
     shutdown,
     size,
 )
-from relaxlib_tf.keras import callbacks  # noqa: F401
+from relaxlib_tf.keras import callbacks, elastic  # noqa: F401 - Horovod's hvd.callbacks, hvd.elastic
 from relaxlib_tf.keras.optimizer import DistributedOptimizer
 
 
@@ -75,4 +75,4 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     return model
 
 
-__all__ = ["DistributedOptimizer", "callbacks", "load_model"]
+__all__ = ["DistributedOptimizer", "callbacks", "elastic", "load_model"]

@@ -1,0 +1,78 @@
+"""A Keras ``fit`` that loses a rank (tests/test_elastic.py launches it with relaxrun --min-np).
+
+Horovod's elastic Keras pattern: KerasState, the batch / epoch / commit callbacks and
+``@hvd.elastic.run`` around ``model.fit(epochs=EPOCHS - state.epoch)``. The rank named in
+``--kill`` (world rank:global batch) SIGKILLs itself when that batch begins. Every survivor prints
+one DONE line (as elastic_torch.py), plus the average of (rank + 1) through a tf.function traced
+before the loss, called after it: the traced all-reduce must average over the new world.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import signal
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import relaxlib_tf.keras as hvd
+
+EPOCHS, STEPS = 4, 6
+
+
+class KillAt(keras.callbacks.Callback):
+    """SIGKILLs this process when global batch ``at`` begins."""
+
+    def __init__(self, state, at: int | None):
+        super().__init__()
+        self.state, self.at = state, at
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.at is not None and self.state.epoch * STEPS + self.state.batch == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kill", default="")
+    args = parser.parse_args()
+    hvd.init()
+    world_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", hvd.rank()))
+    kills = {int(r): int(b) for r, b in (item.split(":") for item in args.kill.split(",") if item)}
+
+    @tf.function
+    def average(x):
+        return hvd.allreduce(x)
+
+    before = float(average(tf.constant([hvd.rank() + 1.0]))[0])
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9)), loss="mse")
+    rng = np.random.default_rng(hvd.rank())
+    x = rng.normal(size=(STEPS * 8, 8)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    model.fit(x[:8], y[:8], batch_size=8, epochs=1, verbose=0)  # creates the optimizer's variables
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+    resets = []
+    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+    callbacks = [hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.CommitStateCallback(state, batches_per_commit=2), KillAt(state, kills.get(world_rank))]
+
+    @hvd.elastic.run
+    def train(state):
+        state.model.fit(x, y, batch_size=8, steps_per_epoch=STEPS, epochs=EPOCHS - state.epoch,
+                        callbacks=callbacks, verbose=0)
+
+    train(state)
+    after = float(average(tf.constant([hvd.rank() + 1.0]))[0])
+    digest = hashlib.sha256(b"".join(np.asarray(v).tobytes() for v in model.weights)).hexdigest()[:16]
+    print(f"DONE world={world_rank} rank={hvd.rank()} size={hvd.size()} batch={state.epoch * STEPS} "
+          f"digest={digest} resets={len(resets)} average_before={before} average_after={after}", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
