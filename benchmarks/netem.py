@@ -235,8 +235,10 @@ class ShapedNetwork:
     # -- launching --
 
     def _write_agent(self) -> str:
-        # Each daemon gets its own TMPDIR: the namespaces share /tmp and one hostname, and Open MPI's
-        # session directories of daemons and mpirun collided there (1 launch failure in ~100).
+        # Each daemon gets its own TMPDIR: the namespaces share /tmp, and Open MPI's session
+        # directories of daemons and mpirun collided there (1 launch failure in ~100). And its own
+        # host name (a UTS namespace): Open MPI 5's runtime (PRRTE) took daemons with one host name
+        # for one node, and the ranks' MPI_COMM_WORLD fell apart (each rank alone in its all-reduce).
         self._tmp_root = tempfile.mkdtemp(prefix=f"{PREFIX}{self.tag}-sessions-")
         for ns in self.namespaces:
             os.makedirs(os.path.join(self._tmp_root, ns))
@@ -248,7 +250,8 @@ case "$host" in
 {cases}
   *) echo "unknown harness host $host" >&2; exit 1 ;;
 esac
-exec ip netns exec "$ns" env TMPDIR="{self._tmp_root}/$ns" sh -c "$*"
+exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$1"; export TMPDIR="$2"; shift 2; exec sh -c "$*"' \
+  agent "$ns" "{self._tmp_root}/$ns" "$@"
 """
         fd, path = tempfile.mkstemp(prefix=f"{PREFIX}{self.tag}-agent-", suffix=".sh")
         with os.fdopen(fd, "w") as f:

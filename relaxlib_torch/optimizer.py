@@ -162,7 +162,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self) -> None:
         """Waits for every gradient's allreduce (submitting those whose hooks did not fire)."""
-        if not self._process_set.included() or self._process_set.size() == 1:
+        # Alone (from the start, or after a reset left one rank): nothing to average, unless hooks
+        # registered for a larger world already submitted this step's gradients.
+        if (not self._process_set.included() or self._process_set.size() == 1) and not self._handles:
             self._synchronized = True
             return
         done = set()

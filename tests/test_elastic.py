@@ -103,3 +103,10 @@ def test_keras_fit_survives_a_lost_rank():
     assert all(d[2] == 3 and d[3] == 24 and d[5] == 1 for d in done), done
     assert len({d[4] for d in done}) == 1, done
     assert run.stdout.count("average_before=2.5 average_after=2.0") == 3, run.stdout
+
+
+def test_down_to_one_rank_through_three_resets():
+    """Alone after the third loss: the hooks registered for four ranks still work (a regression:
+    synchronize() skipped them on one rank and zero_grad() refused the next step)."""
+    done = finished(launch("--kill", "1:5,2:10,3:15", min_np=1))
+    assert [d[:4] + (d[5],) for d in done] == [(0, 0, 1, 48, 3)], done

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -175,13 +177,20 @@ Status MpiContext::split_by_node() {
   return Status::ok();
 }
 
-// Ranks whose host name equals this one's: the processes that share this machine's cores, even
-// when MPI treats them as separate nodes (network namespaces, -H with several addresses).
+// Ranks running on this one's kernel (same boot id; the host name where /proc has none): the
+// processes that share this machine's cores, even when MPI treats them as separate nodes (network
+// namespaces, which may also have host names of their own; -H with several addresses).
 Status MpiContext::count_host_ranks() {
   constexpr int kNameBytes = 256;
   std::vector<char> names(static_cast<size_t>(kNameBytes) * static_cast<size_t>(topology_.size), '\0');
   char mine[kNameBytes] = {};
-  gethostname(mine, kNameBytes - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (std::getline(boot, boot_id) && !boot_id.empty()) {
+    std::snprintf(mine, kNameBytes, "boot:%s", boot_id.c_str());
+  } else {
+    gethostname(mine, kNameBytes - 1);
+  }
   Status s = bounded_allgather(control_, mine, kNameBytes, names.data(), timeout_s_,
                                "relaxlib's start (the exchange of host names)");
   if (!s.is_ok()) return s;

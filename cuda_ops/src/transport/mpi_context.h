@@ -14,7 +14,7 @@ struct Topology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;
   int cross_rank = 0, cross_size = 1;
-  int host_size = 1;  // ranks on this host (same host name), whatever MPI calls a node
+  int host_size = 1;  // ranks on this machine (same kernel boot id), whatever MPI calls a node
   // Whether on some host the ranks outnumber its cores; the same on every rank (agreed at open),
   // so a choice of path that depends on it is the same everywhere.
   bool cores_shared_somewhere = false;
