@@ -5,7 +5,7 @@ Reports kills, recoveries (every survivor logged a reset), hangs (jobs past thei
 commits (a survivor that did not finish every batch, or survivors that disagree), batches redone
 per kill, recovery time (from the kill to the last survivor's reset callback: detection, the
 shrink and a fresh engine) as median and max, and final test accuracy against uninterrupted 4-rank
-jobs. Writes benchmarks/results/elastic_soak.json.
+jobs. Writes benchmarks/results/elastic_soak.json and .png (``--plot-only`` redraws the PNG).
 
     python benchmarks/elastic_soak.py --jobs 17     # 3 kills each: 51 kills
 """
@@ -85,6 +85,27 @@ def run_job(np: int, kills: int, interval: tuple[float, float], seed: int, timeo
             "batches": done[0]["batch"] if done else None}
 
 
+def plot(results: dict, path: Path) -> None:
+    """Recovery times (histogram) and final test accuracy of the soak's jobs against uninterrupted ones."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    summary = results["summary"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.hist([t for j in results["jobs"] for t in j["recovery_s"]], bins=20, color="tab:blue")
+    left.set_xlabel("recovery time: kill to the last survivor's reset (s)")
+    left.set_ylabel("kills")
+    left.set_title(f"{summary['kills']} kills, {summary['recoveries']} recoveries, {summary['hangs']} hangs, "
+                   f"{summary['lost_commits']} lost commits", fontsize=9)
+    killed = [j["accuracy"] for j in results["jobs"] if j["accuracy"] is not None]
+    whole = [b["accuracy"] for b in results["baselines"] if b["accuracy"] is not None]
+    right.boxplot([whole, killed], tick_labels=["uninterrupted\n(4 ranks)", "3 ranks killed\n(4 -> 1)"])
+    right.set_ylabel("test accuracy (digits)")
+    right.set_title("same batches; the killed jobs end on one rank, so see fewer samples", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=17)
@@ -93,7 +114,11 @@ def main() -> None:
     parser.add_argument("--interval", type=float, nargs=2, default=(1.0, 2.5), help="seconds between kills")
     parser.add_argument("--timeout", type=float, default=180)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "elastic_soak.json")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the PNG from the JSON")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
+        return
     jobs, baselines = [], []
     for index in range(max(args.jobs, args.baselines)):  # alternated: a baseline job between kill jobs
         if index < args.baselines:
@@ -116,7 +141,9 @@ def main() -> None:
                                                             if b["accuracy"] is not None] or [0]),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "jobs": jobs, "baselines": baselines}, indent=2) + "\n")
+    results = {"summary": summary, "jobs": jobs, "baselines": baselines}
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, args.out.with_suffix(".png"))
     print(json.dumps(summary, indent=2))
 
 
