@@ -61,11 +61,14 @@ def test_rank_frozen_in_setup_is_named_on_every_other_rank(mode, env, calls, nth
     ends (the launcher kills the frozen rank once the others exit non-zero; run_ranks SIGKILLs the
     whole job at its timeout). The 90 s limit is only a hang guard: unbounded, the others wait forever."""
     pidfile = tmp_path / "frozen.pid"
+    done_dir = tmp_path / "done"
+    done_dir.mkdir()
     try:
         run = run_ranks(NP, [sys.executable, str(SCRIPTS / "frozen_setup.py"), mode], timeout=90,
                         env={"RELAX_OP_TIMEOUT": "3", "LD_PRELOAD": str(freeze_shim),
                              "RELAX_TEST_FREEZE_RANK": str(FROZEN), "RELAX_TEST_FREEZE_CALLS": calls,
-                             "RELAX_TEST_FREEZE_NTH": str(nth), "RELAX_TEST_FREEZE_PIDFILE": str(pidfile), **env})
+                             "RELAX_TEST_FREEZE_NTH": str(nth), "RELAX_TEST_FREEZE_PIDFILE": str(pidfile),
+                             "RELAX_TEST_DONE_DIR": str(done_dir), "RELAX_TEST_UNFROZEN": str(FROZEN), **env})
     finally:
         kill_frozen(pidfile)
     assert not run.timed_out, run.report()
