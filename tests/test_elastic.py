@@ -10,6 +10,7 @@ leaves nothing behind. Cases that cannot go on end with a clear error on every s
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -34,10 +35,16 @@ pytestmark = [pytest.mark.mpi, pytest.mark.skipif(_fault_tolerance_missing() is 
                                                   reason=f"fault tolerance unavailable: {_fault_tolerance_missing()}")]
 
 
-def launch(*args: str, np: int = 4, min_np: int = 2) -> subprocess.CompletedProcess:
-    """relaxrun -np <np> --min-np <min_np> elastic_torch.py <args>, bounded (a hang fails the test)."""
+def launch(*args: str, np: int = 4, min_np: int = 2, failing: int = 0, tmp_path=None) -> subprocess.CompletedProcess:
+    """relaxrun -np <np> --min-np <min_np> elastic_torch.py <args>, bounded (a hang fails the test).
+    ``failing``: how many survivors are expected to fail (they wait for each other's report)."""
+    env = dict(os.environ)
+    if failing:
+        done = tmp_path / "failed"
+        done.mkdir()
+        env.update(RELAX_TEST_DONE_DIR=str(done), RELAX_TEST_FAILING=str(failing))
     return subprocess.run(RELAXRUN + ["-np", str(np), "--min-np", str(min_np), sys.executable, str(SCRIPT), *args],
-                          capture_output=True, text=True, timeout=150, cwd=REPO)
+                          capture_output=True, text=True, timeout=150, cwd=REPO, env=env)
 
 
 def finished(run: subprocess.CompletedProcess) -> list[tuple[int, ...]]:
@@ -71,18 +78,19 @@ def test_survivors_lose_no_commit_and_agree_bitwise(kill, where, survivors, rese
         assert len(set(lost_at_13.values())) == 1, lost_at_13
 
 
-def test_below_min_np_every_survivor_fails_clearly():
-    run = launch("--kill", "2:5", np=3, min_np=3)
+def test_below_min_np_every_survivor_fails_clearly(tmp_path):
+    run = launch("--kill", "2:5", np=3, min_np=3, failing=2, tmp_path=tmp_path)
     assert run.returncode != 0
     assert "DONE" not in run.stdout
-    assert run.stderr.count("fewer than --min-np=3") == 2, run.stderr[-4000:]
+    assert run.stdout.count("ProcessFailedError") == 2 and run.stdout.count("fewer than --min-np=3") == 2, \
+        run.stdout[-4000:] + run.stderr[-3000:]
 
 
-def test_an_algorithm_that_cannot_follow_the_new_world_says_so_on_every_survivor():
-    run = launch("--kill", "2:13", "--algorithm", "uint8")
+def test_an_algorithm_that_cannot_follow_the_new_world_says_so_on_every_survivor(tmp_path):
+    run = launch("--kill", "2:13", "--algorithm", "uint8", failing=3, tmp_path=tmp_path)
     assert run.returncode != 0
-    assert run.stderr.count("compressed_scatter_reduce cannot go on after the world changed") == 3, \
-        run.stderr[-4000:]
+    assert run.stdout.count("compressed_scatter_reduce cannot go on after the world changed") == 3, \
+        run.stdout[-4000:] + run.stderr[-3000:]
 
 
 def test_compressed_algorithm_state_syncs_without_a_loss():
