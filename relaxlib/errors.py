@@ -6,6 +6,8 @@ Every class derives from :class:`RelaxError` (a ``RuntimeError``), which is also
 
 from __future__ import annotations
 
+import re
+
 
 class RelaxError(RuntimeError):
     """Base class of every relaxlib error; ``code`` is the core's status code."""
@@ -78,6 +80,16 @@ class ProcessSetError(RelaxError, ValueError):
 _BY_CODE = {cls.code: cls for cls in (NotInitializedError, InvalidArgumentError, MismatchError, ShutdownError,
                                        StalledError, DuplicateNameError, MPIError, ProcessSetError,
                                        ProcessFailedError)}
+
+
+def error_named(text: str) -> RelaxError | None:
+    """The exception a TensorFlow error's message names (``"... [ProcessFailedError] <message>"``;
+    TF may put its own words first), or None."""
+    classes = {cls.__name__: cls for cls in (RelaxError, *_BY_CODE.values())}
+    for match in re.finditer(r"\[(\w+)\] (.*)", text):
+        if match.group(1) in classes:
+            return classes[match.group(1)](match.group(2))
+    return None
 
 
 def error_for(code: int, message: str) -> RelaxError:

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from relaxlib import basics
 from relaxlib.elastic import ObjectState, State, run_fn
-from relaxlib.errors import ProcessFailedError, ShutdownError
+from relaxlib.errors import error_named
 from relaxlib_tf.functions import broadcast_object, broadcast_variables
 
 __all__ = ["ObjectState", "State", "TensorFlowKerasState", "TensorFlowState", "run"]
@@ -23,17 +23,18 @@ __all__ = ["ObjectState", "State", "TensorFlowKerasState", "TensorFlowState", "r
 def run(func):
     """Horovod's ``hvd.elastic.run`` for TensorFlow (relaxlib.elastic.run_fn): ``func(state, ...)``
     starts from rank 0's state and survives lost ranks. A relaxlib op that failed inside a graph
-    (``tf.function``, Keras ``fit``) reaches Python as a ``tf.errors.OpError``; the one a lost rank
-    causes is turned back into relaxlib's error, which run_fn recovers from."""
+    (``tf.function``, Keras ``fit``) reaches Python as a ``tf.errors.OpError`` whose message names
+    relaxlib's class (``[ProcessFailedError] ...``): it is raised as that class again, so run_fn
+    recovers from the one a lost rank causes."""
     @functools.wraps(func)
     def translated(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
         except tf.errors.OpError as error:
-            if "[RelaxError]" in str(error) or basics.process_failure_noted():
-                raise ProcessFailedError(error.message) if basics.process_failure_noted() else \
-                    ShutdownError(error.message) from error
-            raise
+            relaxlib_error = error_named(error.message)
+            if relaxlib_error is None:
+                raise
+            raise relaxlib_error from error
     return run_fn(translated)
 
 

@@ -187,3 +187,13 @@ def test_grouped_members_are_named_by_the_core():
     assert [_core.member_name("grads", i, 3) for i in range(3)] == ["grads.0of3", "grads.1of3", "grads.2of3"]
     with pytest.raises(InvalidArgumentError, match="index 3, count 3"):
         _core.member_name("grads", 3, 3)
+
+
+def test_a_tensorflow_message_names_the_relaxlib_error_class():
+    """TF ops carry the core's error class in brackets, after TF's own words (relaxlib_tf/csrc/bridge.cc);
+    hvd.elastic.run raises that class again to tell a lost rank from other failures."""
+    from relaxlib.errors import ProcessFailedError, ShutdownError, error_named
+    text = "Graph execution error:\n\nDetected at node x\n[ProcessFailedError] rank 2 lost\n\t [[{{node R}}]]"
+    error = error_named(text)
+    assert type(error) is ProcessFailedError and isinstance(error, ShutdownError) and str(error) == "rank 2 lost"
+    assert error_named("[Foo] not ours") is None and error_named("no marker") is None

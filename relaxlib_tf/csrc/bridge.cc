@@ -30,6 +30,8 @@ Status FromRelax(int code, const std::string& message) {
       return Status(absl::StatusCode::kAlreadyExists, "[DuplicateNameError] " + text);
     case RELAX_ERR_PROCESS_SET:
       return Status(absl::StatusCode::kInvalidArgument, "[ProcessSetError] " + text);
+    case RELAX_ERR_PROC_FAILED:
+      return Status(absl::StatusCode::kAborted, "[ProcessFailedError] " + text);
     default:
       return Status(absl::StatusCode::kInternal, "[RelaxError] " + text);
   }

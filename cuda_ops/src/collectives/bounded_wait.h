@@ -43,7 +43,6 @@ Status bounded_poll(MPI_Comm comm, double timeout_s, bool yield, Test test, cons
   const int rc = poll_with_backoff(test_unless_abandoned, yield ? 200 : 1000, yield, 1.0 / 32, timeout_s, timed_out);
   if (abandoned) return peer_silence_status();
   if (timed_out) return Status::error(RELAX_ERR_STALLED, report_silence(comm, timeout_s, during));
-  if (rc != MPI_SUCCESS && peer_silence_noted()) return peer_silence_status();  // e.g. revoked by the watch
   return mpi_status(rc, what);
 }
 
