@@ -227,7 +227,10 @@ class PowerSGD(Algorithm):
             if bucket not in self._flights:
                 self._start(ctx, bucket)  # parameters without gradient this step: zeros
         if not self.compressing():
-            averaged = [ctx.comm.wait(self._flights[b].plain) for b in range(len(self._plans))]
+            averaged = []
+            for flight in (self._flights[b] for b in range(len(self._plans))):
+                handle, flight.plain = flight.plain, None  # (a wait that raises has used its handle up)
+                averaged.append(ctx.comm.wait(handle))
             new_q = self._q
             new_errors = self._errors
         else:
@@ -343,7 +346,8 @@ class PowerSGD(Algorithm):
         plan, flight = self._plans[bucket], self._flights[bucket]
         if flight.p is None:
             return
-        p, flight.p = ctx.comm.wait(flight.p), None
+        handle, flight.p = flight.p, None  # (taken first: a wait that raises has used its handle up)
+        p = ctx.comm.wait(handle)
         norm = ctx.math.sum_of_squares(p)  # the mean: the same on every rank, so every rank fails alike
         if not math.isfinite(norm):
             names = [ctx.parameters()[x.index].name for x in plan.matrices]
@@ -364,11 +368,12 @@ class PowerSGD(Algorithm):
         """(the bucket's averaged gradient, its mean Q, its new error memory), the latter two
         None where it has no compressed matrix."""
         plan, flight = self._plans[bucket], self._flights[bucket]
-        dense = ctx.comm.wait(flight.dense) if flight.dense is not None else None
-        flight.dense = None
+        handle, flight.dense = flight.dense, None
+        dense = ctx.comm.wait(handle) if handle is not None else None
         q = error = low_rank = None
         if plan.matrices:
-            q, flight.q = ctx.comm.wait(flight.q), None
+            handle, flight.q = flight.q, None
+            q = ctx.comm.wait(handle)
             p_hat = flight.p_hat
             low_rank = ctx.math.concat([ctx.math.matmul(p_hat[x.p_offset:x.p_offset + x.rows * x.rank],
                                                         q[x.q_offset:x.q_offset + x.cols * x.rank], x.rows, x.rank,

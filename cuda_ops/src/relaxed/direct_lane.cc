@@ -340,7 +340,10 @@ Status DirectLane::neighbor_average(LocalRequest& r) {
   }
   traffic_.bytes_sent += static_cast<int64_t>(bytes * npeers);
   traffic_.bytes_received += static_cast<int64_t>(bytes * npeers);
-  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED || left_posted) return waited;
+  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED || waited.code == RELAX_ERR_PROC_FAILED ||
+      left_posted) {
+    return waited;  // (a lost peer sent no header: its zeros are no mismatch)
+  }
   st = check_headers(r, mine.front(), theirs);  // a size mismatch also truncates: name it first
   if (!st.is_ok()) return st;
   if (!waited.is_ok()) return waited;
@@ -404,7 +407,10 @@ Status DirectLane::choco_average(LocalRequest& r) {
   }
   traffic_.bytes_sent += static_cast<int64_t>(encoded * npeers);
   traffic_.bytes_received += static_cast<int64_t>(encoded * npeers);
-  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED || left_posted) return waited;
+  if (waited.code == RELAX_ERR_SHUTDOWN || waited.code == RELAX_ERR_STALLED || waited.code == RELAX_ERR_PROC_FAILED ||
+      left_posted) {
+    return waited;  // (a lost peer sent no header: its zeros are no mismatch)
+  }
   st = check_headers(r, header.front(), headers);
   if (!st.is_ok()) return st;
   if (!waited.is_ok()) return waited;

@@ -313,7 +313,12 @@ Status GroupService::request(int64_t step, GroupAssignment& out) {
   int done = 0;
   const double start = steady_seconds();
   while (!done) {  // poll with back-off: a blocking receive would spin a core
-    MPI_Testall(2, requests, &done, MPI_STATUSES_IGNORE);
+    rc = MPI_Testall(2, requests, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {  // the generator's rank was lost (ULFM): no reply is coming
+      message.release();  // NOLINT: one of the two may still be posted, leaked on purpose
+      bytes.release();    // NOLINT: likewise
+      return mpi_call_failed(rc, "a request to the group generator");
+    }
     if (done) break;
     const double waited = steady_seconds() - start;
     const bool silent = peer_silence_noted(), too_long = waited > timeout_s_;
