@@ -83,13 +83,15 @@ _BY_CODE = {cls.code: cls for cls in (NotInitializedError, InvalidArgumentError,
 
 
 def error_named(text: str) -> RelaxError | None:
-    """The exception a TensorFlow error's message names (``"... [ProcessFailedError] <message>"``;
-    TF may put its own words first), or None."""
+    """The exception a TensorFlow error's message names, or None: a relaxlib op's
+    (``"... [ProcessFailedError] <message>"``; TF may put its own words first), else the last one a
+    ``tf.py_function`` raised (``"ProcessFailedError: <message>"`` in the traceback TF quotes)."""
     classes = {cls.__name__: cls for cls in (RelaxError, *_BY_CODE.values())}
     for match in re.finditer(r"\[(\w+)\] (.*)", text):
         if match.group(1) in classes:
             return classes[match.group(1)](match.group(2))
-    return None
+    raised = [m for m in re.finditer(r"(?:^|[\s.])(\w+): (.*)", text) if m.group(1) in classes]
+    return classes[raised[-1].group(1)](raised[-1].group(2)) if raised else None
 
 
 def error_for(code: int, message: str) -> RelaxError:

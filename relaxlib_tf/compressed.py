@@ -24,8 +24,11 @@ def _check_state(state, numel: int, set_id: int, what: str) -> None:
 
 
 def _saved_residuals(state: dict, memory) -> tuple[np.ndarray, np.ndarray]:
-    """(worker, owner) residuals of a saved ``state``, checked against the shapes of ``memory``'s."""
-    worker, owner = np.asarray(state["worker"], np.float32), np.asarray(state["owner"], np.float32)
+    """(worker, owner) residuals of a saved ``state``, checked against the shapes of ``memory``'s;
+    an ``owner`` of None (dropped across a reset: ``without_owner_residuals``) loads as zeros."""
+    worker = np.asarray(state["worker"], np.float32)
+    owner = np.zeros(tuple(memory.owner.shape), np.float32) if state["owner"] is None \
+        else np.asarray(state["owner"], np.float32)
     if worker.shape != tuple(memory.worker.shape) or owner.shape != tuple(memory.owner.shape):
         raise ValueError("error-feedback state does not match this tensor size / number of ranks")
     return worker, owner
@@ -65,7 +68,8 @@ class ErrorFeedback(tf.Module):
         return {"worker": self.worker.numpy(), "owner": self.owner.numpy()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores residuals saved by ``state_dict`` (same tensor size and rank count)."""
+        """Restores residuals saved by ``state_dict`` (same tensor size and rank count; an ``owner``
+        of None restarts at zero)."""
         worker, owner = _saved_residuals(state, self)
         self.worker.assign(worker)
         self.owner.assign(owner)
@@ -135,7 +139,8 @@ class HostErrorFeedback:
         return {"worker": self.worker.copy(), "owner": self.owner.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores residuals saved by ``state_dict`` (same tensor size and rank count)."""
+        """Restores residuals saved by ``state_dict`` (same tensor size and rank count; an ``owner``
+        of None restarts at zero)."""
         worker, owner = _saved_residuals(state, self)
         self.worker[:] = worker
         self.owner[:] = owner

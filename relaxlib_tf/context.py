@@ -54,6 +54,14 @@ class KerasBinding(TrainingContext):
                                int(np.prod(v.shape)), dtype.itemsize, dtype.name, shape=tuple(int(d) for d in v.shape))
                       for i, (v, dtype) in enumerate(zip(self._variables, dtypes))]
 
+    def follow_new_world(self) -> KerasBinding:
+        """This context over the world ``relaxlib.reset()`` re-formed after a lost rank: its rank,
+        size and a communicator over it. Returns itself (``relaxlib.algorithms.base.follow_new_world``)."""
+        self.rank = basics.rank()
+        self.size = basics.size()
+        self.comm = type(self.comm)(self.rank, self.size)
+        return self
+
     def set_gradients(self, grads: list) -> None:
         """This step's gradients (None where a variable has none)."""
         self._grads = list(grads)

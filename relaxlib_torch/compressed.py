@@ -38,11 +38,17 @@ class ErrorFeedback:
         return {"worker": self.worker.clone(), "owner": self.owner.clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores residuals saved by ``state_dict`` (same tensor size and rank count)."""
-        if state["worker"].shape != self.worker.shape or state["owner"].shape != self.owner.shape:
+        """Restores residuals saved by ``state_dict`` (same tensor size and rank count). An ``owner``
+        of None (dropped across a reset: ``relaxlib.algorithms.base.without_owner_residuals``)
+        restarts at zero."""
+        owner = state["owner"]
+        if state["worker"].shape != self.worker.shape or (owner is not None and owner.shape != self.owner.shape):
             raise ValueError("error-feedback state does not match this tensor size / number of ranks")
         self.worker.copy_(state["worker"])
-        self.owner.copy_(state["owner"])
+        if owner is None:
+            self.owner.zero_()
+        else:
+            self.owner.copy_(owner)
 
 
 def _check_arguments(dtypes, numel: int, state: ErrorFeedback | None, op, prescale_factor: float) -> None:

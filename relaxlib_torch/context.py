@@ -9,6 +9,7 @@ import copy
 import torch
 
 from relaxlib.algorithms.base import Algorithm, ParamRef, TrainingContext
+from relaxlib.errors import RelaxError
 from relaxlib_torch.communicator import TorchCommunicator
 from relaxlib_torch.tensor_math import TorchMath
 
@@ -168,6 +169,18 @@ class TorchContext(TrainingContext):
             if flat_grads is not None:
                 for p, g in zip(params, saved):
                     p.grad = g
+
+    def follow_new_world(self) -> TorchContext:
+        """This context over the world ``relaxlib.reset()`` re-formed after a lost rank: the rank,
+        size and communicator of its process set there (the recorded forward order and the model
+        hooks stay). Returns itself (``relaxlib.algorithms.base.follow_new_world`` takes it)."""
+        if self._process_set.process_set_id is None:
+            raise RelaxError(f"{self._algorithm.name} ran over a process set that the reset removed (process sets "
+                             "are gone after a lost rank); use the global process set with hvd.elastic")
+        self.rank = self._process_set.rank()
+        self.size = self._process_set.size()
+        self.comm = TorchCommunicator(self._process_set)
+        return self
 
     def close(self) -> None:
         """Removes the model hooks."""

@@ -16,7 +16,7 @@ import torch
 
 from relaxlib import advisor, agreement, auto, basics, telemetry
 from relaxlib.algorithms import Algorithm, AllReduce
-from relaxlib.algorithms.base import step_or_abandon
+from relaxlib.algorithms.base import follow_new_world, step_or_abandon
 from relaxlib.errors import RelaxError
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import functions, mpi_ops
@@ -319,18 +319,18 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
             self._hook_handles.append(model.register_state_dict_pre_hook(lambda *args, **kwargs: self.flush()))
         algorithm.setup(self._ctx)
 
-    def _check_world(self) -> None:
-        """Refuses to go on in a world re-formed after a lost rank (relaxlib.reset): the algorithms'
-        state and schedules are laid out for the number of ranks they were set up with."""
-        if basics.world_generation() != self._world_generation and type(self.algorithm) is not AllReduce:
-            raise RelaxError(f"{self.algorithm.name} cannot go on after the world changed (a lost rank): its "
-                             "state and schedule are laid out for the old number of ranks. hvd.elastic survives "
-                             "lost ranks with the all-reduce baseline (no algorithm=) for now; restart this one "
-                             "from a checkpoint.")
+    def _follow_world(self) -> None:
+        """After ``relaxlib.reset()`` re-formed the world without a lost rank (``hvd.elastic``): the
+        algorithm is set up again over the new world, keeping what of its state carries over
+        (``Algorithm.state_for_new_world``; docs/elastic.md has each algorithm's rule)."""
+        if basics.world_generation() == self._world_generation:
+            return
+        self._world_generation = basics.world_generation()
+        self._ctx = follow_new_world(self.algorithm, self._ctx, lambda ctx: ctx.follow_new_world())
 
     def _make_hook(self, index: int):
         def hook(param: torch.Tensor) -> None:
-            self._check_world()
+            self._follow_world()
             self._delay[param] -= 1
             if self._delay[param] < 0:
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
@@ -350,7 +350,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
             _advise_when_due(self)
 
     def _algorithm_step(self, closure):
-        self._check_world()
+        self._follow_world()
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -366,6 +366,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
 
     def flush(self) -> None:
         """Applies every deferred update (before evaluation, checkpoints, or the end of training)."""
+        self._follow_world()
         self.algorithm.flush(self._ctx)
 
     def synchronize(self) -> None:
@@ -393,8 +394,8 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict) -> None:
         """Restores what ``state_dict`` returned (the algorithm's part too), after waiting out what
         a failed step left in flight (``hvd.elastic`` restores through here)."""
+        self._follow_world()
         self.algorithm.abandon_step(self._ctx)
-        self._check_world()
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step
         state_dict = dict(state_dict)

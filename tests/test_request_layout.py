@@ -197,3 +197,14 @@ def test_a_tensorflow_message_names_the_relaxlib_error_class():
     error = error_named(text)
     assert type(error) is ProcessFailedError and isinstance(error, ShutdownError) and str(error) == "rank 2 lost"
     assert error_named("[Foo] not ours") is None and error_named("no marker") is None
+
+
+def test_a_py_function_traceback_names_the_error_it_raised():
+    """Algorithms that run on host arrays inside Keras fit raise through tf.py_function, whose
+    error message quotes the traceback: the last relaxlib class named there is the one raised."""
+    from relaxlib.errors import ProcessFailedError, error_named
+    text = ("UNKNOWN: ProcessFailedError: thread failed: rank 2 lost\nTraceback (most recent call last):\n"
+            "relaxlib.errors.ProcessFailedError: async: thread failed: rank 2 lost\n\t [[{{node EagerPyFunc}}]]")
+    error = error_named(text)
+    assert type(error) is ProcessFailedError and str(error) == "async: thread failed: rank 2 lost"
+    assert error_named("ValueError: not ours") is None

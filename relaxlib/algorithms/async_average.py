@@ -9,6 +9,10 @@ from relaxlib import direct, perfmodel
 from relaxlib.algorithms import modes
 from relaxlib.algorithms.averaging import ModelAveraging
 from relaxlib.algorithms.base import TrainingContext
+from relaxlib.errors import RelaxError
+
+# How long teardown waits for the averaging thread, whose waits fail once a lost rank is noted.
+THREAD_STOP_S = 30.0
 
 
 class AsyncModelAverage(ModelAveraging):
@@ -77,9 +81,26 @@ class AsyncModelAverage(ModelAveraging):
                 self._pending = None
 
     def _raise_thread_error(self) -> None:
+        """Raises the averaging thread's failure in the training thread: a relaxlib error as its own
+        class (a lost rank's ``ProcessFailedError`` is what ``hvd.elastic`` recovers from)."""
         if self._error is not None:
             error, self._error = self._error, None
-            raise RuntimeError(f"{self.name}: the averaging thread failed: {error}") from error
+            kind = type(error) if isinstance(error, RelaxError) else RuntimeError
+            raise kind(f"{self.name}: the averaging thread failed: {error}") from error
+
+    def teardown(self, ctx: TrainingContext) -> None:
+        """Stops the averaging thread without a collective (after a lost rank its waits fail, so it
+        ends by itself) and forgets its failure and the change it had not added yet."""
+        thread, self._thread = self._thread, None
+        self._active = False
+        self._wake.set()
+        if thread is not None:
+            thread.join(THREAD_STOP_S)
+            if thread.is_alive():
+                raise RelaxError(f"{self.name}: the averaging thread did not stop within {THREAD_STOP_S:.0f} s "
+                                 "after the world changed")
+        self._error = None
+        self._pending = None
 
     def traceable(self, ctx: TrainingContext) -> bool:
         """No: the averaging thread works on host copies of the weights between steps."""

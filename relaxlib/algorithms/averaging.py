@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relaxlib import basics, direct
-from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
 
 FLOAT_DTYPES = ("float32", "float64")
 
@@ -123,6 +123,12 @@ class ModelAveraging(Algorithm):
         if handle is not None:
             self._averaged = ctx.comm.wait(handle)
             ctx.add_change_to_params(self._indices, self._averaged, self._before)
+
+    def abandon_step(self, ctx: TrainingContext) -> None:
+        """Waits out the average in flight (its change is not added: the weights stay this rank's)."""
+        handle, self._handle = self._handle, None
+        if handle is not None and ctx.runs_eagerly():
+            wait_out(ctx, [handle])
 
     def _count(self, started: Any) -> None:
         if bool(started):

@@ -24,8 +24,8 @@ from relaxlib.algorithms import modes
 from relaxlib.algorithms.context import CAPABILITIES, ParamRef, TrainingContext
 from relaxlib.errors import RelaxError
 
-__all__ = ["CAPABILITIES", "Algorithm", "AllReduce", "ParamRef", "TrainingContext", "missing_capabilities",
-           "require_capabilities", "step_or_abandon", "wait_out"]
+__all__ = ["CAPABILITIES", "Algorithm", "AllReduce", "ParamRef", "TrainingContext", "follow_new_world",
+           "missing_capabilities", "require_capabilities", "step_or_abandon", "wait_out", "without_owner_residuals"]
 
 
 def missing_capabilities(algorithm: Algorithm, capabilities: frozenset[str]) -> list[str]:
@@ -110,6 +110,18 @@ class Algorithm:
         raise NotImplementedError(f"{self.name} does not support join(); use relaxlib_torch.join() with the "
                                   "all-reduce baseline, or a model-averaging algorithm")
 
+    def teardown(self, ctx: TrainingContext) -> None:
+        """Stops what ``setup`` started that outlives a step (threads, services): the binding calls
+        it before setting the algorithm up again for a world re-formed after a lost rank
+        (``hvd.elastic``; see ``follow_new_world``). The default has nothing to stop."""
+
+    def state_for_new_world(self, state: dict) -> dict:
+        """What of ``state`` (this algorithm's ``state_dict``, laid out for the world before a lost
+        rank) carries over into the re-formed world: ``load_state_dict`` receives it after ``setup``
+        there. The default keeps all of it; override where part of the state is laid out for the
+        old ranks (error-feedback residuals of the chunk a rank reduced, estimates of neighbours)."""
+        return state
+
     def state_dict(self) -> dict:
         """Checkpointable state of the algorithm (e.g. error-feedback memories)."""
         return {}
@@ -150,6 +162,29 @@ def step_or_abandon(algorithm: Algorithm, ctx: TrainingContext) -> None:
         if ctx.runs_eagerly():
             algorithm.abandon_step(ctx)
         raise
+
+
+def follow_new_world(algorithm: Algorithm, ctx: TrainingContext, renew_context) -> TrainingContext:
+    """Sets ``algorithm`` up again after ``relaxlib.reset()`` re-formed the world without lost ranks
+    (``hvd.elastic``): waits out what the failed step left in flight, keeps the state that
+    ``state_for_new_world`` carries over, stops what ``setup`` started (``teardown``), then sets the
+    algorithm up on ``renew_context(ctx)`` (the binding's context, now over the new world) and loads
+    the carried state there. Returns the new context."""
+    algorithm.abandon_step(ctx)
+    carried = algorithm.state_for_new_world(algorithm.state_dict())
+    algorithm.teardown(ctx)
+    new_ctx = renew_context(ctx)
+    algorithm.setup(new_ctx)
+    algorithm.load_state_dict(carried)
+    return new_ctx
+
+
+def without_owner_residuals(memories: list) -> list:
+    """Error-feedback states (``ErrorFeedback.state_dict()`` or None) with the residual of the chunk
+    each rank reduced dropped (``owner``: None, loaded as zeros): chunks are laid out by rank and
+    number of ranks, which a reset changes. Each rank's own compression residual (``worker``, the
+    whole tensor) stays: it is what that rank has not sent yet."""
+    return [None if m is None else dict(m, owner=None) for m in memories]
 
 
 def wait_out(ctx: TrainingContext, handles) -> None:

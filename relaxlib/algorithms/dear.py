@@ -31,7 +31,7 @@ import time
 
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
-from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm
+from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.tuning import BayesianSearch
 
@@ -118,6 +118,16 @@ class DeAR(Algorithm):
             self.flush(ctx)
         elif self._leftover is not None:  # used outside any module: update before the next forward
             self._apply(ctx, self._leftover)
+
+    def abandon_step(self, ctx: TrainingContext) -> None:
+        """Waits out the reduce-scatters and all-gathers in flight and forgets the step's shards and
+        pending updates (a failed step is not applied: the rollback to the last commit covers it)."""
+        wait_out(ctx, [*self._reduce_scatters.values(), *self._allgathers.values()])
+        self._reduce_scatters.clear()
+        self._allgathers.clear()
+        self._shards.clear()
+        self._pending = []
+        self._ready = [0] * len(self._buckets or [])
 
     def flush(self, ctx: TrainingContext) -> None:
         if "forward_hooks" not in ctx.capabilities:

@@ -75,6 +75,11 @@ class Decentralized(ModelAveraging):
                                           codec=self.codec, estimates=self._estimates,
                                           consensus_step=self.consensus_step or 1.0, out=self._averaged)
 
+    def state_for_new_world(self, state: dict) -> dict:
+        """Nothing: the CHOCO estimates are of the old neighbours; every rank restarts them at zero
+        (from the models the reset synchronized, so the estimates agree again)."""
+        return {}
+
     def state_dict(self) -> dict:
         """The CHOCO estimates (compressed mode): needed to resume without a consensus jump."""
         if self._estimates is None:

@@ -35,7 +35,13 @@ from typing import Any
 from relaxlib import basics, perfmodel
 from relaxlib.algorithms import modes
 from relaxlib.algorithms.averaging import FLOAT_DTYPES, dtype_name
-from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
+from relaxlib.algorithms.base import (
+    Algorithm,
+    TrainingContext,
+    clip_to_max_grad_norm,
+    wait_out,
+    without_owner_residuals,
+)
 from relaxlib.algorithms.context import TensorMath
 from relaxlib.compression import CODECS
 from relaxlib.errors import InvalidArgumentError
@@ -337,6 +343,11 @@ class LocalSGD(Algorithm):
             self._apply(ctx, f)
 
     # -- checkpoints --
+
+    def state_for_new_world(self, state: dict) -> dict:
+        """Anchors, outer momenta and counters carry over (the same on every rank); of the codec
+        residuals, each rank's own (``worker``) does, the reduced chunk's (``owner``) restarts at zero."""
+        return dict(state, error_feedback=without_owner_residuals(state["error_feedback"]))
 
     def state_dict(self) -> dict:
         """Anchors, outer momenta, step counter and codec residuals (copies), after ``flush``."""

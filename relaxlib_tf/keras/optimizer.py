@@ -12,8 +12,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from relaxlib import advisor, auto, telemetry
-from relaxlib.algorithms.base import step_or_abandon
+from relaxlib import advisor, auto, basics, telemetry
+from relaxlib.algorithms.base import follow_new_world, step_or_abandon
 from relaxlib.basics import Average
 from relaxlib.process_sets import global_process_set
 from relaxlib_tf.advise import gradient_bytes, gradient_shapes
@@ -130,6 +130,7 @@ class _DistributedMixin:
         host = self._relax_context
 
         def before() -> int:
+            self._relax_follow_world()
             if self._relax_bound is None:
                 self._relax_algorithm.setup(host)
                 self._relax_bound = Binding.HOST
@@ -155,10 +156,28 @@ class _DistributedMixin:
             self._relax_graph_context = KerasGraphContext(self, variables, self._relax_algorithm)
         return self._relax_context, self._relax_graph_context
 
+    def _relax_follow_world(self) -> None:
+        """After ``relaxlib.reset()`` re-formed the world without a lost rank (``hvd.elastic``): the
+        algorithm is set up again over the new world, keeping what of its state carries over
+        (``relaxlib.algorithms.base.follow_new_world``). Eager, also when called while a step is
+        traced (its state is TF variables or host arrays, not ops of the step); a step traced
+        before the reset must be traced again (``KerasState`` makes ``fit`` do so)."""
+        if self._relax_world == basics.world_generation():
+            return
+        self._relax_world = basics.world_generation()
+        if self._relax_bound is None:
+            return
+        with tf.init_scope():
+            bound, other = ((self._relax_graph_context, self._relax_context) if self._relax_bound is Binding.GRAPH
+                            else (self._relax_context, self._relax_graph_context))
+            other.follow_new_world()
+            follow_new_world(self._relax_algorithm, bound, lambda ctx: ctx.follow_new_world())
+
     def _relax_algorithm_step(self, grads, variables, in_graph: bool = False) -> None:
         """One step of the algorithm on host arrays, or (``in_graph``) as TF ops: symbolic while a
         step is traced, eager otherwise. The first step sets the algorithm up with its context
         and binds it there: its state (error-feedback residuals, ...) is host arrays or TF variables."""
+        self._relax_follow_world()
         host, graph = self._relax_contexts(variables)
         ctx = graph if in_graph else host
         if not in_graph:
@@ -176,6 +195,7 @@ class _DistributedMixin:
         """Applies every update the algorithm deferred, so the variables are current (call it
         before evaluating or saving; a no-op without an algorithm)."""
         if self._relax_algorithm is not None and self._relax_bound is not None:
+            self._relax_follow_world()
             self._relax_algorithm.flush(self._relax_bound_context())
 
     def join(self) -> int:
@@ -184,6 +204,7 @@ class _DistributedMixin:
         if self._relax_algorithm is None or self._relax_bound is None:
             raise RuntimeError("optimizer.join() is for model-averaging algorithms after at least one step; "
                                "with all-reduce use relaxlib_tf.join()")
+        self._relax_follow_world()
         return self._relax_algorithm.join(self._relax_bound_context())
 
     def _relax_bound_context(self):
@@ -259,6 +280,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._relax_context = None
     wrapped._relax_graph_context = None
     wrapped._relax_bound = None  # the context the algorithm was set up with
+    wrapped._relax_world = basics.world_generation()  # the world the algorithm was set up in
     wrapped._relax_in_fit = None  # how the last traced step runs it
     wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped

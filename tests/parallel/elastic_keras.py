@@ -19,8 +19,23 @@ import numpy as np
 import tensorflow as tf
 
 import relaxlib_tf.keras as hvd
+from relaxlib import algorithms
 
 EPOCHS, STEPS = 4, 6
+
+ALGORITHMS = {
+    "allreduce": lambda: None,
+    "dear": lambda: algorithms.DeAR(fusion_mb=0.0001),
+    "uint8": lambda: algorithms.CompressedScatterReduce(codec="uint8", error_feedback=True),
+    "sign": lambda: algorithms.CompressedScatterReduce(codec="sign", error_feedback=True),
+    "onebit_adam": lambda: algorithms.OneBitAdam(lr=0.001, warmup_steps=6),
+    "powersgd": lambda: algorithms.PowerSGD(rank=2, start_iter=4, min_compression_rate=1.0),
+    "topk": lambda: algorithms.TopK(density=0.1),
+    "decentralized": lambda: algorithms.Decentralized(topology="ring"),
+    "partial": lambda: algorithms.PartialAllReduce(group_size=2, generator="random"),
+    "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms=5.0),
+    "local_sgd": lambda: algorithms.LocalSGD(sync_every=2, codec="uint8"),
+}
 
 
 class KillAt(keras.callbacks.Callback):
@@ -38,6 +53,7 @@ class KillAt(keras.callbacks.Callback):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kill", default="")
+    parser.add_argument("--algorithm", default="allreduce", choices=sorted(ALGORITHMS))
     args = parser.parse_args()
     hvd.init()
     world_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", hvd.rank()))
@@ -50,7 +66,9 @@ def main() -> None:
     before = float(average(tf.constant([hvd.rank() + 1.0]))[0])
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9)), loss="mse")
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9),
+                                         algorithm=ALGORITHMS[args.algorithm]())
+    model.compile(optimizer=optimizer, loss="mse")
     rng = np.random.default_rng(hvd.rank())
     x = rng.normal(size=(STEPS * 8, 8)).astype("float32")
     y = x.sum(axis=1, keepdims=True)
@@ -65,6 +83,9 @@ def main() -> None:
     def train(state):
         state.model.fit(x, y, batch_size=8, steps_per_epoch=STEPS, epochs=EPOCHS - state.epoch,
                         callbacks=callbacks, verbose=0)
+        algorithm = optimizer._relax_algorithm
+        if hasattr(algorithm, "average_now"):  # model averaging: every rank ends with the mean
+            algorithm.average_now()
 
     train(state)
     after = float(average(tf.constant([hvd.rank() + 1.0]))[0])

@@ -24,6 +24,7 @@ from relaxlib import algorithms
 
 TOTAL_BATCHES = 48
 COMMIT_EVERY = 4
+SAMPLER_BATCHES, SAMPLER_EPOCHS = 12, 2
 
 
 def make_algorithm(name: str):
@@ -33,7 +34,23 @@ def make_algorithm(name: str):
         "dear": lambda: algorithms.DeAR(fusion_mb=0.01),
         "uint8": lambda: algorithms.CompressedScatterReduce(codec="uint8", error_feedback=True),
         "sign": lambda: algorithms.CompressedScatterReduce(codec="sign", error_feedback=True),
+        "onebit_adam": lambda: algorithms.OneBitAdam(lr=0.001, warmup_steps=10),
+        "powersgd": lambda: algorithms.PowerSGD(rank=2, start_iter=6, min_compression_rate=1.0),
+        "topk": lambda: algorithms.TopK(density=0.1),
+        "decentralized": lambda: algorithms.Decentralized(topology="ring"),
+        "decentralized_sign": lambda: algorithms.Decentralized(topology="ring", codec="sign"),
+        "partial": lambda: algorithms.PartialAllReduce(group_size=2, generator="random"),
+        "partial_smart": lambda: algorithms.PartialAllReduce(group_size=2, generator="smart"),
+        "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms=5.0),
+        "local_sgd": lambda: algorithms.LocalSGD(sync_every=4, codec="uint8"),
     }[name]
+
+
+def make_models_equal(optimizer) -> None:
+    """Model-averaging algorithms end with the exact mean of the models (every rank equal)."""
+    algorithm = getattr(optimizer, "algorithm", None)
+    if hasattr(algorithm, "average_now"):
+        algorithm.average_now()
 
 
 def wait_for_the_other_failures(world_rank: int) -> None:
@@ -54,6 +71,8 @@ def main() -> None:
     parser.add_argument("--kill", default="", help="world_rank:batch,... to SIGKILL")
     parser.add_argument("--where", choices=("backward", "step", "commit"), default="backward")
     parser.add_argument("--algorithm", default="allreduce")
+    parser.add_argument("--sampler", action="store_true",
+                        help=f"two epochs of {SAMPLER_BATCHES} batches per rank (on 4 ranks) through an ElasticSampler")
     args = parser.parse_args()
     hvd.init()
     world_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", hvd.rank()))
@@ -66,7 +85,11 @@ def main() -> None:
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                          named_parameters=model.named_parameters(),
                                          **({"algorithm": factory(), "model": model} if factory else {}))
-    state = hvd.elastic.TorchState(model, optimizer, batch=0)
+    dataset = torch.utils.data.TensorDataset(torch.randn(SAMPLER_BATCHES * 8 * 4, 16,
+                                                         generator=torch.Generator().manual_seed(5)))
+    sampler = hvd.elastic.ElasticSampler(dataset, seed=1)
+    state = hvd.elastic.TorchState(model, optimizer, batch=0, epoch=0,
+                                   **({"train_sampler": sampler} if args.sampler else {}))
     resets = []
     state.register_reset_callbacks([lambda: resets.append(time.monotonic())])
 
@@ -81,11 +104,23 @@ def main() -> None:
             threading.Timer(0.002, die).start()  # inside the commit's collectives
         original_commit()
 
+    def batches():
+        """This rank's batches: from the sampler (the rest of its epoch, re-sharded after a reset), or
+        drawn from the batch number and rank."""
+        if not args.sampler:
+            while state.batch < TOTAL_BATCHES:
+                yield torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 * state.batch + hvd.rank()))
+            return
+        while state.epoch < SAMPLER_EPOCHS:
+            for (x,) in torch.utils.data.DataLoader(dataset, batch_size=8, sampler=state.train_sampler):
+                yield x
+            state.epoch += 1
+            state.train_sampler.set_epoch(state.epoch)
+            commit()
+
     @hvd.elastic.run
     def train(state) -> None:
-        while state.batch < TOTAL_BATCHES:
-            g = torch.Generator().manual_seed(1000 * state.batch + hvd.rank())
-            x = torch.randn(8, 16, generator=g)
+        for x in batches():
             optimizer.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
             loss.backward()
@@ -94,9 +129,12 @@ def main() -> None:
             if my_kill == state.batch and args.where == "step":
                 threading.Timer(0.001, die).start()
             optimizer.step()
+            if args.sampler:
+                state.train_sampler.record_batch(state.batch, len(x))
             state.batch += 1
             if state.batch % COMMIT_EVERY == 0:
                 commit()
+        make_models_equal(optimizer)  # (collective: inside, so a loss during it is survived too)
 
     try:
         train(state)
