@@ -100,6 +100,18 @@ def chunk_offset(count: int, size: int, rank: int) -> int:
     return rank * (count // size) + min(rank, count % size)
 
 
+def saved_owner_residual_applies(state: dict, ranks: int, owner_offset: int, owner_numel: int) -> bool:
+    """Whether an error-feedback state's ``owner`` residual (of the chunk a rank reduced) belongs to
+    the chunk this memory reduces now: saved, by as many ranks and at the same offset (where the
+    state records them), and as long. Otherwise it restarts at zero: after a lost rank (or a
+    checkpoint resumed on another number of ranks) chunks are laid out anew, and a residual added
+    to another chunk's elements would be wrong. Each rank's own ``worker`` residual always applies."""
+    owner = state.get("owner")
+    if owner is None or len(owner) != owner_numel:
+        return False
+    return state.get("ranks", ranks) == ranks and state.get("owner_offset", owner_offset) == owner_offset
+
+
 def part_counts(count: int, size: int, rank: int) -> list[int]:
     """Elements of each part of ``rank``'s chunk (what one codec header covers)."""
     parts = int(_core.lib().relax_compressed_parts(count, size))

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from relaxlib import compression, direct
 from relaxlib.basics import Average, Sum
-from relaxlib.compression import chunk_count, chunk_offset
+from relaxlib.compression import chunk_count, chunk_offset, saved_owner_residual_applies
 from relaxlib.direct import Buffer
 from relaxlib.process_sets import global_process_set, process_set_id
 from relaxlib_tf import mpi_ops
@@ -24,14 +24,16 @@ def _check_state(state, numel: int, set_id: int, what: str) -> None:
 
 
 def _saved_residuals(state: dict, memory) -> tuple[np.ndarray, np.ndarray]:
-    """(worker, owner) residuals of a saved ``state``, checked against the shapes of ``memory``'s;
-    an ``owner`` of None (dropped across a reset: ``without_owner_residuals``) loads as zeros."""
+    """(worker, owner) residuals of a saved ``state`` for ``memory``: the worker's of the same size
+    (else ValueError); the owner's where its chunk is laid out as now
+    (relaxlib.compression.saved_owner_residual_applies), else zeros."""
     worker = np.asarray(state["worker"], np.float32)
-    owner = np.zeros(tuple(memory.owner.shape), np.float32) if state["owner"] is None \
-        else np.asarray(state["owner"], np.float32)
-    if worker.shape != tuple(memory.worker.shape) or owner.shape != tuple(memory.owner.shape):
-        raise ValueError("error-feedback state does not match this tensor size / number of ranks")
-    return worker, owner
+    if worker.shape != tuple(memory.worker.shape):
+        raise ValueError(f"error-feedback state holds {worker.size} elements, this tensor {memory.numel}")
+    owner_numel = int(memory.owner.shape[0])
+    if saved_owner_residual_applies(state, memory.ranks, memory.owner_offset, owner_numel):
+        return worker, np.asarray(state["owner"], np.float32)
+    return worker, np.zeros(owner_numel, np.float32)
 
 
 class ErrorFeedback(tf.Module):
@@ -50,6 +52,7 @@ class ErrorFeedback(tf.Module):
         self.worker = tf.Variable(tf.zeros([numel], tf.float32), trainable=False, name="worker_error")
         self.owner = tf.Variable(tf.zeros([own], tf.float32), trainable=False, name="owner_error")
         self.owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+        self.ranks = process_set.size()
 
     def rescale(self, factor) -> None:
         """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
@@ -65,11 +68,12 @@ class ErrorFeedback(tf.Module):
     def state_dict(self) -> dict:
         """The residuals as numpy arrays (what algorithms' ``state_dict`` saves; a
         ``tf.train.Checkpoint`` of this module saves the variables themselves)."""
-        return {"worker": self.worker.numpy(), "owner": self.owner.numpy()}
+        return {"worker": self.worker.numpy(), "owner": self.owner.numpy(), "ranks": self.ranks,
+                "owner_offset": self.owner_offset}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores residuals saved by ``state_dict`` (same tensor size and rank count; an ``owner``
-        of None restarts at zero)."""
+        """Restores residuals saved by ``state_dict`` (of the same tensor size; the owner's restarts
+        at zero where its chunk is laid out otherwise now, e.g. after a lost rank)."""
         worker, owner = _saved_residuals(state, self)
         self.worker.assign(worker)
         self.owner.assign(owner)
@@ -122,6 +126,7 @@ class HostErrorFeedback:
         self.worker = np.zeros(numel, np.float32)
         self.owner = np.zeros(chunk_count(numel, process_set.size(), process_set.rank()), np.float32)
         self.owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+        self.ranks = process_set.size()
 
     def rescale(self, factor: np.ndarray) -> None:
         """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
@@ -136,11 +141,12 @@ class HostErrorFeedback:
 
     def state_dict(self) -> dict:
         """The residuals (copies)."""
-        return {"worker": self.worker.copy(), "owner": self.owner.copy()}
+        return {"worker": self.worker.copy(), "owner": self.owner.copy(), "ranks": self.ranks,
+                "owner_offset": self.owner_offset}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores residuals saved by ``state_dict`` (same tensor size and rank count; an ``owner``
-        of None restarts at zero)."""
+        """Restores residuals saved by ``state_dict`` (of the same tensor size; the owner's restarts
+        at zero where its chunk is laid out otherwise now, e.g. after a lost rank)."""
         worker, owner = _saved_residuals(state, self)
         self.worker[:] = worker
         self.owner[:] = owner

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from relaxlib.compression import chunk_count, chunk_offset, codec_id
+from relaxlib.compression import chunk_count, chunk_offset, codec_id, saved_owner_residual_applies
 from relaxlib.process_sets import global_process_set
 from relaxlib_torch import mpi_ops
 
@@ -21,6 +21,7 @@ class ErrorFeedback:
         self.worker = torch.zeros(numel, dtype=torch.float32)
         self.owner = torch.zeros(chunk_count(numel, process_set.size(), process_set.rank()), dtype=torch.float32)
         self.owner_offset = chunk_offset(numel, process_set.size(), process_set.rank())
+        self.ranks = process_set.size()
 
     def rescale(self, factor: torch.Tensor) -> None:
         """Multiplies the residuals element by element by ``factor`` (the tensor's size): what
@@ -34,21 +35,22 @@ class ErrorFeedback:
         self.owner.zero_()
 
     def state_dict(self) -> dict:
-        """The residuals (copies)."""
-        return {"worker": self.worker.clone(), "owner": self.owner.clone()}
+        """The residuals (copies), with the layout of the owner's chunk."""
+        return {"worker": self.worker.clone(), "owner": self.owner.clone(), "ranks": self.ranks,
+                "owner_offset": self.owner_offset}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores residuals saved by ``state_dict`` (same tensor size and rank count). An ``owner``
-        of None (dropped across a reset: ``relaxlib.algorithms.base.without_owner_residuals``)
-        restarts at zero."""
-        owner = state["owner"]
-        if state["worker"].shape != self.worker.shape or (owner is not None and owner.shape != self.owner.shape):
-            raise ValueError("error-feedback state does not match this tensor size / number of ranks")
+        """Restores residuals saved by ``state_dict`` (of the same tensor size). The owner residual
+        restarts at zero where its chunk is laid out otherwise now (another number of ranks, e.g.
+        after a lost rank; relaxlib.compression.saved_owner_residual_applies) or it was dropped."""
+        if state["worker"].shape != self.worker.shape:
+            raise ValueError(f"error-feedback state holds {state['worker'].numel()} elements, this tensor "
+                             f"{self.numel}")
         self.worker.copy_(state["worker"])
-        if owner is None:
-            self.owner.zero_()
+        if saved_owner_residual_applies(state, self.ranks, self.owner_offset, self.owner.numel()):
+            self.owner.copy_(state["owner"])
         else:
-            self.owner.copy_(owner)
+            self.owner.zero_()
 
 
 def _check_arguments(dtypes, numel: int, state: ErrorFeedback | None, op, prescale_factor: float) -> None:

@@ -79,3 +79,19 @@ def test_subnormal_values_encode_as_zero_and_the_callers_arithmetic_is_left_alon
     normal = subnormal * np.float32(2**30)  # the same values, scaled into the normal range
     assert np.count_nonzero(compression.decode(codec, compression.encode(codec, normal), normal.size)) > 0
 
+
+
+def test_an_owner_residual_applies_only_to_the_chunk_it_was_laid_out_for():
+    """After a lost rank (or a checkpoint resumed on another number of ranks) the chunk a rank
+    reduces moves: its saved owner residual then restarts at zero instead of landing elsewhere."""
+    from relaxlib.compression import chunk_count, chunk_offset, saved_owner_residual_applies
+    numel = 13
+    saved = {"worker": np.zeros(numel), "owner": np.ones(chunk_count(numel, 4, 1)), "ranks": 4,
+             "owner_offset": chunk_offset(numel, 4, 1)}
+    assert saved_owner_residual_applies(saved, 4, chunk_offset(numel, 4, 1), chunk_count(numel, 4, 1))
+    assert not saved_owner_residual_applies(saved, 3, chunk_offset(numel, 3, 1), chunk_count(numel, 3, 1))
+    assert not saved_owner_residual_applies(saved, 4, chunk_offset(numel, 4, 2), chunk_count(numel, 4, 2))
+    assert not saved_owner_residual_applies(dict(saved, owner=None), 4, saved["owner_offset"], len(saved["owner"]))
+    legacy = {"worker": saved["worker"], "owner": saved["owner"]}  # saved before the layout was recorded
+    assert saved_owner_residual_applies(legacy, 4, saved["owner_offset"], len(saved["owner"]))
+    assert not saved_owner_residual_applies(legacy, 3, 5, 5)

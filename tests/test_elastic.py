@@ -148,6 +148,16 @@ def test_every_algorithm_goes_on_in_keras_fit(algorithm):
     assert len({d[4] for d in done}) == 1, done
 
 
+@pytest.mark.parametrize("algorithm", ["allreduce", "uint8"])
+def test_a_rank_lost_during_the_recovery_means_one_more_reset(algorithm):
+    """World rank 3 dies inside its reset callback, while the others synchronize: they restore the
+    commit (laid out for four ranks) in the three-rank world and reset again, down to two."""
+    done = finished(launch("--kill", "2:13", "--die-in-reset", "3", "--algorithm", algorithm))
+    assert sorted(d[0] for d in done) == [0, 1], done
+    assert all(d[2] == 2 and d[3] == 48 and d[5] == 2 for d in done), done
+    assert len({d[4] for d in done}) == 1, done
+
+
 def test_elastic_sampler_shares_the_rest_of_the_epoch_among_the_survivors():
     """Two epochs of 384 samples, batches of 8: four ranks commit 8 batches (256 samples), a rank is
     lost at batch 9; the three survivors split the 128 left (43 each: 6 batches), then run the

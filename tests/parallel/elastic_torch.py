@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--kill", default="", help="world_rank:batch,... to SIGKILL")
     parser.add_argument("--where", choices=("backward", "step", "commit"), default="backward")
     parser.add_argument("--algorithm", default="allreduce")
+    parser.add_argument("--die-in-reset", type=int, default=None, help="world rank to SIGKILL in its first reset")
     parser.add_argument("--sampler", action="store_true",
                         help=f"two epochs of {SAMPLER_BATCHES} batches per rank (on 4 ranks) through an ElasticSampler")
     args = parser.parse_args()
@@ -92,6 +93,8 @@ def main() -> None:
                                    **({"train_sampler": sampler} if args.sampler else {}))
     resets = []
     state.register_reset_callbacks([lambda: resets.append(time.monotonic())])
+    if args.die_in_reset == world_rank:  # lost during the survivors' recovery: a second reset follows
+        state.register_reset_callbacks([lambda: os.kill(os.getpid(), signal.SIGKILL)])
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
