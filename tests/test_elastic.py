@@ -158,6 +158,17 @@ def test_a_rank_lost_during_the_recovery_means_one_more_reset(algorithm):
     assert len({d[4] for d in done}) == 1, done
 
 
+def test_a_frozen_rank_ends_the_job_clearly_on_every_other_rank(tmp_path, monkeypatch):
+    """SIGSTOP is not a loss MPI can see (the process lives): the others' waits end after
+    RELAX_OP_TIMEOUT with StalledError naming the frozen rank, which hvd.elastic does not treat as
+    a lost rank; every other rank reports it and the job ends (no hang, no reset)."""
+    monkeypatch.setenv("RELAX_OP_TIMEOUT", "3")
+    run = launch("--freeze", "2:13", failing=3, tmp_path=tmp_path)
+    assert run.returncode != 0 and "DONE" not in run.stdout and "re-formed" not in run.stdout + run.stderr
+    assert run.stdout.count("StalledError: rank 2 did not answer within RELAX_OP_TIMEOUT=3 s") == 3, \
+        run.stdout[-4000:] + run.stderr[-3000:]
+
+
 def test_elastic_sampler_shares_the_rest_of_the_epoch_among_the_survivors():
     """Two epochs of 384 samples, batches of 8: four ranks commit 8 batches (256 samples), a rank is
     lost at batch 9; the three survivors split the 128 left (43 each: 6 batches), then run the
