@@ -14,6 +14,7 @@ fault-tolerant MPI (``mpirun --with-ft ulfm``) and ``hvd.elastic.run`` survives 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -41,12 +42,8 @@ REJECTED = {
     "--gloo-timeout-seconds": (True, "relaxlib runs on MPI only; for a per-operation timeout set "
                                      "RELAX_OP_TIMEOUT=<seconds>"),
     "--jsrun": (False, "relaxlib launches through mpirun; on LSF run relaxrun (or mpirun) inside the allocation"),
-    "--slots-per-host": (True, "elastic host discovery is not supported (relaxrun --min-np survives lost ranks "
-                               "on a fixed launch): give slots in -H host:slots or a hostfile"),
-    "--host-discovery-script": (True, "elastic host discovery is not supported (relaxrun --min-np survives lost "
-                                      "ranks on a fixed launch): list hosts with -H or --hostfile"),
-    "--blacklist-cooldown-range": (True, "hosts are not blacklisted: relaxrun --min-np survives lost ranks on a "
-                                         "fixed launch and adds none back"),
+    "--blacklist-cooldown-range": (True, "hosts are not blacklisted: relaxrun --min-np survives lost ranks and "
+                                         "--max-np starts new workers where mpirun places them"),
     "--config-file": (True, "relaxrun reads no YAML config: pass the options on the command line, or as RELAX_* / "
                             "HOROVOD_* environment variables (exported to every rank)"),
 }
@@ -106,10 +103,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="survive lost ranks down to this many (runs mpirun --with-ft ulfm; "
                               "hvd.elastic.run fails below it)")
     elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int,
-                         help="accepted: relaxlib does not add workers back yet, so the job never exceeds -np")
+                         help="add workers back, up to this many: at a commit, lost ranks are replaced (or, with "
+                              "--host-discovery-script, ranks added up to the slots it lists) by new processes "
+                              "started with MPI_Comm_spawn")
+    elastic.add_argument("--host-discovery-script", dest="host_discovery_script",
+                         help="prints the available hosts, one 'host' or 'host:slots' per line: their slots are the "
+                              "job's capacity (with --max-np); run by rank 0 at each commit")
+    elastic.add_argument("--slots-per-host", dest="slots_per_host", type=int,
+                         help="slots of a discovered host whose line gives none (default 1)")
     elastic.add_argument("--reset-limit", type=int, help="at most this many resets (hvd.elastic.run fails after)")
     elastic.add_argument("--elastic-timeout", type=float,
-                         help="accepted: seconds to wait for new workers, which relaxlib does not add yet")
+                         help="accepted: relaxlib does not wait for workers below --min-np (it fails there)")
     for flag, (takes_value, _) in REJECTED.items():
         if takes_value:
             add(flag, dest=_dest(flag), nargs="*", help=argparse.SUPPRESS)
@@ -128,7 +132,7 @@ def rejection(args: argparse.Namespace) -> str | None:
 def is_elastic(args: argparse.Namespace) -> bool:
     """Whether the launch asks for elastic training (any of Horovod's elastic options)."""
     return any(getattr(args, name, None) is not None for name in ("min_np", "max_np", "reset_limit",
-                                                                  "elastic_timeout"))
+                                                                  "elastic_timeout", "host_discovery_script"))
 
 
 def elastic_error(args: argparse.Namespace, version_line: str | None = None) -> str | None:
@@ -142,6 +146,10 @@ def elastic_error(args: argparse.Namespace, version_line: str | None = None) -> 
         return f"--min-np={args.min_np} must be between 1 and -np={np}"
     if args.max_np is not None and args.max_np < np:
         return f"--max-np={args.max_np} must be at least -np={np}"
+    if getattr(args, "host_discovery_script", None) is not None and args.max_np is None:
+        return "--host-discovery-script needs --max-np (the most workers the job may grow to)"
+    if getattr(args, "slots_per_host", None) is not None and args.slots_per_host < 1:
+        return f"--slots-per-host={args.slots_per_host} must be at least 1"
     if args.reset_limit is not None and args.reset_limit < 0:
         return f"--reset-limit={args.reset_limit} must be at least 0"
     line = build_report.mpirun_version() if version_line is None else version_line
@@ -156,11 +164,8 @@ def notes(args: argparse.Namespace) -> list[str]:
     """One line per accepted option that has no effect in relaxlib."""
     lines = [f"relaxrun: note: --{name.replace('_', '-')} has no effect: {why}"
              for name, why in NO_EFFECT.items() if getattr(args, name, None)]
-    if getattr(args, "max_np", None) is not None and args.num_proc is not None and args.max_np > args.num_proc:
-        lines.append(f"relaxrun: note: --max-np={args.max_np}: relaxlib does not add workers back yet; the job "
-                     f"runs on at most -np={args.num_proc} ranks")
     if getattr(args, "elastic_timeout", None) is not None:
-        lines.append("relaxrun: note: --elastic-timeout has no effect: relaxlib does not wait for new workers yet")
+        lines.append("relaxrun: note: --elastic-timeout has no effect: below --min-np the job fails at once")
     if getattr(args, "autotune_setting", None) and not getattr(args, "autotune", None):
         lines.append(f"relaxrun: note: autotune settings have no effect: {NO_EFFECT['autotune']}")
     return lines
@@ -183,6 +188,13 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         env["RELAX_ELASTIC_MIN_NP"] = str(args.min_np or 1)
         if args.reset_limit is not None:
             env["RELAX_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
+        if args.max_np is not None:
+            env["RELAX_ELASTIC_MAX_NP"] = str(args.max_np)
+            env["RELAX_ELASTIC_LAUNCH_NP"] = str(args.num_proc)
+        if getattr(args, "host_discovery_script", None):
+            env["RELAX_ELASTIC_DISCOVERY"] = os.path.abspath(args.host_discovery_script)
+        if getattr(args, "slots_per_host", None):
+            env["RELAX_ELASTIC_SLOTS"] = str(args.slots_per_host)
     return env
 
 

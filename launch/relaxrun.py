@@ -115,8 +115,11 @@ def mpirun_command(args: argparse.Namespace, environ: dict[str, str]) -> list[st
     mca = {}
     if args.network_interface:
         mca = {"btl_tcp_if_include": args.network_interface, "oob_tcp_if_include": args.network_interface}
+    # workers added back (--max-np) need free slots on a local launch, as the first ones do
+    most = max(args.num_proc, getattr(args, "max_np", None) or 0)
+    oversubscribe = not args.hosts and not args.hostfile and most > (os.cpu_count() or 1)
     return mpirun_argv(args.num_proc, args.command, binding=binding, hosts=args.hosts, hostfile=args.hostfile,
-                       mca=mca, export=[name for name in sorted(environ)
+                       oversubscribe=oversubscribe, mca=mca, export=[name for name in sorted(environ)
                                         if name.startswith(EXPORTED_PREFIXES) or name in EXPORTED_NAMES],
                        extra_args=horovodrun_options.mpirun_arguments(args) + shlex.split(args.mpi_args))
 

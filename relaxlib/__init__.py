@@ -21,6 +21,7 @@ from relaxlib.basics import (
     fault_tolerance,
     gloo_built,
     gloo_enabled,
+    grow,
     init,
     is_initialized,
     local_rank,
@@ -41,6 +42,7 @@ from relaxlib.basics import (
 )
 from relaxlib.errors import (
     DuplicateNameError,
+    HostsUpdatedInterrupt,
     InvalidArgumentError,
     MismatchError,
     MPIError,
@@ -57,10 +59,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Adasum", "Average", "Max", "Min", "Product", "Sum", "ccl_built", "cross_rank", "cross_size", "cuda_built",
-    "ddl_built", "engine_stats", "fault_tolerance", "gloo_built", "gloo_enabled", "init", "is_initialized",
+    "ddl_built", "engine_stats", "fault_tolerance", "gloo_built", "gloo_enabled", "grow", "init", "is_initialized",
     "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
     "process_failure_noted", "rank", "reset", "rocm_built", "set_cycle_time", "set_fusion_threshold", "shutdown",
-    "size", "version", "DuplicateNameError", "HorovodInternalError", "InvalidArgumentError", "MismatchError",
-    "MPIError", "NotInitializedError", "ProcessFailedError", "ProcessSetError", "RelaxError", "ShutdownError",
-    "StalledError",
+    "size", "version", "DuplicateNameError", "HorovodInternalError", "HostsUpdatedInterrupt", "InvalidArgumentError",
+    "MismatchError", "MPIError", "NotInitializedError", "ProcessFailedError", "ProcessSetError", "RelaxError",
+    "ShutdownError", "StalledError",
 ]

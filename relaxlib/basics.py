@@ -153,6 +153,59 @@ def before_shutdown(method) -> None:
     _before_shutdown.append(weakref.WeakMethod(method))
 
 
+def grow(count: int, command: str | None = None, args: list[str] | None = None) -> None:
+    """Adds ``count`` ranks to the world (collective over every rank; ``hvd.elastic`` calls it when
+    workers are to be added back). They run ``command args`` (default: this program again, as it
+    was started: ``sys.executable`` and ``sys.argv``) where the launcher places them, with this
+    process's RELAX_* / HOROVOD_* / PYTHONPATH settings; their ``init()`` joins the world after the
+    current ranks, which keep their numbers. ``size()`` and the transports are the grown world's."""
+    global _world_generation
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"grow: count must be a positive integer, not {count!r}")
+    if command is None:
+        command, args = sys.executable, [*getattr(sys, "orig_argv", [sys.executable, *sys.argv])[1:]]
+    arguments = [str(a).encode() for a in (args or [])]
+    argv = (ctypes.c_char_p * max(len(arguments), 1))(*arguments)
+    settings = "\n".join([f"{name}={value}" for name, value in sorted(os.environ.items())
+                           if name.startswith(("RELAX_", "HOROVOD_")) or name == "PYTHONPATH"]
+                          + ["RELAX_ELASTIC_JOINED=1"])
+    _core.check(_core.lib().relax_grow(str(command).encode(), argv, len(arguments), count, None, settings.encode()))
+    _world_generation += 1
+    _after_world_change()
+
+
+def joined_running_job() -> bool:
+    """Whether this process was started by ``grow()`` to join a running job (hvd.elastic's added
+    workers): it then skips the start-up checks the running ranks made before it came."""
+    return os.environ.get("RELAX_ELASTIC_JOINED") == "1"
+
+
+def follow_world_changes(method) -> None:
+    """Registers a bound method run right after ``reset()`` or ``grow()`` on every rank, in the
+    order registered (held weakly): a distributed optimizer sets its algorithm up again there, at
+    the point where a worker that joins sets it up for the first time (when it is created)."""
+    _world_followers.append(weakref.WeakMethod(method))
+
+
+def _after_world_change() -> None:
+    """Process sets are gone; unnamed operations are numbered from zero again on every rank (a
+    failed step may have numbered some on one rank only, and a joining worker starts at zero);
+    the registered followers run."""
+    from relaxlib import process_sets
+    process_sets._reset_after_shutdown()
+    with _name_lock:
+        _name_counters.clear()
+    for ref in list(_world_followers):
+        method = ref()
+        if method is None:
+            _world_followers.remove(ref)
+        else:
+            method()
+
+
+_world_followers: list = []
+
+
 def shutdown() -> None:
     """Stops the engine on every rank. Pending operations fail with ShutdownError."""
     hooks = [ref() for ref in _before_shutdown]
@@ -194,8 +247,7 @@ def reset() -> None:
     global _world_generation
     _core.check(_core.lib().relax_reset())
     _world_generation += 1
-    from relaxlib import process_sets
-    process_sets._reset_after_shutdown()
+    _after_world_change()
 
 
 _world_generation = 0

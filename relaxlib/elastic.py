@@ -9,7 +9,8 @@ the last commit, re-forms the world from the survivors (``relaxlib.reset()``: th
 rank becomes rank 0), runs the reset callbacks, synchronizes the state from the new rank 0 and
 calls the function again. At most the steps since the last ``commit`` are lost.
 
-Not yet: growing the world back (``commit`` never raises ``HostsUpdatedInterrupt``); without
+With ``relaxrun --max-np``, ``commit`` raises ``HostsUpdatedInterrupt`` when the job's capacity
+exceeds its size, and ``run`` adds the missing workers (``relaxlib.grow``; docs/elastic.md). Without
 fault tolerance (Debian's Open MPI 4.1, or ``mpirun`` without ``--with-ft ulfm``) a lost rank ends
 the job with an error on the others, as before.
 """
@@ -20,17 +21,20 @@ import copy
 import functools
 import logging
 import os
+import subprocess
 import time
 from typing import Callable
 
 from relaxlib import basics
-from relaxlib.errors import MPIError, ProcessFailedError, RelaxError, ShutdownError, StalledError
+from relaxlib.errors import HostsUpdatedInterrupt, MPIError, ProcessFailedError, RelaxError, ShutdownError, StalledError
 
 logger = logging.getLogger("relaxlib")
 
 # How long a survivor whose collective failed waits for the core to confirm that a process was lost
 # (its failure watch polls every 50 ms; a revoked communicator can fail a wait a moment before).
 FAILURE_CONFIRMATION_S = 3.0
+# How long rank 0 lets the host discovery script run at a commit.
+DISCOVERY_TIMEOUT_S = 10.0
 
 
 class State:
@@ -55,13 +59,21 @@ class State:
             callback()
 
     def commit(self) -> None:
-        """Saves the current state as the one ``restore`` returns to."""
+        """Saves the current state as the one ``restore`` returns to; then, when workers are to be
+        added (``relaxrun --max-np``), raises ``HostsUpdatedInterrupt`` on every rank."""
         self.save()
         self.check_host_updates()
 
     def check_host_updates(self) -> None:
-        """Horovod raises ``HostsUpdatedInterrupt`` here when hosts were added or removed; the
-        ranks of a relaxlib job are fixed, so there is never anything to report."""
+        """Raises ``HostsUpdatedInterrupt`` on every rank when the capacity exceeds the world
+        (``relaxrun --max-np``: lost ranks are replaced; with ``--host-discovery-script``, up to
+        the slots it lists): rank 0 decides, one small broadcast per commit. Nothing without
+        ``--max-np``."""
+        if not growth_enabled():
+            return
+        count = self._bcast_object(workers_to_add() if self._rank() == 0 else None)
+        if count:
+            raise HostsUpdatedInterrupt(count)
 
     def save(self) -> None:
         """Copies the state to host memory."""
@@ -106,6 +118,44 @@ class ObjectState(State):
             setattr(self, name, copy.deepcopy(value))
 
 
+def growth_enabled() -> bool:
+    """Whether this job adds workers back (``relaxrun --max-np``: RELAX_ELASTIC_MAX_NP), and has
+    not given up on it after a failed attempt."""
+    return (bool(os.environ.get("RELAX_ELASTIC_MAX_NP") or os.environ.get("HOROVOD_ELASTIC_MAX_NP"))
+            and not _growth_failed)
+
+
+_growth_failed: list[str] = []  # why adding workers failed (then no more attempts)
+
+
+def capacity() -> int:
+    """How many ranks the job may run now: the slots the host discovery script lists
+    (RELAX_ELASTIC_DISCOVERY; ``host`` or ``host:slots`` per line, ``--slots-per-host`` where a
+    line has none), else the launch's -np (RELAX_ELASTIC_LAUNCH_NP: lost ranks are replaced);
+    at most --max-np."""
+    _, _, max_np = _limits()
+    script = os.environ.get("RELAX_ELASTIC_DISCOVERY")
+    if script:
+        slots_per_host = int(os.environ.get("RELAX_ELASTIC_SLOTS", "1"))
+        try:
+            listed = subprocess.run([script], capture_output=True, text=True, timeout=DISCOVERY_TIMEOUT_S, check=True)
+        except (OSError, subprocess.SubprocessError) as error:  # a failed discovery adds nobody
+            logger.warning("relaxlib elastic: host discovery script %s failed: %s", script, error)
+            return 0
+        total = 0
+        for line in listed.stdout.split():
+            host, _, slots = line.partition(":")
+            total += int(slots) if slots else slots_per_host
+    else:
+        total = int(os.environ.get("RELAX_ELASTIC_LAUNCH_NP") or basics.size())
+    return min(total, max_np) if max_np else total
+
+
+def workers_to_add() -> int:
+    """How many workers to start now (capacity minus the world, never negative)."""
+    return max(0, capacity() - basics.size())
+
+
 def _lost_a_rank(error: RelaxError) -> bool:
     """Whether ``error`` comes from a lost process (waiting briefly for the core to confirm it when
     the error is of a kind a loss can cause first: a shutdown, a stall, an MPI error)."""
@@ -121,9 +171,9 @@ def _lost_a_rank(error: RelaxError) -> bool:
     return True
 
 
-def _limits() -> tuple[int, int | None]:
-    """(min_np, reset_limit) from relaxrun's --min-np / --reset-limit (RELAX_ELASTIC_MIN_NP /
-    RELAX_ELASTIC_RESET_LIMIT; Horovod's HOROVOD_ELASTIC_* names are read too)."""
+def _limits() -> tuple[int, int | None, int | None]:
+    """(min_np, reset_limit, max_np) from relaxrun's --min-np / --reset-limit / --max-np
+    (RELAX_ELASTIC_*; Horovod's HOROVOD_ELASTIC_* names are read too)."""
     def read(name: str) -> int | None:
         text = os.environ.get(f"RELAX_ELASTIC_{name}") or os.environ.get(f"HOROVOD_ELASTIC_{name}")
         if not text:
@@ -135,7 +185,7 @@ def _limits() -> tuple[int, int | None]:
         except ValueError:
             raise ValueError(f"RELAX_ELASTIC_{name}={text} is not a whole number >= 0") from None
         return value
-    return read("MIN_NP") or 1, read("RESET_LIMIT")
+    return read("MIN_NP") or 1, read("RESET_LIMIT"), read("MAX_NP")
 
 
 def run_fn(func: Callable) -> Callable:
@@ -147,12 +197,24 @@ def run_fn(func: Callable) -> Callable:
     resetting when fewer than ``--min-np`` ranks would be left, or after ``--reset-limit`` resets."""
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs):
-        min_np, reset_limit = _limits()
+        min_np, reset_limit, _ = _limits()
         resets = 0
         while True:
             try:
                 state.sync()
                 return func(state, *args, **kwargs)
+            except HostsUpdatedInterrupt as interrupt:  # raised by commit: nothing to roll back
+                started = time.monotonic()
+                try:
+                    basics.grow(interrupt.count)
+                except RelaxError as error:  # (every rank: the spawn is collective) go on as we are
+                    _growth_failed.append(str(error))
+                    logger.warning("relaxlib elastic: adding %d worker(s) failed, going on with %d ranks and "
+                                   "adding none for the rest of this job: %s", interrupt.count, basics.size(), error)
+                    continue
+                logger.warning("relaxlib elastic: %d worker(s) joined in %.2f s: now rank %d of %d",
+                               interrupt.count, time.monotonic() - started, basics.rank(), basics.size())
+                state.on_reset()
             except RelaxError as error:
                 if not _lost_a_rank(error):
                     raise

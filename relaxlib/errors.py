@@ -77,6 +77,18 @@ class ProcessSetError(RelaxError, ValueError):
     code = 10
 
 
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod's: raised by ``state.commit()`` on every rank when workers are to be added (the
+    capacity grew, e.g. a lost rank can be replaced); ``hvd.elastic.run`` catches it, grows the
+    world and goes on from the commit just made, with the new workers synchronized from rank 0.
+    ``count``: how many workers join."""
+
+    def __init__(self, count: int = 0, skip_sync: bool = False) -> None:
+        super().__init__(f"{count} worker(s) are joining")
+        self.count = count
+        self.skip_sync = skip_sync
+
+
 _BY_CODE = {cls.code: cls for cls in (NotInitializedError, InvalidArgumentError, MismatchError, ShutdownError,
                                        StalledError, DuplicateNameError, MPIError, ProcessSetError,
                                        ProcessFailedError)}

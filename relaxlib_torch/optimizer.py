@@ -318,6 +318,7 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
         if model is not None:
             self._hook_handles.append(model.register_state_dict_pre_hook(lambda *args, **kwargs: self.flush()))
         algorithm.setup(self._ctx)
+        basics.follow_world_changes(self._follow_world)
 
     def _follow_world(self) -> None:
         """After ``relaxlib.reset()`` re-formed the world without a lost rank (``hvd.elastic``): the
@@ -450,7 +451,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     basics.size()  # raises NotInitializedError before any hook is installed
     if named_parameters is not None and not isinstance(named_parameters, (list, tuple, dict)):
         named_parameters = list(named_parameters)  # a generator is read twice below
-    if process_set.included():
+    if process_set.included() and not basics.joined_running_job():  # (the running ranks checked long ago)
         _check_same_on_every_rank(optimizer, named_parameters, algorithm, process_set,
                                   {"compression": getattr(compression, "__name__", type(compression).__name__),
                                    "backward_passes_per_step": backward_passes_per_step, "op": op,

@@ -35,15 +35,17 @@ pytestmark = [pytest.mark.mpi, pytest.mark.skipif(_fault_tolerance_missing() is 
                                                   reason=f"fault tolerance unavailable: {_fault_tolerance_missing()}")]
 
 
-def launch(*args: str, np: int = 4, min_np: int = 2, failing: int = 0, tmp_path=None) -> subprocess.CompletedProcess:
-    """relaxrun -np <np> --min-np <min_np> elastic_torch.py <args>, bounded (a hang fails the test).
-    ``failing``: how many survivors are expected to fail (they wait for each other's report)."""
+def launch(*args: str, np: int = 4, min_np: int = 2, failing: int = 0, tmp_path=None,
+           options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """relaxrun -np <np> --min-np <min_np> <options> elastic_torch.py <args>, bounded (a hang fails the
+    test). ``failing``: how many survivors are expected to fail (they wait for each other's report)."""
     env = dict(os.environ)
     if failing:
         done = tmp_path / "failed"
         done.mkdir()
         env.update(RELAX_TEST_DONE_DIR=str(done), RELAX_TEST_FAILING=str(failing))
-    return subprocess.run(RELAXRUN + ["-np", str(np), "--min-np", str(min_np), sys.executable, str(SCRIPT), *args],
+    return subprocess.run(RELAXRUN + ["-np", str(np), "--min-np", str(min_np), *options, sys.executable, str(SCRIPT),
+                                      *args],
                           capture_output=True, text=True, timeout=150, cwd=REPO, env=env)
 
 
@@ -176,6 +178,36 @@ def test_elastic_sampler_shares_the_rest_of_the_epoch_among_the_survivors():
     done = finished(launch("--kill", "2:9", "--sampler"))
     assert len(done) == 3 and all(d[2] == 3 and d[3] == 30 and d[5] == 1 for d in done), done
     assert len({d[4] for d in done}) == 1, done
+
+
+def generations(run: subprocess.CompletedProcess) -> list[int]:
+    """Each finished rank's world generation (0: a worker added during the run, which saw no change)."""
+    return sorted(int(g) for g in re.findall(r"^DONE .* generation=(\d+)", run.stdout, re.MULTILINE))
+
+
+def test_a_lost_rank_is_replaced_with_max_np():
+    """-np 4 --max-np 4: after the loss at batch 13 the three survivors go on from the commit of batch
+    12, and at the next commit a new worker is spawned, synchronized from rank 0 and trains with them:
+    four ranks end with equal parameters, the new one numbered last."""
+    run = launch("--kill", "2:13", options=("--max-np", "4"))
+    done = finished(run)
+    assert len(done) == 4 and all(d[2] == 4 and d[3] == 48 for d in done), done
+    assert sorted(d[1] for d in done) == [0, 1, 2, 3] and len({d[4] for d in done}) == 1, done
+    assert generations(run) == [0, 2, 2, 2], run.stdout  # three went through reset and growth, one joined
+    assert "1 worker(s) joined" in run.stdout + run.stderr
+
+
+def test_workers_are_added_up_to_the_slots_the_discovery_script_lists(tmp_path):
+    """Two ranks, a discovery script listing one host and --slots-per-host 3: at the first commit
+    one worker is added (no loss needed), capped by the listed capacity, not --max-np."""
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost\n")
+    script.chmod(0o755)
+    run = launch(np=2, min_np=1, options=("--max-np", "4", "--host-discovery-script", str(script),
+                                          "--slots-per-host", "3"))
+    done = finished(run)
+    assert len(done) == 3 and all(d[2] == 3 and d[3] == 48 for d in done), done
+    assert len({d[4] for d in done}) == 1 and generations(run) == [0, 1, 1], run.stdout
 
 
 def test_down_to_one_rank_through_three_resets():

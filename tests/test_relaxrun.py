@@ -127,7 +127,11 @@ def test_elastic_options_launch_with_fault_tolerance_and_bound_the_resets(monkey
     cmd, env = command_for(["-np", "4", "--min-np", "2", "--max-np", "4", "--reset-limit", "3", "python", "t.py"])
     assert cmd[cmd.index("--with-ft") + 1] == "ulfm"
     assert env["RELAX_ELASTIC_MIN_NP"] == "2" and env["RELAX_ELASTIC_RESET_LIMIT"] == "3"
+    assert env["RELAX_ELASTIC_MAX_NP"] == "4" and env["RELAX_ELASTIC_LAUNCH_NP"] == "4"
     assert cmd[cmd.index("RELAX_ELASTIC_MIN_NP") - 1] == "-x"
+    _, discovered = command_for(["-np", "2", "--max-np", "6", "--host-discovery-script", "d.sh", "--slots-per-host",
+                                 "3", "python", "t.py"])
+    assert discovered["RELAX_ELASTIC_DISCOVERY"].endswith("/d.sh") and discovered["RELAX_ELASTIC_SLOTS"] == "3"
     plain, plain_env = command_for(["-np", "4", "python", "t.py"])
     assert "--with-ft" not in plain and "RELAX_ELASTIC_MIN_NP" not in plain_env  # only elastic launches
 
@@ -136,6 +140,8 @@ def test_elastic_options_launch_with_fault_tolerance_and_bound_the_resets(monkey
     (["--min-np", "5"], "mpirun (Open MPI) 5.0.11", "--min-np=5 must be between 1 and -np=4"),
     (["--max-np", "3"], "mpirun (Open MPI) 5.0.11", "--max-np=3 must be at least -np=4"),
     (["--min-np", "2"], "mpirun (Open MPI) 4.1.4", "needs Open MPI 5 with ULFM"),
+    (["--host-discovery-script", "d.sh"], "mpirun (Open MPI) 5.0.11", "--host-discovery-script needs --max-np"),
+    (["--max-np", "6", "--slots-per-host", "0"], "mpirun (Open MPI) 5.0.11", "--slots-per-host=0 must be at least 1"),
 ])
 def test_elastic_options_that_cannot_hold_are_refused(argv, version, says, monkeypatch, capsys):
     monkeypatch.setattr(horovodrun_options.build_report, "mpirun_version", lambda: version)
@@ -145,7 +151,7 @@ def test_elastic_options_that_cannot_hold_are_refused(argv, version, says, monke
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--gloo"], "MPI only"), (["--host-discovery-script", "d.sh"], "elastic"),
+    (["--gloo"], "MPI only"), (["--blacklist-cooldown-range", "1", "2"], "blacklisted"),
     (["--config-file", "c.yaml"], "RELAX_"), (["--jsrun"], "mpirun"),
     (["--gloo-timeout-seconds", "5"], "RELAX_OP_TIMEOUT"),
 ])

@@ -281,6 +281,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._relax_graph_context = None
     wrapped._relax_bound = None  # the context the algorithm was set up with
     wrapped._relax_world = basics.world_generation()  # the world the algorithm was set up in
+    basics.follow_world_changes(wrapped._relax_follow_world)
     wrapped._relax_in_fit = None  # how the last traced step runs it
     wrapped._relax_telemetry = telemetry.new_recorder()
     return wrapped

@@ -20,7 +20,7 @@ import time
 import torch
 
 import relaxlib_torch as hvd
-from relaxlib import algorithms
+from relaxlib import algorithms, basics
 
 TOTAL_BATCHES = 48
 COMMIT_EVERY = 4
@@ -150,7 +150,7 @@ def main() -> None:
         raise SystemExit(1) from None
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
     print(f"DONE world={world_rank} rank={hvd.rank()} size={hvd.size()} batch={state.batch} digest={digest} "
-          f"resets={len(resets)}", flush=True)
+          f"resets={len(resets)} generation={basics.world_generation()}", flush=True)
     hvd.shutdown()
 
 

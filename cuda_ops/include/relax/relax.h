@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 18
+#define RELAX_ABI_VERSION 19
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -298,6 +298,13 @@ RELAX_API int relax_finishing(void);
 RELAX_API int relax_fault_tolerance(void);
 RELAX_API int relax_process_failure_noted(void);
 RELAX_API int relax_reset(void);
+/* Adds `count` ranks (collective over the current world; hvd.elastic's workers added back): stops
+ * the engine, starts `count` processes of `command argv[0..argc)` with MPI_Comm_spawn (on `host`
+ * when not NULL or empty; `environment`: "NAME=value" lines set in them), merges them into the world
+ * after the current ranks and starts a new engine on it. The new processes join that world in their
+ * relax_init. Works on any MPI with dynamic processes; no fault tolerance needed. */
+RELAX_API int relax_grow(const char* command, const char* const* argv, int32_t argc, int32_t count, const char* host,
+                         const char* environment);
 RELAX_API int relax_is_initialized(void);
 RELAX_API int relax_rank(void);
 RELAX_API int relax_size(void);

@@ -15,6 +15,7 @@
 #include "transport/liveness.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
+#include "transport/world_growth.h"
 #include "transport/ulfm.h"
 #include "util/heap.h"
 #include "util/logging.h"
@@ -363,6 +364,35 @@ int relax_reset(void) {
     RELAX_LOG(Info, "reset: world re-formed without " << lost.size() << " lost rank(s)");
   }
   return relax::initialize();
+}
+
+int relax_grow(const char* command, const char* const* argv, int32_t argc, int32_t count, const char* host,
+               const char* environment) {
+  relax::Runtime& rt = runtime();
+  if (!command || !*command || argc < 0 || (argc > 0 && !argv) || count < 1) {
+    return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                                            "relax_grow needs a command, argc >= 0 arguments and count >= 1"));
+  }
+  relax::SpawnRequest request;
+  request.command = command;
+  for (int32_t i = 0; i < argc; ++i) {
+    if (!argv[i]) return relax::fail(relax::Status::error(RELAX_ERR_INVALID_ARGUMENT, "relax_grow: argument is NULL"));
+    request.argv.emplace_back(argv[i]);
+  }
+  request.count = count;
+  request.host = host ? host : "";
+  request.environment = environment ? environment : "";
+  relax::Status grown;
+  {
+    std::lock_guard<std::mutex> lock(rt.mutex);
+    if (!rt.mpi.is_open()) return relax::not_initialized();
+    relax::stop_lanes(rt);
+    grown = rt.mpi.grow_world(request);
+    if (grown.is_ok()) RELAX_LOG(Info, "grow: " << count << " new rank(s) joined the world");
+  }
+  const int started = relax::initialize();  // on the grown world, or again on the unchanged one
+  if (!grown.is_ok()) return relax::fail(grown);
+  return started;
 }
 
 int relax_shutdown(void) {

@@ -27,10 +27,11 @@ void finalize_at_exit() {
   // A peer that stopped answering would never reach MPI_Finalize's fence: leave without it (mpirun
   // then reports this rank as failed and ends the job, the silent rank with it).
   // After a lost rank (survived or not) MPI_Finalize waits for it forever (open-mpi/ompi#11404).
-  if (peer_silence_noted() || peer_failure_survived()) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized || peer_silence_noted()) return;
+  disconnect_spawn_links();  // (workers added to the world: Open MPI 5 needs this first)
+  if (!peer_failure_survived()) MPI_Finalize();
 }
 
 void free_comm(MPI_Comm& comm) {
@@ -109,6 +110,12 @@ Status MpiContext::open(double timeout_s) {
   if (thread_level_ < MPI_THREAD_MULTIPLE) {
     RELAX_LOG(Warning, "MPI provides MPI_THREAD_SERIALIZED only; do not call MPI from other threads while "
                        "relaxlib is running.");
+  }
+  if (base_ == MPI_COMM_WORLD) {  // a rank spawned to grow a running job joins its world
+    MPI_Comm joined = MPI_COMM_NULL;
+    Status s = merge_with_parents(&joined);
+    if (!s.is_ok()) return s;
+    if (joined != MPI_COMM_NULL) base_ = joined;
   }
   // Nonblocking and bounded (setup_wait.h), as is every exchange below: a rank that never
   // answers fails open() on every other rank, naming it, instead of holding them here.
@@ -231,6 +238,17 @@ Status MpiContext::shrink_world(std::vector<int>* lost_world_ranks) {
   if (!s.is_ok()) return s;
   if (base_ != MPI_COMM_WORLD) MPI_Comm_free(&base_);
   base_ = survivors;
+  return Status::ok();
+}
+
+Status MpiContext::grow_world(const SpawnRequest& request) {
+  for (MPI_Comm* comm : {&cross_, &local_, &data_, &control_}) free_comm(*comm);
+  open_ = false;
+  MPI_Comm grown = MPI_COMM_NULL;
+  Status s = spawn_and_merge(base_, request, &grown);
+  if (!s.is_ok()) return s;
+  if (base_ != MPI_COMM_WORLD) MPI_Comm_free(&base_);
+  base_ = grown;
   return Status::ok();
 }
 

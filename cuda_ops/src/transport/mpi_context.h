@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "transport/world_growth.h"
 #include "util/types.h"
 
 namespace relax {
@@ -45,6 +46,11 @@ class MpiContext {
   // base the live ranks of the old one (revoke, MPIX_Comm_shrink); the next open() derives the
   // topology of the new world. `lost_world_ranks`: the MPI_COMM_WORLD ranks that are gone.
   Status shrink_world(std::vector<int>* lost_world_ranks);
+  // Adds ranks (collective over the current world): closes this context and makes the base the
+  // current world followed by `request.count` new processes (transport/world_growth.h); the next
+  // open() derives the topology of the grown world. A process started this way joins its parents'
+  // world in its first open().
+  Status grow_world(const SpawnRequest& request);
   bool is_open() const { return open_; }
 
   const Topology& topology() const { return topology_; }
