@@ -259,6 +259,7 @@ QUICK_TESTS := tests/test_algorithm_units.py tests/test_auto.py tests/test_codec
 	tests/test_codec_registry.py tests/test_core_layers.py tests/test_perfmodel.py tests/test_schedules.py \
 	tests/test_tuning.py tests/test_mpirun_command.py tests/test_launch_hosts.py tests/test_request_layout.py \
 	tests/test_step_scale.py tests/test_hardening_config.py tests/test_rank_reporting.py \
+	tests/test_elastic_sampler.py tests/test_elastic_capacity.py \
 	'tests/test_torch_parallel.py::test_parallel_module[torch_collectives-np2]' \
 	'tests/test_tf_parallel.py::test_parallel_module[tf_collectives-tf-np2]'
 test-quick: build

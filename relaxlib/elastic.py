@@ -33,8 +33,9 @@ logger = logging.getLogger("relaxlib")
 # How long a survivor whose collective failed waits for the core to confirm that a process was lost
 # (its failure watch polls every 50 ms; a revoked communicator can fail a wait a moment before).
 FAILURE_CONFIRMATION_S = 3.0
-# How long rank 0 lets the host discovery script run at a commit.
+# How long rank 0 lets the host discovery script run at a commit, and how often it runs it at most.
 DISCOVERY_TIMEOUT_S = 10.0
+DISCOVERY_INTERVAL_S = 1.0
 
 
 class State:
@@ -131,24 +132,42 @@ _growth_failed: list[str] = []  # why adding workers failed (then no more attemp
 def capacity() -> int:
     """How many ranks the job may run now: the slots the host discovery script lists
     (RELAX_ELASTIC_DISCOVERY; ``host`` or ``host:slots`` per line, ``--slots-per-host`` where a
-    line has none), else the launch's -np (RELAX_ELASTIC_LAUNCH_NP: lost ranks are replaced);
-    at most --max-np."""
+    line has none; run at most every DISCOVERY_INTERVAL_S), else the launch's -np
+    (RELAX_ELASTIC_LAUNCH_NP: lost ranks are replaced); at most --max-np."""
     _, _, max_np = _limits()
     script = os.environ.get("RELAX_ELASTIC_DISCOVERY")
     if script:
-        slots_per_host = int(os.environ.get("RELAX_ELASTIC_SLOTS", "1"))
-        try:
-            listed = subprocess.run([script], capture_output=True, text=True, timeout=DISCOVERY_TIMEOUT_S, check=True)
-        except (OSError, subprocess.SubprocessError) as error:  # a failed discovery adds nobody
-            logger.warning("relaxlib elastic: host discovery script %s failed: %s", script, error)
-            return 0
-        total = 0
-        for line in listed.stdout.split():
-            host, _, slots = line.partition(":")
-            total += int(slots) if slots else slots_per_host
+        now = time.monotonic()
+        if _discovered["at"] is None or now - _discovered["at"] >= DISCOVERY_INTERVAL_S:
+            _discovered.update(at=now, slots=_discover(script, int(os.environ.get("RELAX_ELASTIC_SLOTS", "1"))))
+        total = _discovered["slots"]
     else:
         total = int(os.environ.get("RELAX_ELASTIC_LAUNCH_NP") or basics.size())
     return min(total, max_np) if max_np else total
+
+
+def _discover(script: str, slots_per_host: int) -> int:
+    """The slots ``script`` lists; 0 when it fails (nobody is added), lines it cannot read skipped
+    with a warning (rank 0 must reach its broadcast whatever the script prints)."""
+    try:
+        listed = subprocess.run([script], capture_output=True, text=True, timeout=DISCOVERY_TIMEOUT_S, check=True)
+    except (OSError, subprocess.SubprocessError) as error:
+        logger.warning("relaxlib elastic: host discovery script %s failed: %s", script, error)
+        return 0
+    total = 0
+    for line in listed.stdout.split():
+        host, _, slots = line.partition(":")
+        if not slots:
+            total += slots_per_host
+        elif slots.isdigit() and host:
+            total += int(slots)
+        else:
+            logger.warning("relaxlib elastic: host discovery script %s printed %r, not host or host:slots", script,
+                           line)
+    return total
+
+
+_discovered: dict = {"at": None, "slots": 0}  # rank 0's last run of the discovery script
 
 
 def workers_to_add() -> int:

@@ -1,0 +1,65 @@
+"""How many workers hvd.elastic adds: the capacity from --max-np and the host discovery script.
+
+Single process: the script's output and the settings relaxrun would export are set here;
+tests/test_elastic.py grows real jobs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from relaxlib import basics, elastic
+
+
+@pytest.fixture
+def script(tmp_path, monkeypatch):
+    """A discovery script printing ``lines`` (set through the returned function), counting its runs."""
+    path, runs = tmp_path / "discover.sh", tmp_path / "runs"
+
+    def printing(*lines: str) -> None:
+        body = "".join(f"echo '{line}'\n" for line in lines)
+        path.write_text(f"#!/bin/sh\necho run >> {runs}\n{body}")
+        path.chmod(0o755)
+        monkeypatch.setattr(elastic, "_discovered", {"at": None, "slots": 0})
+
+    monkeypatch.setenv("RELAX_ELASTIC_DISCOVERY", str(path))
+    printing.runs = lambda: len(runs.read_text().split()) if runs.exists() else 0
+    return printing
+
+
+def test_slots_are_summed_and_capped_by_max_np(script, monkeypatch, caplog):
+    monkeypatch.setenv("RELAX_ELASTIC_SLOTS", "3")
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "16")
+    script("a:2", "b", "c:x")
+    assert elastic.capacity() == 5  # a:2 + b (3 slots per host); c:x is skipped, named
+    assert "printed 'c:x', not host or host:slots" in caplog.text
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "4")
+    assert elastic.capacity() == 4
+
+
+def test_the_script_runs_at_most_once_per_interval(script, monkeypatch):
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "8")
+    script("a:2")
+    assert elastic.capacity() == elastic.capacity() == 2
+    assert script.runs() == 1
+    monkeypatch.setattr(elastic, "DISCOVERY_INTERVAL_S", 0.0)
+    assert elastic.capacity() == 2 and script.runs() == 2
+
+
+def test_a_failing_script_adds_nobody(script, monkeypatch, caplog):
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "8")
+    script("a:2")
+    monkeypatch.setenv("RELAX_ELASTIC_DISCOVERY", "/nonexistent/discover.sh")
+    assert elastic.capacity() == 0 and "failed" in caplog.text
+    monkeypatch.setattr(basics, "size", lambda: 3)
+    assert elastic.workers_to_add() == 0
+
+
+def test_without_a_script_lost_ranks_are_replaced_up_to_the_launch(monkeypatch):
+    monkeypatch.delenv("RELAX_ELASTIC_DISCOVERY", raising=False)
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "8")
+    monkeypatch.setenv("RELAX_ELASTIC_LAUNCH_NP", "4")
+    monkeypatch.setattr(basics, "size", lambda: 3)
+    assert elastic.growth_enabled() and elastic.workers_to_add() == 1
+    monkeypatch.delenv("RELAX_ELASTIC_MAX_NP")
+    assert not elastic.growth_enabled()
