@@ -122,8 +122,7 @@ class ObjectState(State):
 def growth_enabled() -> bool:
     """Whether this job adds workers back (``relaxrun --max-np``: RELAX_ELASTIC_MAX_NP), and has
     not given up on it after a failed attempt."""
-    return (bool(os.environ.get("RELAX_ELASTIC_MAX_NP") or os.environ.get("HOROVOD_ELASTIC_MAX_NP"))
-            and not _growth_failed)
+    return _limits()[2] is not None and not _growth_failed
 
 
 _growth_failed: list[str] = []  # why adding workers failed (then no more attempts)

@@ -95,10 +95,7 @@ class TensorFlowKerasState(_VariablesState):
         super().__init__(variables, **kwargs)
 
     def reset(self) -> None:
-        """After the world was re-formed: the optimizer's algorithm follows it now, and ``fit``
+        """After the world was re-formed (the optimizer's algorithm followed it already): ``fit``
         traces its step again (a step traced before holds the old world's algorithm state)."""
-        follow = getattr(self.optimizer, "_relax_follow_world", None)
-        if follow is not None:
-            follow()
         if hasattr(self.model, "train_function"):  # Keras 3: fit makes a new one when it is None
             self.model.train_function = None

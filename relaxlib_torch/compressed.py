@@ -42,7 +42,7 @@ class ErrorFeedback:
     def load_state_dict(self, state: dict) -> None:
         """Restores residuals saved by ``state_dict`` (of the same tensor size). The owner residual
         restarts at zero where its chunk is laid out otherwise now (another number of ranks, e.g.
-        after a lost rank; relaxlib.compression.saved_owner_residual_applies) or it was dropped."""
+        after a lost rank; relaxlib.compression.saved_owner_residual_applies)."""
         if state["worker"].shape != self.worker.shape:
             raise ValueError(f"error-feedback state holds {state['worker'].numel()} elements, this tensor "
                              f"{self.numel}")

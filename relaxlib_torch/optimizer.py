@@ -321,8 +321,8 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
         basics.follow_world_changes(self._follow_world)
 
     def _follow_world(self) -> None:
-        """After ``relaxlib.reset()`` re-formed the world without a lost rank (``hvd.elastic``): the
-        algorithm is set up again over the new world, keeping what of its state carries over
+        """Run by ``relaxlib.reset()`` / ``grow()`` (``basics.follow_world_changes``): the algorithm
+        is set up again over the new world, keeping what of its state carries over
         (``Algorithm.state_for_new_world``; docs/elastic.md has each algorithm's rule)."""
         if basics.world_generation() == self._world_generation:
             return
@@ -331,7 +331,6 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, index: int):
         def hook(param: torch.Tensor) -> None:
-            self._follow_world()
             self._delay[param] -= 1
             if self._delay[param] < 0:
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
@@ -351,7 +350,6 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
             _advise_when_due(self)
 
     def _algorithm_step(self, closure):
-        self._follow_world()
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -367,7 +365,6 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
 
     def flush(self) -> None:
         """Applies every deferred update (before evaluation, checkpoints, or the end of training)."""
-        self._follow_world()
         self.algorithm.flush(self._ctx)
 
     def synchronize(self) -> None:
@@ -395,7 +392,6 @@ class _AlgorithmOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict) -> None:
         """Restores what ``state_dict`` returned (the algorithm's part too), after waiting out what
         a failed step left in flight (``hvd.elastic`` restores through here)."""
-        self._follow_world()
         self.algorithm.abandon_step(self._ctx)
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step

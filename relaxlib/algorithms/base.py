@@ -25,7 +25,7 @@ from relaxlib.algorithms.context import CAPABILITIES, ParamRef, TrainingContext
 from relaxlib.errors import RelaxError
 
 __all__ = ["CAPABILITIES", "Algorithm", "AllReduce", "ParamRef", "TrainingContext", "follow_new_world",
-           "missing_capabilities", "require_capabilities", "step_or_abandon", "wait_out", "without_owner_residuals"]
+           "missing_capabilities", "require_capabilities", "step_or_abandon", "wait_out"]
 
 
 def missing_capabilities(algorithm: Algorithm, capabilities: frozenset[str]) -> list[str]:
@@ -119,7 +119,8 @@ class Algorithm:
         """What of ``state`` (this algorithm's ``state_dict``, laid out for the world before a lost
         rank) carries over into the re-formed world: ``load_state_dict`` receives it after ``setup``
         there. The default keeps all of it; override where part of the state is laid out for the
-        old ranks (error-feedback residuals of the chunk a rank reduced, estimates of neighbours)."""
+        old ranks and loading would not notice (estimates of neighbours). Error-feedback state needs
+        none: it records its chunk's layout, and a moved chunk's residual restarts at zero on load."""
         return state
 
     def state_dict(self) -> dict:
@@ -177,14 +178,6 @@ def follow_new_world(algorithm: Algorithm, ctx: TrainingContext, renew_context) 
     algorithm.setup(new_ctx)
     algorithm.load_state_dict(carried)
     return new_ctx
-
-
-def without_owner_residuals(memories: list) -> list:
-    """Error-feedback states (``ErrorFeedback.state_dict()`` or None) with the residual of the chunk
-    each rank reduced dropped (``owner``: None, loaded as zeros): chunks are laid out by rank and
-    number of ranks, which a reset changes. Each rank's own compression residual (``worker``, the
-    whole tensor) stays: it is what that rank has not sent yet."""
-    return [None if m is None else dict(m, owner=None) for m in memories]
 
 
 def wait_out(ctx: TrainingContext, handles) -> None:

@@ -12,7 +12,6 @@ from relaxlib.algorithms.base import (
     TrainingContext,
     clip_to_max_grad_norm,
     wait_out,
-    without_owner_residuals,
 )
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
 from relaxlib.algorithms.step_scale import FactoredScale
@@ -340,10 +339,6 @@ class CompressedScatterReduce(Algorithm):
         self._next_momentum.clear()
         self._ready = [0] * len(self._buckets)
 
-    def state_for_new_world(self, state: dict) -> dict:
-        """Momentum and step scales carry over; of the residuals, each rank's own (``worker``)
-        does, the reduced chunk's (``owner``, laid out by rank) restarts at zero."""
-        return dict(state, error_feedback=without_owner_residuals(state["error_feedback"]))
 
     def state_dict(self) -> dict:
         return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],
@@ -494,10 +489,6 @@ class OneBitAdam(Algorithm):
     def _group_lr(ctx: TrainingContext, snapshot, index: int) -> float:
         return snapshot[ctx.parameters()[index].group]["lr"]
 
-    def state_for_new_world(self, state: dict) -> dict:
-        """Momentum and variance (so the phase and the frozen preconditioner) carry over; of the
-        residuals, each rank's own (``worker``) does, the reduced chunk's (``owner``) restarts at zero."""
-        return dict(state, error_feedback=without_owner_residuals(state["error_feedback"]))
 
     def state_dict(self) -> dict:
         return {"momentum": [m * 1.0 for m in self._momentum], "variance": [v * 1.0 for v in self._variance],

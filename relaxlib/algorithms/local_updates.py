@@ -40,7 +40,6 @@ from relaxlib.algorithms.base import (
     TrainingContext,
     clip_to_max_grad_norm,
     wait_out,
-    without_owner_residuals,
 )
 from relaxlib.algorithms.context import TensorMath
 from relaxlib.compression import CODECS
@@ -344,10 +343,6 @@ class LocalSGD(Algorithm):
 
     # -- checkpoints --
 
-    def state_for_new_world(self, state: dict) -> dict:
-        """Anchors, outer momenta and counters carry over (the same on every rank); of the codec
-        residuals, each rank's own (``worker``) does, the reduced chunk's (``owner``) restarts at zero."""
-        return dict(state, error_feedback=without_owner_residuals(state["error_feedback"]))
 
     def state_dict(self) -> dict:
         """Anchors, outer momenta, step counter and codec residuals (copies), after ``flush``."""

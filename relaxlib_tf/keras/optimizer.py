@@ -130,7 +130,6 @@ class _DistributedMixin:
         host = self._relax_context
 
         def before() -> int:
-            self._relax_follow_world()
             if self._relax_bound is None:
                 self._relax_algorithm.setup(host)
                 self._relax_bound = Binding.HOST
@@ -157,11 +156,11 @@ class _DistributedMixin:
         return self._relax_context, self._relax_graph_context
 
     def _relax_follow_world(self) -> None:
-        """After ``relaxlib.reset()`` re-formed the world without a lost rank (``hvd.elastic``): the
-        algorithm is set up again over the new world, keeping what of its state carries over
-        (``relaxlib.algorithms.base.follow_new_world``). Eager, also when called while a step is
-        traced (its state is TF variables or host arrays, not ops of the step); a step traced
-        before the reset must be traced again (``KerasState`` makes ``fit`` do so)."""
+        """Run by ``relaxlib.reset()`` / ``grow()`` (``basics.follow_world_changes``): the algorithm
+        is set up again over the new world, keeping what of its state carries over
+        (``relaxlib.algorithms.base.follow_new_world``). Eager (its state is TF variables or host
+        arrays, not ops of a step); a step traced before must be traced again (``KerasState``
+        makes ``fit`` do so)."""
         if self._relax_world == basics.world_generation():
             return
         self._relax_world = basics.world_generation()
@@ -177,7 +176,6 @@ class _DistributedMixin:
         """One step of the algorithm on host arrays, or (``in_graph``) as TF ops: symbolic while a
         step is traced, eager otherwise. The first step sets the algorithm up with its context
         and binds it there: its state (error-feedback residuals, ...) is host arrays or TF variables."""
-        self._relax_follow_world()
         host, graph = self._relax_contexts(variables)
         ctx = graph if in_graph else host
         if not in_graph:
@@ -195,7 +193,6 @@ class _DistributedMixin:
         """Applies every update the algorithm deferred, so the variables are current (call it
         before evaluating or saving; a no-op without an algorithm)."""
         if self._relax_algorithm is not None and self._relax_bound is not None:
-            self._relax_follow_world()
             self._relax_algorithm.flush(self._relax_bound_context())
 
     def join(self) -> int:
@@ -204,7 +201,6 @@ class _DistributedMixin:
         if self._relax_algorithm is None or self._relax_bound is None:
             raise RuntimeError("optimizer.join() is for model-averaging algorithms after at least one step; "
                                "with all-reduce use relaxlib_tf.join()")
-        self._relax_follow_world()
         return self._relax_algorithm.join(self._relax_bound_context())
 
     def _relax_bound_context(self):
