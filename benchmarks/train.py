@@ -89,6 +89,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="powersgd / ddp-powersgd: rank of the approximation (compresses from the first step)")
     parser.add_argument("--density", type=float, default=0.01, help="topk: fraction of the gradient sent")
     parser.add_argument("--sync-every", type=int, default=8, help="local / diloco: inner steps between syncs")
+    parser.add_argument("--fragments", type=int, default=1,
+                        help="diloco: fragments synchronized in turn (streaming DiLoCo when > 1)")
+    parser.add_argument("--outer-codec", default="none", choices=["none", "fp16", "uint8", "sign"],
+                        help="diloco: codec of the outer gradient (with error feedback)")
     parser.add_argument("--horovod", metavar="DIR", help="where Horovod is installed (pip install --target DIR; "
                         "tests/horovod_suites/README.md builds it), for --algorithm horovod")
     parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
@@ -160,7 +164,8 @@ class Comms:
             "powersgd": lambda: algorithms.PowerSGD(rank=args.psgd_rank, start_iter=0),
             "topk": lambda: algorithms.TopK(density=args.density),
             "local": lambda: algorithms.LocalSGD(sync_every=args.sync_every),
-            "diloco": lambda: algorithms.DiLoCo(sync_every=args.sync_every),
+            "diloco": lambda: algorithms.DiLoCo(sync_every=args.sync_every, fragments=args.fragments,
+                                                codec=None if args.outer_codec == "none" else args.outer_codec),
         }[args.algorithm]()
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
@@ -232,7 +237,8 @@ def run_worker(args) -> None:
                  else torch.optim.SGD(model.parameters(), lr=args.lr))
     model, optimizer = comms.wrap(model, optimizer)
     next_batch, loss_of = batches(args, comms.rank)
-    losses, compute_s = [], []
+    losses, compute_s, step_end_s = [], [], []
+    started = time.perf_counter()
 
     def one_batch():
         start = time.perf_counter()
@@ -246,6 +252,7 @@ def run_worker(args) -> None:
             time.sleep(compute * (args.straggler_factor - 1))
         optimizer.step()
         compute_s.append(compute)
+        step_end_s.append(time.perf_counter() - started)  # loss against wall time
 
     for _ in range(args.num_warmup_batches):
         one_batch()
@@ -274,7 +281,7 @@ def run_worker(args) -> None:
     mine = {"rank": comms.rank, "samples_per_sec": rates, "step_seconds": iteration_s,
             "forward_backward_seconds": statistics.median(compute_s), "engine": stats,
             "cpu_seconds_per_step": cpu_seconds / (args.num_iters * args.num_batches_per_iter),
-            "averagings_per_step": averagings, "losses": losses,
+            "averagings_per_step": averagings, "losses": losses, "step_end_seconds": step_end_s,
             "step_stats": comms.step_summary(timed_steps),
             "tuned_fusion_mb": getattr(getattr(optimizer, "algorithm", None), "chosen_fusion_mb", None)}
     gathered = comms.gather(mine)
@@ -291,7 +298,7 @@ def worker_argv(args, result: str) -> list[str]:
                 "vocab", "d_model", "lm_layers", "optimizer", "lr",
                 "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec",
                 "topology", "generator", "group_size", "sync_interval_ms", "step_scale", "psgd_rank", "density",
-                "sync_every"):
+                "sync_every", "fragments", "outer_codec"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.straggler:
         argv += ["--straggler", args.straggler]
