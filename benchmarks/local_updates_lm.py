@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,16 +26,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train  # noqa: E402 - benchmarks/ on the path above
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# name: train.py arguments
-MODES = {
-    "allreduce": ["--algorithm", "allreduce"],
-    "ddp": ["--algorithm", "ddp"],
-    "diloco-8": ["--algorithm", "diloco", "--sync-every", "8"],
-    "diloco-32": ["--algorithm", "diloco", "--sync-every", "32"],
-    "diloco-128": ["--algorithm", "diloco", "--sync-every", "128"],
-    "streaming-32x4-uint8": ["--algorithm", "diloco", "--sync-every", "32", "--fragments", "4",
-                             "--outer-codec", "uint8"],
-}
+# Modes that train.mode_arguments does not name: streaming DiLoCo (H x fragments, outer codec).
+STREAMING = {"streaming-32x4-uint8": ["--algorithm", "diloco", "--sync-every", "32", "--fragments", "4",
+                                      "--outer-codec", "uint8"]}
+KNOWN = ("allreduce", "ddp", "diloco-<H>", *STREAMING)
+
+
+def mode_argv(mode: str) -> list[str]:
+    """train.py's arguments selecting ``mode`` (``allreduce``, ``ddp``, ``diloco-32``, or a STREAMING name)."""
+    if mode in STREAMING:
+        return STREAMING[mode]
+    if mode not in ("allreduce", "ddp") and not (mode.startswith("diloco-") and mode[7:].isdigit()):
+        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(KNOWN)}")
+    return train.mode_arguments(mode)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--np", type=int, default=4)
     parser.add_argument("--bandwidth", type=float, help="Mbit/s per rank link (shaped; needs root)")
     parser.add_argument("--modes", default="allreduce,ddp,diloco-8,diloco-32",
-                        help=f"comma-separated, from {', '.join(MODES)}")
+                        help=f"comma-separated, from {', '.join(KNOWN)}")
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run")
     parser.add_argument("--rounds", type=int, default=2, help="runs per mode, order alternated")
     parser.add_argument("--window", type=int, default=20, help="steps the loss is smoothed over")
@@ -54,9 +58,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lm-layers", type=int, default=4)
     parser.add_argument("--out", help="JSON path (default: results/local_updates_lm_np<N>[_<B>mbit].json)")
     args = parser.parse_args(argv)
-    unknown = [m for m in args.modes.split(",") if m not in MODES]
-    if unknown:
-        parser.error(f"unknown modes {unknown}; known: {', '.join(MODES)}")
+    for mode in args.modes.split(","):
+        try:
+            mode_argv(mode)
+        except ValueError as error:
+            parser.error(str(error))
     if args.steps < args.window:
         parser.error(f"--steps ({args.steps}) must be at least --window ({args.window})")
     return args
@@ -64,7 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def train_argv(args, mode: str) -> list[str]:
     """benchmarks/train.py's arguments for one run of ``mode``: every step timed and its loss kept."""
-    return [*MODES[mode], "--np", str(args.np), "--model", "transformer", "--optimizer", "adamw",
+    return [*mode_argv(mode), "--np", str(args.np), "--model", "transformer", "--optimizer", "adamw",
             "--lr", str(args.lr), "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
             "--vocab", str(args.vocab), "--d-model", str(args.d_model), "--lm-layers", str(args.lm_layers),
             "--num-warmup-batches", "0", "--num-batches-per-iter", "1", "--num-iters", str(args.steps),
@@ -138,18 +144,19 @@ def plot(runs: dict[str, list[dict]], args, path: Path) -> None:
 
 
 def main() -> None:
+    """Runs every mode ``--rounds`` times (order alternated), then writes the JSON and the PNG."""
     args = parse_args()
     modes = args.modes.split(",")
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     out = Path(args.out) if args.out else RESULTS / (
         f"local_updates_lm_np{args.np}" + (f"_{int(args.bandwidth)}mbit" if args.bandwidth else "") + ".json")
-    for round_ in range(args.rounds):
-        for mode in (modes if round_ % 2 == 0 else modes[::-1]):
-            report = train.run(train.parse_args(train_argv(args, mode) + ["--out", str(out) + ".run.json"]))
-            runs[mode].append(curve(report, args.window))
-            print(f"round {round_ + 1} {mode}: final loss {runs[mode][-1]['loss'][-1]:.3f}, "
-                  f"{runs[mode][-1]['wall_seconds'][-1]:.1f} s", flush=True)
-    Path(str(out) + ".run.json").unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:  # train.py's own report of each run
+        for round_ in range(args.rounds):
+            for mode in (modes if round_ % 2 == 0 else modes[::-1]):
+                report = train.run(train.parse_args(train_argv(args, mode) + ["--out", f"{scratch}/run.json"]))
+                runs[mode].append(curve(report, args.window))
+                print(f"round {round_ + 1} {mode}: final loss {runs[mode][-1]['loss'][-1]:.3f}, "
+                      f"{runs[mode][-1]['wall_seconds'][-1]:.1f} s", flush=True)
     report = {"benchmark": "local_updates_lm", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "config": vars(args),
               **summarize(args, runs), "runs": runs}
     out.parent.mkdir(parents=True, exist_ok=True)
