@@ -237,7 +237,9 @@ def run_worker(args) -> None:
                  else torch.optim.SGD(model.parameters(), lr=args.lr))
     model, optimizer = comms.wrap(model, optimizer)
     next_batch, loss_of = batches(args, comms.rank)
-    losses, compute_s, step_end_s = [], [], []
+    losses, compute_s, step_end_s, bytes_sent_total = [], [], [], []
+    counts_bytes = args.algorithm not in PEERS  # a peer library's traffic is not ours to count
+    bytes_at_start = comms.stats()["bytes_sent"] if counts_bytes else 0  # the initial broadcast excluded
     started = time.perf_counter()
 
     def one_batch():
@@ -253,6 +255,8 @@ def run_worker(args) -> None:
         optimizer.step()
         compute_s.append(compute)
         step_end_s.append(time.perf_counter() - started)  # loss against wall time
+        if counts_bytes:  # cumulative; differenced below into bytes per step (peak traffic)
+            bytes_sent_total.append(comms.stats()["bytes_sent"])
 
     for _ in range(args.num_warmup_batches):
         one_batch()
@@ -282,6 +286,8 @@ def run_worker(args) -> None:
             "forward_backward_seconds": statistics.median(compute_s), "engine": stats,
             "cpu_seconds_per_step": cpu_seconds / (args.num_iters * args.num_batches_per_iter),
             "averagings_per_step": averagings, "losses": losses, "step_end_seconds": step_end_s,
+            "step_bytes_sent": ([b - a for a, b in zip([bytes_at_start, *bytes_sent_total], bytes_sent_total)]
+                                if counts_bytes else None),
             "step_stats": comms.step_summary(timed_steps),
             "tuned_fusion_mb": getattr(getattr(optimizer, "algorithm", None), "chosen_fusion_mb", None)}
     gathered = comms.gather(mine)
