@@ -3,12 +3,13 @@
 ``alias horovodrun=relaxrun`` keeps existing launch lines working: every horovodrun option that
 means something on an MPI launch is accepted and mapped to relaxlib's setting or to mpirun's
 option; options for a tuning relaxlib does not have are accepted with a note on stderr (they never
-change results in Horovod either); options for launchers relaxlib does not have (Gloo, elastic
-host discovery, jsrun, a YAML config file) stop the launch with a message saying what to use instead.
+change results in Horovod either); options for launchers relaxlib does not have (Gloo, host
+blacklisting, jsrun, a YAML config file) stop the launch with a message saying what to use instead.
 
-Elastic training (``--min-np``, ``--max-np``, ``--reset-limit``): the job runs on Open MPI's
-fault-tolerant MPI (``mpirun --with-ft ulfm``) and ``hvd.elastic.run`` survives lost ranks down to
-``--min-np``; workers are not added back yet (``--max-np`` above ``-np`` is accepted with a note).
+Elastic training (``--min-np``, ``--max-np``, ``--reset-limit``, ``--elastic-timeout``, host
+discovery): the job runs on Open MPI's fault-tolerant MPI (``mpirun --with-ft ulfm``) and
+``hvd.elastic.run`` survives lost ranks down to ``--min-np``; with ``--max-np`` it adds workers back
+(relaxlib/elastic.py).
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="slots of a discovered host whose line gives none (default 1)")
     elastic.add_argument("--reset-limit", type=int, help="at most this many resets (hvd.elastic.run fails after)")
     elastic.add_argument("--elastic-timeout", type=float,
-                         help="accepted: relaxlib does not wait for workers below --min-np (it fails there)")
+                         help="seconds a job left below --min-np waits for capacity to add workers back (with "
+                              "--max-np) before it fails (default 600, as Horovod's)")
     for flag, (takes_value, _) in REJECTED.items():
         if takes_value:
             add(flag, dest=_dest(flag), nargs="*", help=argparse.SUPPRESS)
@@ -152,6 +154,9 @@ def elastic_error(args: argparse.Namespace, version_line: str | None = None) -> 
         return f"--slots-per-host={args.slots_per_host} must be at least 1"
     if args.reset_limit is not None and args.reset_limit < 0:
         return f"--reset-limit={args.reset_limit} must be at least 0"
+    timeout = getattr(args, "elastic_timeout", None)
+    if timeout is not None and not 0 <= timeout < float("inf"):
+        return f"--elastic-timeout={timeout:g} must be a number of seconds, at least 0"
     line = build_report.mpirun_version() if version_line is None else version_line
     release = build_report.open_mpi_release(line)
     if release is None or release[0] < 5:
@@ -164,8 +169,9 @@ def notes(args: argparse.Namespace) -> list[str]:
     """One line per accepted option that has no effect in relaxlib."""
     lines = [f"relaxrun: note: --{name.replace('_', '-')} has no effect: {why}"
              for name, why in NO_EFFECT.items() if getattr(args, name, None)]
-    if getattr(args, "elastic_timeout", None) is not None:
-        lines.append("relaxrun: note: --elastic-timeout has no effect: below --min-np the job fails at once")
+    if getattr(args, "elastic_timeout", None) is not None and getattr(args, "max_np", None) is None:
+        lines.append("relaxrun: note: --elastic-timeout has no effect without --max-np: no workers are added "
+                     "back, so below --min-np the job fails at once")
     if getattr(args, "autotune_setting", None) and not getattr(args, "autotune", None):
         lines.append(f"relaxrun: note: autotune settings have no effect: {NO_EFFECT['autotune']}")
     return lines
@@ -188,6 +194,8 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         env["RELAX_ELASTIC_MIN_NP"] = str(args.min_np or 1)
         if args.reset_limit is not None:
             env["RELAX_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
+        if getattr(args, "elastic_timeout", None) is not None:
+            env["RELAX_ELASTIC_TIMEOUT"] = f"{args.elastic_timeout:g}"
         if args.max_np is not None:
             env["RELAX_ELASTIC_MAX_NP"] = str(args.max_np)
             env["RELAX_ELASTIC_LAUNCH_NP"] = str(args.num_proc)

@@ -36,6 +36,8 @@ FAILURE_CONFIRMATION_S = 3.0
 # How long rank 0 lets the host discovery script run at a commit, and how often it runs it at most.
 DISCOVERY_TIMEOUT_S = 10.0
 DISCOVERY_INTERVAL_S = 1.0
+# How long a job below --min-np waits for workers to be added back by default (Horovod's default).
+DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 
 
 class State:
@@ -206,13 +208,70 @@ def _limits() -> tuple[int, int | None, int | None]:
     return read("MIN_NP") or 1, read("RESET_LIMIT"), read("MAX_NP")
 
 
+def elastic_timeout() -> float:
+    """Seconds a job below ``--min-np`` waits for capacity to add workers back (relaxrun's
+    ``--elastic-timeout``: RELAX_ELASTIC_TIMEOUT, or Horovod's HOROVOD_ELASTIC_TIMEOUT; Horovod's
+    default, 600 s, when neither is set)."""
+    text = os.environ.get("RELAX_ELASTIC_TIMEOUT") or os.environ.get("HOROVOD_ELASTIC_TIMEOUT")
+    if not text:
+        return DEFAULT_ELASTIC_TIMEOUT_S
+    try:
+        value = float(text)
+        if not value >= 0 or value == float("inf"):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"RELAX_ELASTIC_TIMEOUT={text} is not a number of seconds >= 0") from None
+    return value
+
+
+def _grow_back_to(min_np: int, state: State, error: RelaxError) -> None:
+    """After a reset left fewer than ``min_np`` ranks: adds workers back up to the capacity once it
+    allows ``min_np`` ranks (``--max-np``; the discovery script is asked again every
+    DISCOVERY_INTERVAL_S), waiting at most ``elastic_timeout()``; otherwise, or without
+    ``--max-np``, raises ProcessFailedError saying why, on every rank. Rank 0 decides and
+    broadcasts each decision, so every rank waits, grows or fails together."""
+    short = f"{error} (only {basics.size()} ranks left, fewer than --min-np={min_np}"
+    if not growth_enabled():
+        why = "; --max-np was not given, so no workers are added back" if not _growth_failed else \
+            f"; adding workers failed earlier: {_growth_failed[-1]}"
+        raise ProcessFailedError(f"{short}{why}: the job cannot go on)") from error
+    timeout = elastic_timeout()
+    deadline = time.monotonic() + timeout
+    while True:
+        decision = None
+        if state._rank() == 0:
+            room = workers_to_add()
+            if basics.size() + room >= min_np:
+                decision = ("grow", room)
+            elif time.monotonic() >= deadline:
+                decision = ("fail", basics.size() + room)
+            else:
+                decision = ("wait", 0)
+        verdict, count = state._bcast_object(decision)
+        if verdict == "grow":
+            break
+        if verdict == "fail":
+            raise ProcessFailedError(f"{short}; after --elastic-timeout={timeout:g} s the capacity is {count} "
+                                     f"ranks: the job cannot go on)") from error
+        time.sleep(DISCOVERY_INTERVAL_S)
+    started = time.monotonic()
+    try:
+        basics.grow(count)
+    except RelaxError as grow_error:
+        _growth_failed.append(str(grow_error))
+        raise ProcessFailedError(f"{short}; adding {count} worker(s) back failed: {grow_error})") from error
+    logger.warning("relaxlib elastic: below --min-np=%d, %d worker(s) joined in %.2f s: now rank %d of %d",
+                   min_np, count, time.monotonic() - started, basics.rank(), basics.size())
+
+
 def run_fn(func: Callable) -> Callable:
     """The ``hvd.elastic.run`` decorator: ``func(state, ...)`` starts from rank 0's state on every
     rank (``state.sync()``). When a rank's process is lost (``ProcessFailedError``, with fault
     tolerance on), every survivor restores the last commit, re-forms the world without the lost
     ranks (``relaxlib.reset()``), runs the reset callbacks, synchronizes from the new rank 0 and
-    calls ``func`` again. Any other error propagates. Fails with ``ProcessFailedError`` instead of
-    resetting when fewer than ``--min-np`` ranks would be left, or after ``--reset-limit`` resets."""
+    calls ``func`` again. Any other error propagates. When fewer than ``--min-np`` ranks are left,
+    workers are added back first (``--max-np``, within ``--elastic-timeout``); fails with
+    ``ProcessFailedError`` when they cannot be, or after ``--reset-limit`` resets."""
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs):
         min_np, reset_limit, _ = _limits()
@@ -246,8 +305,7 @@ def run_fn(func: Callable) -> Callable:
                                "resuming from the last commit", time.monotonic() - started, basics.rank(),
                                basics.size(), resets)
                 if basics.size() < min_np:
-                    raise ProcessFailedError(f"{error} (only {basics.size()} ranks left, fewer than --min-np="
-                                             f"{min_np}: the job cannot go on)") from error
+                    _grow_back_to(min_np, state, error)
                 state.on_reset()
 
     return wrapper

@@ -86,6 +86,33 @@ def test_below_min_np_every_survivor_fails_clearly(tmp_path):
     assert "DONE" not in run.stdout
     assert run.stdout.count("ProcessFailedError") == 2 and run.stdout.count("fewer than --min-np=3") == 2, \
         run.stdout[-4000:] + run.stderr[-3000:]
+    assert run.stdout.count("--max-np was not given") == 2, \
+        run.stdout[-4000:] + run.stderr[-3000:]
+
+
+def test_below_min_np_lost_ranks_are_added_back_within_the_elastic_timeout():
+    """-np 3 --min-np 3 --max-np 3: the loss at batch 13 leaves two ranks, below --min-np, so the
+    survivors add a worker back at once (not at the next commit) and the three go on from the
+    commit of batch 12 to the end with equal parameters."""
+    run = launch("--kill", "2:13", np=3, min_np=3, options=("--max-np", "3", "--elastic-timeout", "60"))
+    done = finished(run)
+    assert len(done) == 3 and all(d[2] == 3 and d[3] == 48 for d in done), done
+    assert sorted(d[1] for d in done) == [0, 1, 2] and len({d[4] for d in done}) == 1, done
+    assert generations(run) == [0, 2, 2], run.stdout  # two went through reset and growth, one joined
+    assert "below --min-np=3, 1 worker(s) joined" in run.stdout + run.stderr
+
+
+def test_below_min_np_every_survivor_fails_after_the_elastic_timeout(tmp_path):
+    """The discovery script lists two slots: below --min-np=3 the survivors ask it again for
+    --elastic-timeout=2 s, then every one of them fails naming the capacity."""
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    run = launch("--kill", "2:5", np=3, min_np=3, failing=2, tmp_path=tmp_path,
+                 options=("--max-np", "3", "--elastic-timeout", "2", "--host-discovery-script", str(script)))
+    assert run.returncode != 0 and "DONE" not in run.stdout
+    assert run.stdout.count("after --elastic-timeout=2 s the capacity is 2 ranks") == 2, \
+        run.stdout[-4000:] + run.stderr[-3000:]
 
 
 # Every relaxation set up again over the re-formed world (Algorithm.state_for_new_world says what

@@ -63,3 +63,20 @@ def test_without_a_script_lost_ranks_are_replaced_up_to_the_launch(monkeypatch):
     assert elastic.growth_enabled() and elastic.workers_to_add() == 1
     monkeypatch.delenv("RELAX_ELASTIC_MAX_NP")
     assert not elastic.growth_enabled()
+
+
+@pytest.mark.parametrize("text, seconds", [(None, elastic.DEFAULT_ELASTIC_TIMEOUT_S), ("0", 0.0), ("2.5", 2.5)])
+def test_the_elastic_timeout_is_read_from_relaxrun_or_horovod(text, seconds, monkeypatch):
+    monkeypatch.delenv("HOROVOD_ELASTIC_TIMEOUT", raising=False)
+    if text is None:
+        monkeypatch.delenv("RELAX_ELASTIC_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("RELAX_ELASTIC_TIMEOUT", text)
+    assert elastic.elastic_timeout() == seconds
+
+
+@pytest.mark.parametrize("text", ["-1", "soon", "nan", "inf"])
+def test_an_elastic_timeout_that_is_not_seconds_is_named(text, monkeypatch):
+    monkeypatch.setenv("RELAX_ELASTIC_TIMEOUT", text)
+    with pytest.raises(ValueError, match=f"RELAX_ELASTIC_TIMEOUT={text} is not a number of seconds"):
+        elastic.elastic_timeout()

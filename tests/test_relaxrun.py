@@ -132,6 +132,9 @@ def test_elastic_options_launch_with_fault_tolerance_and_bound_the_resets(monkey
     _, discovered = command_for(["-np", "2", "--max-np", "6", "--host-discovery-script", "d.sh", "--slots-per-host",
                                  "3", "python", "t.py"])
     assert discovered["RELAX_ELASTIC_DISCOVERY"].endswith("/d.sh") and discovered["RELAX_ELASTIC_SLOTS"] == "3"
+    _, waiting = command_for(["-np", "3", "--min-np", "3", "--max-np", "3", "--elastic-timeout", "2.5",
+                              "python", "t.py"])
+    assert waiting["RELAX_ELASTIC_TIMEOUT"] == "2.5"
     plain, plain_env = command_for(["-np", "4", "python", "t.py"])
     assert "--with-ft" not in plain and "RELAX_ELASTIC_MIN_NP" not in plain_env  # only elastic launches
 
@@ -142,6 +145,9 @@ def test_elastic_options_launch_with_fault_tolerance_and_bound_the_resets(monkey
     (["--min-np", "2"], "mpirun (Open MPI) 4.1.4", "needs Open MPI 5 with ULFM"),
     (["--host-discovery-script", "d.sh"], "mpirun (Open MPI) 5.0.11", "--host-discovery-script needs --max-np"),
     (["--max-np", "6", "--slots-per-host", "0"], "mpirun (Open MPI) 5.0.11", "--slots-per-host=0 must be at least 1"),
+    (["--min-np", "2", "--elastic-timeout", "-1"], "mpirun (Open MPI) 5.0.11",
+     "--elastic-timeout=-1 must be a number of seconds, at least 0"),
+    (["--min-np", "2", "--elastic-timeout", "nan"], "mpirun (Open MPI) 5.0.11", "--elastic-timeout=nan must be"),
 ])
 def test_elastic_options_that_cannot_hold_are_refused(argv, version, says, monkeypatch, capsys):
     monkeypatch.setattr(horovodrun_options.build_report, "mpirun_version", lambda: version)
@@ -171,6 +177,16 @@ def test_tuning_options_relaxlib_lacks_are_accepted_with_a_note(capsys):
     assert any("--hierarchical-allreduce has no effect" in n for n in notes)
     assert any("--autotune has no effect" in n for n in notes) and len(notes) == 3
     assert horovodrun_options.notes(relaxrun.parse_args(["-np", "2", "python", "t.py"])) == []
+
+
+def test_elastic_timeout_without_max_np_is_noted_as_without_effect(monkeypatch):
+    from relaxlib_launch import horovodrun_options
+    monkeypatch.setattr(horovodrun_options.build_report, "mpirun_version", lambda: "mpirun (Open MPI) 5.0.11")
+    alone = relaxrun.parse_args(["-np", "2", "--min-np", "2", "--elastic-timeout", "30", "python", "t.py"])
+    assert any("--elastic-timeout has no effect without --max-np" in n for n in horovodrun_options.notes(alone))
+    growing = relaxrun.parse_args(["-np", "2", "--min-np", "2", "--max-np", "3", "--elastic-timeout", "30",
+                                   "python", "t.py"])
+    assert horovodrun_options.notes(growing) == []
 
 
 def test_version_and_check_build_short_forms():
