@@ -53,8 +53,10 @@ MODES = ("allreduce", "dear", "compressed-fp16", "compressed-uint8", "compressed
          "compressed-sign-unscaled", "compressed-sign-gradient", "compressed-sign-floor-0.3",
          "adam", "onebit-adam", "decentralized-ring", "decentralized-random", "decentralized-ring-uint8",
          "partial-static", "partial-random", "partial-smart", "async",
-         "powersgd-1", "powersgd-2", "powersgd-4", "topk-1", "topk-10", "local-8", "diloco-8")
-LOCAL_UPDATES = ("local-8", "diloco-8")  # measured after a final exact average of the ranks' models
+         "powersgd-1", "powersgd-2", "powersgd-4", "topk-1", "topk-10",
+         "local-2", "local-8", "local-32", "diloco-2", "diloco-8", "diloco-32")
+# Measured after a final exact average of the ranks' models; H = 2, 8, 32 steps between syncs.
+LOCAL_UPDATES = ("local-2", "local-8", "local-32", "diloco-2", "diloco-8", "diloco-32")
 REFERENCE = {"onebit-adam": "adam", "adam": "adam"}  # every other mode is compared with allreduce
 AVERAGING = ("decentralized-ring", "decentralized-random", "decentralized-ring-uint8", "partial-static",
              "partial-random", "partial-smart", "async")
