@@ -172,6 +172,9 @@ def notes(args: argparse.Namespace) -> list[str]:
     if getattr(args, "elastic_timeout", None) is not None and getattr(args, "max_np", None) is None:
         lines.append("relaxrun: note: --elastic-timeout has no effect without --max-np: no workers are added "
                      "back, so below --min-np the job fails at once")
+    elif getattr(args, "elastic_timeout", None) is not None and getattr(args, "min_np", None) is None:
+        lines.append("relaxrun: note: --elastic-timeout has no effect without --min-np: the job never waits "
+                     "(it goes on down to one rank)")
     if getattr(args, "autotune_setting", None) and not getattr(args, "autotune", None):
         lines.append(f"relaxrun: note: autotune settings have no effect: {NO_EFFECT['autotune']}")
     return lines
@@ -195,7 +198,7 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
         if args.reset_limit is not None:
             env["RELAX_ELASTIC_RESET_LIMIT"] = str(args.reset_limit)
         if getattr(args, "elastic_timeout", None) is not None:
-            env["RELAX_ELASTIC_TIMEOUT"] = f"{args.elastic_timeout:g}"
+            env["RELAX_ELASTIC_TIMEOUT"] = repr(args.elastic_timeout)
         if args.max_np is not None:
             env["RELAX_ELASTIC_MAX_NP"] = str(args.max_np)
             env["RELAX_ELASTIC_LAUNCH_NP"] = str(args.num_proc)

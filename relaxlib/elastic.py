@@ -224,44 +224,60 @@ def elastic_timeout() -> float:
     return value
 
 
-def _grow_back_to(min_np: int, state: State, error: RelaxError) -> None:
+class _FailedWhileWaiting(Exception):
+    """The broadcast of a decision below ``--min-np`` failed (a rank lost meanwhile): carries the
+    error to ``run_fn``, which resets again (never seen by the user)."""
+
+    def __init__(self, error: RelaxError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _grow_back_to(min_np: int, state: State, error: RelaxError, timeout: float) -> None:
     """After a reset left fewer than ``min_np`` ranks: adds workers back up to the capacity once it
     allows ``min_np`` ranks (``--max-np``; the discovery script is asked again every
-    DISCOVERY_INTERVAL_S), waiting at most ``elastic_timeout()``; otherwise, or without
+    DISCOVERY_INTERVAL_S), waiting at most ``timeout`` seconds; otherwise, or without
     ``--max-np``, raises ProcessFailedError saying why, on every rank. Rank 0 decides and
-    broadcasts each decision, so every rank waits, grows or fails together."""
+    broadcasts each decision, so every rank waits, grows or fails together; a rank lost meanwhile
+    fails the broadcast on every survivor (``_FailedWhileWaiting``: the caller resets again)."""
     short = f"{error} (only {basics.size()} ranks left, fewer than --min-np={min_np}"
     if not growth_enabled():
         why = "; --max-np was not given, so no workers are added back" if not _growth_failed else \
             f"; adding workers failed earlier: {_growth_failed[-1]}"
         raise ProcessFailedError(f"{short}{why}: the job cannot go on)") from error
-    timeout = elastic_timeout()
     deadline = time.monotonic() + timeout
     while True:
         decision = None
         if state._rank() == 0:
-            room = workers_to_add()
-            if basics.size() + room >= min_np:
-                decision = ("grow", room)
-            elif time.monotonic() >= deadline:
-                decision = ("fail", basics.size() + room)
+            try:
+                room = workers_to_add()
+            except Exception as unreadable:  # (told to every rank, never left in the broadcast alone)
+                decision = ("fail", f"the capacity could not be read: {unreadable}")
             else:
-                decision = ("wait", 0)
-        verdict, count = state._bcast_object(decision)
+                if basics.size() + room >= min_np:
+                    decision = ("grow", room)
+                elif time.monotonic() >= deadline:
+                    decision = ("fail", f"after --elastic-timeout={timeout:g} s the capacity is "
+                                        f"{basics.size() + room} ranks")
+                else:
+                    decision = ("wait", 0)
+        try:
+            verdict, detail = state._bcast_object(decision)
+        except RelaxError as failed:
+            raise _FailedWhileWaiting(failed) from failed
         if verdict == "grow":
             break
         if verdict == "fail":
-            raise ProcessFailedError(f"{short}; after --elastic-timeout={timeout:g} s the capacity is {count} "
-                                     f"ranks: the job cannot go on)") from error
+            raise ProcessFailedError(f"{short}; {detail}: the job cannot go on)") from error
         time.sleep(DISCOVERY_INTERVAL_S)
     started = time.monotonic()
     try:
-        basics.grow(count)
+        basics.grow(detail)
     except RelaxError as grow_error:
         _growth_failed.append(str(grow_error))
-        raise ProcessFailedError(f"{short}; adding {count} worker(s) back failed: {grow_error})") from error
+        raise ProcessFailedError(f"{short}; adding {detail} worker(s) back failed: {grow_error})") from grow_error
     logger.warning("relaxlib elastic: below --min-np=%d, %d worker(s) joined in %.2f s: now rank %d of %d",
-                   min_np, count, time.monotonic() - started, basics.rank(), basics.size())
+                   min_np, detail, time.monotonic() - started, basics.rank(), basics.size())
 
 
 def run_fn(func: Callable) -> Callable:
@@ -275,6 +291,7 @@ def run_fn(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(state: State, *args, **kwargs):
         min_np, reset_limit, _ = _limits()
+        timeout = elastic_timeout()  # (read now: a bad setting is named before training, not after a loss)
         resets = 0
         while True:
             try:
@@ -295,17 +312,26 @@ def run_fn(func: Callable) -> Callable:
             except RelaxError as error:
                 if not _lost_a_rank(error):
                     raise
-                if reset_limit is not None and resets >= reset_limit:
-                    raise ProcessFailedError(f"{error} (no reset: --reset-limit={reset_limit} reached)") from error
-                state.restore()
-                started = time.monotonic()
-                basics.reset()
-                resets += 1
-                logger.warning("relaxlib elastic: world re-formed in %.2f s: now rank %d of %d (reset %d), "
-                               "resuming from the last commit", time.monotonic() - started, basics.rank(),
-                               basics.size(), resets)
-                if basics.size() < min_np:
-                    _grow_back_to(min_np, state, error)
+                while True:  # again when a rank is lost while the survivors wait to grow back
+                    if reset_limit is not None and resets >= reset_limit:
+                        raise ProcessFailedError(f"{error} (no reset: --reset-limit={reset_limit} reached)") \
+                            from error
+                    state.restore()
+                    started = time.monotonic()
+                    basics.reset()
+                    resets += 1
+                    logger.warning("relaxlib elastic: world re-formed in %.2f s: now rank %d of %d (reset %d), "
+                                   "resuming from the last commit", time.monotonic() - started, basics.rank(),
+                                   basics.size(), resets)
+                    if basics.size() >= min_np:
+                        break
+                    try:
+                        _grow_back_to(min_np, state, error, timeout)
+                        break
+                    except _FailedWhileWaiting as waiting:
+                        if not _lost_a_rank(waiting.error):
+                            raise waiting.error from None
+                        error = waiting.error
                 state.on_reset()
 
     return wrapper

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from relaxlib import basics, elastic
+from relaxlib.errors import ProcessFailedError, RelaxError
 
 
 @pytest.fixture
@@ -80,3 +81,61 @@ def test_an_elastic_timeout_that_is_not_seconds_is_named(text, monkeypatch):
     monkeypatch.setenv("RELAX_ELASTIC_TIMEOUT", text)
     with pytest.raises(ValueError, match=f"RELAX_ELASTIC_TIMEOUT={text} is not a number of seconds"):
         elastic.elastic_timeout()
+
+
+class _OneRankState:
+    """The broadcast of a one-rank world (rank 0 decides and hears itself), recording each decision."""
+
+    def __init__(self):
+        self.decisions = []
+        self._rank = lambda: 0
+
+    def _bcast_object(self, value):
+        self.decisions.append(value)
+        return value
+
+
+def test_below_min_np_waits_for_capacity_then_grows(monkeypatch):
+    """Rank 0 broadcasts "wait" while the capacity is short, then "grow" with what is missing."""
+    capacities = iter([1, 1, 3])
+    grown = []
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "3")
+    monkeypatch.setattr(elastic, "_growth_failed", [])
+    monkeypatch.setattr(elastic, "DISCOVERY_INTERVAL_S", 0.0)
+    monkeypatch.setattr(elastic, "capacity", lambda: next(capacities))
+    monkeypatch.setattr(basics, "size", lambda: 1)
+    monkeypatch.setattr(basics, "grow", grown.append)
+    monkeypatch.setattr(basics, "rank", lambda: 0)
+    state = _OneRankState()
+    elastic._grow_back_to(3, state, ProcessFailedError("rank 1 lost"), timeout=60)
+    assert state.decisions == [("wait", 0), ("wait", 0), ("grow", 2)] and grown == [2]
+
+
+def test_below_min_np_a_capacity_that_cannot_be_read_fails_every_rank(monkeypatch):
+    """An error in rank 0's reading of the capacity is broadcast as the failure, never left with
+    the other ranks waiting in the broadcast."""
+    def broken():
+        raise ValueError("RELAX_ELASTIC_SLOTS=x")
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "3")
+    monkeypatch.setattr(elastic, "_growth_failed", [])
+    monkeypatch.setattr(elastic, "capacity", broken)
+    monkeypatch.setattr(basics, "size", lambda: 1)
+    state = _OneRankState()
+    with pytest.raises(ProcessFailedError, match="the capacity could not be read: RELAX_ELASTIC_SLOTS=x"):
+        elastic._grow_back_to(3, state, ProcessFailedError("rank 1 lost"), timeout=60)
+    assert state.decisions[0][0] == "fail"
+
+
+def test_below_min_np_a_failed_growth_is_named_and_not_tried_again(monkeypatch):
+    def refused(count):
+        raise RelaxError("MPI_Comm_spawn failed")
+    monkeypatch.setenv("RELAX_ELASTIC_MAX_NP", "3")
+    monkeypatch.setattr(elastic, "_growth_failed", [])
+    monkeypatch.setattr(elastic, "capacity", lambda: 3)
+    monkeypatch.setattr(basics, "size", lambda: 2)
+    monkeypatch.setattr(basics, "grow", refused)
+    with pytest.raises(ProcessFailedError, match="adding 1 worker\\(s\\) back failed: MPI_Comm_spawn failed"):
+        elastic._grow_back_to(3, _OneRankState(), ProcessFailedError("rank 1 lost"), timeout=60)
+    assert not elastic.growth_enabled()
+    with pytest.raises(ProcessFailedError, match="adding workers failed earlier: MPI_Comm_spawn failed"):
+        elastic._grow_back_to(3, _OneRankState(), ProcessFailedError("rank 1 lost"), timeout=60)

@@ -135,6 +135,9 @@ def test_elastic_options_launch_with_fault_tolerance_and_bound_the_resets(monkey
     _, waiting = command_for(["-np", "3", "--min-np", "3", "--max-np", "3", "--elastic-timeout", "2.5",
                               "python", "t.py"])
     assert waiting["RELAX_ELASTIC_TIMEOUT"] == "2.5"
+    _, long_wait = command_for(["-np", "3", "--min-np", "2", "--max-np", "3", "--elastic-timeout", "1234567",
+                                "python", "t.py"])
+    assert float(long_wait["RELAX_ELASTIC_TIMEOUT"]) == 1234567  # every digit kept
     plain, plain_env = command_for(["-np", "4", "python", "t.py"])
     assert "--with-ft" not in plain and "RELAX_ELASTIC_MIN_NP" not in plain_env  # only elastic launches
 
@@ -187,6 +190,8 @@ def test_elastic_timeout_without_max_np_is_noted_as_without_effect(monkeypatch):
     growing = relaxrun.parse_args(["-np", "2", "--min-np", "2", "--max-np", "3", "--elastic-timeout", "30",
                                    "python", "t.py"])
     assert horovodrun_options.notes(growing) == []
+    unbounded = relaxrun.parse_args(["-np", "2", "--max-np", "3", "--elastic-timeout", "30", "python", "t.py"])
+    assert any("--elastic-timeout has no effect without --min-np" in n for n in horovodrun_options.notes(unbounded))
 
 
 def test_version_and_check_build_short_forms():
