@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,21 @@ def rank_output_files(out_dir: Path, rank: int) -> list[Path]:
             *out_dir.glob(f"rank/*/rank.{rank}/stderr"), *out_dir.glob(f"rank.*.{rank}.err")]
 
 
+def _log_launch(np: int, argv: list[str], seconds: float) -> None:
+    """One line per launch (test, ranks, seconds, what ran) into $RELAX_TEST_LAUNCH_LOG when it is set: where
+    the suite's time goes (rank start-up dominates on 2 cores, so the number of launches is what counts)."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    what = " ".join(Path(a).name if "/" in a else a for a in argv if a.startswith("/") or not a.startswith("-"))
+    _log_lines([f"{seconds:7.1f}s np={np} {test} :: {what[:300]}"])
+
+
+def _log_lines(lines: list[str]) -> None:
+    log = os.environ.get("RELAX_TEST_LAUNCH_LOG")
+    if log:
+        with open(log, "a") as out:
+            out.write("".join(line + "\n" for line in lines))
+
+
 def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
               mpi_args: list[str] | None = None) -> RankRun:
     """Runs ``argv`` on ``np`` ranks; kills the whole job if it outlives ``timeout`` seconds."""
@@ -75,6 +91,7 @@ def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, ti
     full_env.update(env or {})
     with tempfile.TemporaryDirectory(prefix="relax-ranks-") as out_dir:
         cmd = mpirun_prefix(np, mpi_args) + ["--output-filename", str(Path(out_dir) / "rank")] + argv
+        started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
         timed_out = False
@@ -86,6 +103,7 @@ def run_ranks(np: int, argv: list[str], *, env: dict[str, str] | None = None, ti
             launcher_output, _ = proc.communicate()
         outputs = ["\n".join(f.read_text(errors="replace") for f in rank_output_files(Path(out_dir), rank))
                    for rank in range(np)]
+    _log_launch(np, argv, time.monotonic() - started)
     return RankRun(proc.returncode, outputs, launcher_output or "", timed_out)
 
 
@@ -102,4 +120,9 @@ def run_pytest_on_ranks(np: int, modules: str | list[str], *, env: dict[str, str
     with tempfile.TemporaryDirectory(prefix="relax-results-") as results_dir:
         run = run_ranks(np, argv, env={**(env or {}), RESULTS_DIR_VARIABLE: results_dir}, timeout=timeout)
         run.results = read_rank_results(results_dir, np)
+    if run.results and run.results[0].seconds:
+        inner = run.results[0].seconds
+        slowest = sorted(inner.items(), key=lambda item: -item[1])[:8]
+        _log_lines([f"    {sum(inner.values()):7.1f}s in {len(inner)} inner tests on rank 0, the slowest:",
+                    *(f"    {seconds:7.1f}s {nodeid.split('/')[-1]}" for nodeid, seconds in slowest)])
     return run

@@ -57,7 +57,8 @@ class RankResultsPlugin:
             self._write(event="result", nodeid=report.nodeid, when=report.when, outcome="failed",
                         message=_crash_message(report))
         elif report.when == "call" or (report.when == "setup" and report.skipped):
-            self._write(event="result", nodeid=report.nodeid, when=report.when, outcome=report.outcome)
+            self._write(event="result", nodeid=report.nodeid, when=report.when, outcome=report.outcome,
+                        seconds=round(report.duration, 3))
 
     def pytest_collectreport(self, report):
         """A module that fails to import or collect is a failure of its own."""
@@ -79,6 +80,7 @@ class RankResults:
     outcomes: dict[str, str] = field(default_factory=dict)        # nodeid -> passed / failed / skipped
     failures: list[tuple[str, str]] = field(default_factory=list)  # (nodeid, message), in order
     started: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)        # nodeid -> time its call took
     exitstatus: int | None = None                                  # None: the session never finished
 
     @property
@@ -111,6 +113,8 @@ def read_rank_results(folder: str | os.PathLike, np: int) -> list[RankResults]:
                     res.outcomes[nodeid] = "failed"
                 else:
                     res.outcomes.setdefault(nodeid, event["outcome"])
+                    if "seconds" in event:
+                        res.seconds[nodeid] = event["seconds"]
             elif event.get("event") == "finish":
                 res.exitstatus = event["exitstatus"]
         results.append(res)
