@@ -32,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 ALGORITHMS = ("allreduce", "dear", "compressed", "onebit_adam", "ddp", "horovod", "none", "decentralized", "partial",
               "async", "powersgd", "topk", "local", "diloco", "ddp-powersgd")
 PEERS = ("ddp", "horovod", "ddp-powersgd")  # other libraries: no relaxlib engine, telemetry or algorithm
+# All-reduced steps before PowerSGD compresses, in both implementations: DDP's hook needs at least 2
+# with error feedback or warm start (PowerSGDState refuses fewer).
+PSGD_START_ITER = 2
 
 
 def mode_arguments(mode: str) -> list[str]:
@@ -86,7 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--group-size", type=int, default=2, help="partial: ranks per group")
     parser.add_argument("--sync-interval-ms", type=float, default=20.0, help="async: averaging interval")
     parser.add_argument("--psgd-rank", type=int, default=1,
-                        help="powersgd / ddp-powersgd: rank of the approximation (compresses from the first step)")
+                        help="powersgd / ddp-powersgd: rank of the approximation (both compress from step "
+                             f"{PSGD_START_ITER + 1})")
     parser.add_argument("--density", type=float, default=0.01, help="topk: fraction of the gradient sent")
     parser.add_argument("--sync-every", type=int, default=8, help="local / diloco: inner steps between syncs")
     parser.add_argument("--fragments", type=int, default=1,
@@ -141,7 +145,7 @@ class Comms:
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
             ddp = torch.nn.parallel.DistributedDataParallel(model)
             state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.psgd_rank,
-                                                start_powerSGD_iter=2, min_compression_rate=2)
+                                                start_powerSGD_iter=PSGD_START_ITER, min_compression_rate=2)
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
             return ddp, optimizer
         if args.algorithm == "none":
@@ -161,7 +165,7 @@ class Comms:
                                                               else None),
             "partial": lambda: algorithms.PartialAllReduce(args.group_size, args.generator),
             "async": lambda: algorithms.AsyncModelAverage(sync_interval_ms=args.sync_interval_ms),
-            "powersgd": lambda: algorithms.PowerSGD(rank=args.psgd_rank, start_iter=0),
+            "powersgd": lambda: algorithms.PowerSGD(rank=args.psgd_rank, start_iter=PSGD_START_ITER),
             "topk": lambda: algorithms.TopK(density=args.density),
             "local": lambda: algorithms.LocalSGD(sync_every=args.sync_every),
             "diloco": lambda: algorithms.DiLoCo(sync_every=args.sync_every, fragments=args.fragments,

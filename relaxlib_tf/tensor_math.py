@@ -15,6 +15,8 @@ NOT_IN_A_GRAPH = "is not available while a step is traced (the algorithm is not 
 class GraphMath(TensorMath, StepScaleMath):
     """TF ops on flat tensors; ``zeros`` are variables created outside the traced function."""
 
+    writes_in_place = False  # tensors are immutable; only whole variables are assigned
+
     def zeros(self, numel: int) -> tf.Variable:
         """A variable (created outside the traced function): state that outlives the trace."""
         with tf.init_scope():

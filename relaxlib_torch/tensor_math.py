@@ -76,6 +76,12 @@ class TorchMath(TensorMath, StepScaleMath):
         right = b.reshape(cols, inner).t() if transpose_b else b.reshape(inner, cols)
         return torch.matmul(left, right).reshape(-1)
 
+    def matmul_into(self, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, rows: int, inner: int, cols: int,
+                    transpose_a: bool = False, transpose_b: bool = False) -> None:
+        left = a.reshape(inner, rows).t() if transpose_a else a.reshape(rows, inner)
+        right = b.reshape(cols, inner).t() if transpose_b else b.reshape(inner, cols)
+        torch.matmul(left, right, out=out.view(rows, cols))
+
     def orthogonalize(self, tensor: torch.Tensor, rows: int, cols: int, epsilon: float = 0.0) -> torch.Tensor:
         """Modified Gram-Schmidt (each later column loses its projection as soon as a column is
         done: more stable than projecting against all earlier ones at once), in float32."""

@@ -214,6 +214,12 @@ def test_torch_math_computes_what_host_math_does():
         expected = host.matmul(a, b, 3, inner, 2, *flags)
         np.testing.assert_allclose(mine.matmul(torch.from_numpy(a), torch.from_numpy(b), 3, inner, 2, *flags).numpy(),
                                    expected, rtol=1e-6)
+        for math_, kind in ((mine, torch.from_numpy), (host, np.asarray)):  # into a slice, the rest untouched
+            buffer = math_.zeros(10)
+            math_.matmul_into(buffer[2:8], kind(a), kind(b), 3, inner, 2, *flags)
+            got = np.asarray(buffer)
+            assert np.array_equal(got[2:8], np.asarray(math_.matmul(kind(a), kind(b), 3, inner, 2, *flags)))
+            assert not got[:2].any() and not got[8:].any()
     matrix = rng.standard_normal(12).astype(np.float32)
     matrix[1::2] = 0  # a zero second column
     np.testing.assert_allclose(mine.orthogonalize(torch.from_numpy(matrix), 6, 2, 0.0).numpy(),

@@ -67,6 +67,11 @@ CAPABILITIES = {
 class TensorMath(ABC):
     """Arithmetic on flat tensors of one kind (``Tensor``: numpy arrays, torch tensors or TF tensors)."""
 
+    # Whether buffers from ``zeros``, their slices and ``flatten_grads(out=...)`` can be written in
+    # place (``add_``, ``copy_`` into a slice, ``matmul_into``): host arrays and torch tensors can;
+    # TensorFlow's tensors cannot, and algorithms then build new tensors instead.
+    writes_in_place: bool = True
+
     @abstractmethod
     def zeros(self, numel: int) -> Any:
         """A new flat float32 tensor of zeros that an algorithm may keep as state from step to
@@ -122,6 +127,12 @@ class TensorMath(ABC):
         """The product ``A @ B`` (``rows`` x ``cols``) as a new flat tensor, row-major. ``a`` holds
         A (``rows`` x ``inner``) row-major, or with ``transpose_a`` its transpose (``inner`` x
         ``rows``); ``b`` holds B (``inner`` x ``cols``), or with ``transpose_b`` its transpose."""
+
+    def matmul_into(self, out: Any, a: Any, b: Any, rows: int, inner: int, cols: int, transpose_a: bool = False,
+                    transpose_b: bool = False) -> None:
+        """``matmul`` written into ``out`` (``rows * cols`` elements of a buffer from ``zeros``, or a
+        slice of one) instead of a new tensor; kinds that can write in place override it."""
+        self.copy_(out, self.matmul(a, b, rows, inner, cols, transpose_a, transpose_b))
 
     @abstractmethod
     def orthogonalize(self, tensor: Any, rows: int, cols: int, epsilon: float = 0.0) -> Any:

@@ -54,6 +54,7 @@ class BucketPlan:
     members: list[int]
     matrices: list[Matrix]
     dense: list[tuple[int, int]]
+    dense_members: list[int]  # optimizer indices of the exactly averaged parameters, in order
     compressed_numel: int
     p_numel: int
     q_numel: int
@@ -81,6 +82,7 @@ def plan_bucket(ctx: TrainingContext, members: list[int], rank: int, min_compres
     refs = ctx.parameters()
     matrices: list[Matrix] = []
     dense: list[tuple[int, int]] = []
+    dense_members: list[int] = []
     layout: list[tuple[bool, int, int]] = []
     offset = m_offset = p_offset = q_offset = dense_offset = 0
     for index in members:
@@ -96,10 +98,11 @@ def plan_bucket(ctx: TrainingContext, members: list[int], rank: int, min_compres
             q_offset += cols * r
         else:
             dense.append((offset, ref.numel))
+            dense_members.append(index)
             layout.append((False, dense_offset, ref.numel))
             dense_offset += ref.numel
         offset += ref.numel
-    return BucketPlan(list(members), matrices, dense, m_offset, p_offset, q_offset, layout)
+    return BucketPlan(list(members), matrices, dense, dense_members, m_offset, p_offset, q_offset, layout)
 
 
 def _check_int(name: str, value, minimum: int) -> None:
@@ -203,6 +206,21 @@ class PowerSGD(Algorithm):
         self._iteration = 0  # steps taken (own count: restored by load_state_dict, unlike the binding's)
         self._errors = [ctx.math.zeros(plan.compressed_numel) if self.error_feedback and plan.matrices else None
                         for plan in self._plans]
+        # Buffers written in place every step (a fresh 27 MB tensor per step costs its page faults, and
+        # the copies between them were most of PowerSGD's CPU on top of all-reduce's). ``_work[b]``
+        # receives M = gradient + error, then becomes what the approximation leaves of it: when the
+        # step commits it is swapped with the error memory, so a failed step leaves the memory as it was.
+        # Where tensors are not written in place (TensorFlow's), each step makes new ones instead.
+        self._in_place = ctx.math.writes_in_place
+        self._work = [ctx.math.zeros(plan.compressed_numel) if plan.matrices and self._in_place else None
+                      for plan in self._plans]
+        # the averaged gradients of every bucket, laid out as the optimizer update takes them
+        self._bucket_offsets = []
+        total = 0
+        for plan in self._plans:
+            self._bucket_offsets.append(total)
+            total += sum(numel for _, _, numel in plan.layout)
+        self._averaged = ctx.math.zeros(total) if self._in_place else None
         self._q: list[object | None] = [None] * len(self._plans)  # warm start: last step's mean Q
         restore, self._restore = getattr(self, "_restore", None), None
         if restore is not None:  # loaded before setup (Keras sets algorithms up at the first step)
@@ -226,7 +244,8 @@ class PowerSGD(Algorithm):
         for bucket in range(len(self._plans)):
             if bucket not in self._flights:
                 self._start(ctx, bucket)  # parameters without gradient this step: zeros
-        if not self.compressing():
+        compressed = self.compressing()
+        if not compressed:
             averaged = []
             for flight in (self._flights[b] for b in range(len(self._plans))):
                 handle, flight.plain = flight.plain, None  # (a wait that raises has used its handle up)
@@ -247,14 +266,18 @@ class PowerSGD(Algorithm):
         self._ready = [0] * len(self._plans)
         if self.warm_start:
             self._q = new_q
-        for memory, error in zip(self._errors, new_errors):
-            if memory is not None and error is not None and error is not memory:
-                ctx.math.copy_(memory, error)
+        for bucket, error in enumerate(new_errors):
+            if self._errors[bucket] is None or error is None or error is self._errors[bucket]:
+                continue
+            if self._in_place:  # the residual, in the work buffer, becomes the memory
+                self._errors[bucket], self._work[bucket] = error, self._errors[bucket]
+            else:
+                ctx.math.copy_(self._errors[bucket], error)
         self._iteration += 1
         clip_to_max_grad_norm(ctx, averaged)  # the same averages on every rank: the same norm
         # one optimizer call for every bucket: optimizer-wide state must see one step
-        ctx.apply_update([i for plan in self._plans for i in plan.members], ctx.snapshot(),
-                         flat_grads=ctx.math.concat(averaged))
+        flat_grads = self._averaged if compressed and self._in_place else ctx.math.concat(averaged)
+        ctx.apply_update([i for plan in self._plans for i in plan.members], ctx.snapshot(), flat_grads=flat_grads)
 
     def abandon_step(self, ctx: TrainingContext) -> None:
         wait_out(ctx, [h for flight in self._flights.values() for h in flight.handles()])
@@ -303,19 +326,21 @@ class PowerSGD(Algorithm):
         """A bucket's gradients are complete: its exact part's all-reduce and P's start."""
         plan, flight = self._plans[bucket], _Flight()
         self._flights[bucket] = flight
-        grads = ctx.flatten_grads(plan.members)
         name = self._name(bucket)
         if not self.compressing():
-            flight.plain = ctx.comm.allreduce_async(grads, name + ".grad")
+            flight.plain = ctx.comm.allreduce_async(ctx.flatten_grads(plan.members), name + ".grad")
             return
-        if plan.dense:
-            dense = ctx.math.concat([grads[o:o + n] for o, n in plan.dense])
-            flight.dense = ctx.comm.allreduce_async(dense, name + ".dense")
+        if plan.dense_members:
+            flight.dense = ctx.comm.allreduce_async(ctx.flatten_grads(plan.dense_members), name + ".dense")
         if not plan.matrices:
             return
-        m = ctx.math.concat([grads[x.offset:x.offset + x.numel] for x in plan.matrices])
-        if self._errors[bucket] is not None:  # (not in place: TensorFlow's tensors are not written)
-            m = m + self._errors[bucket]
+        # M, laid end to end in the bucket's work buffer (hosts of either framework write it in place)
+        m = ctx.flatten_grads([x.index for x in plan.matrices], out=self._work[bucket])
+        if self._errors[bucket] is not None:
+            if self._in_place:
+                ctx.math.add_(m, self._errors[bucket])
+            else:
+                m = m + self._errors[bucket]
         flight.m = m
         q = self._initial_q(ctx, bucket)
         p = ctx.math.concat([ctx.math.matmul(m[x.m_offset:x.m_offset + x.numel],
@@ -370,17 +395,44 @@ class PowerSGD(Algorithm):
         plan, flight = self._plans[bucket], self._flights[bucket]
         handle, flight.dense = flight.dense, None
         dense = ctx.comm.wait(handle) if handle is not None else None
-        q = error = low_rank = None
+        q = error = p_hat = None
         if plan.matrices:
             handle, flight.q = flight.q, None
             q = ctx.comm.wait(handle)
             p_hat = flight.p_hat
+        if not self._in_place:
+            return self._assemble(ctx, plan, flight.m, p_hat, q, dense)
+        # the averaged gradient written piece by piece into its place in the step's buffer
+        start = self._bucket_offsets[bucket]
+        out = self._averaged[start:start + sum(numel for _, _, numel in plan.layout)]
+        matrices = iter(plan.matrices)
+        offset = 0
+        for compressed, at, numel in plan.layout:
+            target = out[offset:offset + numel]
+            if compressed:
+                x = next(matrices)
+                ctx.math.matmul_into(target, p_hat[x.p_offset:x.p_offset + x.rows * x.rank],
+                                     q[x.q_offset:x.q_offset + x.cols * x.rank], x.rows, x.rank, x.cols,
+                                     transpose_b=True)
+                if self._errors[bucket] is not None:  # what the mean approximation leaves of M
+                    ctx.math.add_(flight.m[at:at + numel], target, alpha=-1.0)
+            else:
+                ctx.math.copy_(target, dense[at:at + numel])
+            offset += numel
+        if plan.matrices and self._errors[bucket] is not None:
+            error = flight.m
+        return out, q, error
+
+    def _assemble(self, ctx: TrainingContext, plan: BucketPlan, m, p_hat, q, dense) -> tuple:
+        """``_finish`` with new tensors, for kinds that are not written in place."""
+        low_rank = error = None
+        if plan.matrices:
             low_rank = ctx.math.concat([ctx.math.matmul(p_hat[x.p_offset:x.p_offset + x.rows * x.rank],
                                                         q[x.q_offset:x.q_offset + x.cols * x.rank], x.rows, x.rank,
                                                         x.cols, transpose_b=True)
                                         for x in plan.matrices])
-            if self._errors[bucket] is not None:
-                error = ctx.math.difference(flight.m, low_rank)  # what the mean approximation leaves of M
+            if self.error_feedback:
+                error = ctx.math.difference(m, low_rank)  # what the mean approximation leaves of M
         pieces = [(low_rank if compressed else dense)[at:at + numel] for compressed, at, numel in plan.layout]
         return ctx.math.concat(pieces), q, error
 
