@@ -269,9 +269,15 @@ test-quick: build
 # In a fresh clone pip keeps about one core busy for minutes: the other compiles meanwhile what needs only
 # MPI and the compilers (the core, then its ASan/UBSan and fuzzing builds); all up to date, this is quick.
 TEST_PREBUILD := core-prebuild $(CPP_TEST_OBJS) $(ASAN_CORE_OBJS) $(FUZZ_CORE_OBJS)
+# Each phase says how long it took (the budget of the suite is 15 minutes: where the time goes shows in CI's log).
+TEST_PHASES := build cpp-test test-asan fuzz-smoke cuda-check lint pytest
 test: $(MPI_READY)
-	@$(MAKE) --no-print-directory -j2 $(DEPS_STAMP) $(TEST_PREBUILD)
-	@$(MAKE) --no-print-directory build cpp-test test-asan fuzz-smoke cuda-check lint pytest
+	@start=$$(date +%s); $(MAKE) --no-print-directory -j2 $(DEPS_STAMP) $(TEST_PREBUILD) || exit $$?; \
+		echo "make test: install and prebuild took $$(( $$(date +%s) - start )) s"
+	@for phase in $(TEST_PHASES); do \
+		start=$$(date +%s); $(MAKE) --no-print-directory $$phase || exit $$?; \
+		echo "make test: $$phase took $$(( $$(date +%s) - start )) s"; \
+	done
 
 # The -O3 core into build/core (the objects `build` then finds up to date), before the requirements are in.
 core-prebuild: $(MPI_READY)

@@ -10,6 +10,7 @@ import atexit
 import ctypes
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -164,12 +165,14 @@ def grow(count: int, command: str | None = None, args: list[str] | None = None) 
         raise ValueError(f"grow: count must be a positive integer, not {count!r}")
     if command is None:
         command, args = sys.executable, [*getattr(sys, "orig_argv", [sys.executable, *sys.argv])[1:]]
-    arguments = [str(a).encode() for a in (args or [])]
-    argv = (ctypes.c_char_p * max(len(arguments), 1))(*arguments)
-    settings = "\n".join([f"{name}={value}" for name, value in sorted(os.environ.items())
-                           if name.startswith(("RELAX_", "HOROVOD_")) or name == "PYTHONPATH"]
-                          + ["RELAX_ELASTIC_JOINED=1"])
-    _core.check(_core.lib().relax_grow(str(command).encode(), argv, len(arguments), count, None, settings.encode()))
+    settings = [f"{name}={value}" for name, value in sorted(os.environ.items())
+                if name.startswith(("RELAX_", "HOROVOD_")) or name == "PYTHONPATH"] + ["RELAX_ELASTIC_JOINED=1"]
+    # The new ranks start under `env NAME=value ... command args`: an MPI info value (Open MPI's
+    # PMIX_ENVAR) holds at most MPI_MAX_INFO_VAL = 256 characters, which a PYTHONPATH alone can pass.
+    env = shutil.which("env") or "/usr/bin/env"
+    arguments = [a.encode() for a in [*settings, str(command), *map(str, args or [])]]
+    argv = (ctypes.c_char_p * len(arguments))(*arguments)
+    _core.check(_core.lib().relax_grow(env.encode(), argv, len(arguments), count, None, None))
     _world_generation += 1
     _after_world_change()
 

@@ -130,8 +130,8 @@ def test_the_flat_context_interface_forwards_to_the_pieces():
     from relaxlib.algorithms.context import COMM_ALIASES, MATH_ALIASES, Communicator, TensorMath
     from relaxlib.algorithms.step_scale import StepScaleMath
 
-    def public(cls):
-        return {name for name in dir(cls) if not name.startswith("_")}
+    def public(cls):  # operations (not properties such as TensorMath.writes_in_place)
+        return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
 
     assert set(MATH_ALIASES) == public(TensorMath) | public(StepScaleMath)
     parts = {"reduce_scatter_parts_async", "compressed_allreduce_parts_async"}  # for the *_grads_async methods

@@ -36,10 +36,11 @@ pytestmark = [pytest.mark.mpi, pytest.mark.skipif(_fault_tolerance_missing() is 
 
 
 def launch(*args: str, np: int = 4, min_np: int = 2, failing: int = 0, tmp_path=None,
-           options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+           options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """relaxrun -np <np> --min-np <min_np> <options> elastic_torch.py <args>, bounded (a hang fails the
-    test). ``failing``: how many survivors are expected to fail (they wait for each other's report)."""
-    env = dict(os.environ)
+    test). ``failing``: how many survivors are expected to fail (they wait for each other's report);
+    ``env``: settings added to this process's environment."""
+    env = {**os.environ, **(env or {})}
     if failing:
         done = tmp_path / "failed"
         done.mkdir()
@@ -216,7 +217,9 @@ def test_a_lost_rank_is_replaced_with_max_np():
     """-np 4 --max-np 4: after the loss at batch 13 the three survivors go on from the commit of batch
     12, and at the next commit a new worker is spawned, synchronized from rank 0 and trains with them:
     four ranks end with equal parameters, the new one numbered last."""
-    run = launch("--kill", "2:13", options=("--max-np", "4"))
+    # A long setting travels to the new worker too (over Open MPI's 256-character info values, which
+    # once aborted the job in MPI_Info_set).
+    run = launch("--kill", "2:13", options=("--max-np", "4"), env={"RELAX_TEST_LONG_SETTING": "x" * 300})
     done = finished(run)
     assert len(done) == 4 and all(d[2] == 4 and d[3] == 48 for d in done), done
     assert sorted(d[1] for d in done) == [0, 1, 2, 3] and len({d[4] for d in done}) == 1, done

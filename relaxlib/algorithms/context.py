@@ -381,7 +381,7 @@ class TrainingContext(ParameterAccess, StepControl):
 # The flat interface of earlier versions: ``ctx.<name>`` for what now lives on ``ctx.math`` and
 # ``ctx.comm``, so algorithms written against it keep working (built-in ones use the pieces).
 MATH_ALIASES = ("zeros", "concat", "copy_", "add_", "scale_", "sum_of_squares", "clone", "sqrt", "repeat",
-                "difference", "from_host", "matmul", "orthogonalize",
+                "difference", "from_host", "matmul", "matmul_into", "orthogonalize",
                 # relaxlib.algorithms.step_scale.StepScaleMath
                 "host_view", "factor_mean_squares", "outer", "finite_or")
 COMM_ALIASES = ("allreduce_async", "reduce_scatter_async", "allgather_async", "broadcast_async", "wait",

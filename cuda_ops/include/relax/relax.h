@@ -300,7 +300,9 @@ RELAX_API int relax_process_failure_noted(void);
 RELAX_API int relax_reset(void);
 /* Adds `count` ranks (collective over the current world; hvd.elastic's workers added back): stops
  * the engine, starts `count` processes of `command argv[0..argc)` with MPI_Comm_spawn (on `host`
- * when not NULL or empty; `environment`: "NAME=value" lines set in them), merges them into the world
+ * when not NULL or empty; `environment`: "NAME=value" lines set in them, at most MPI_MAX_INFO_VAL
+ * characters, else RELAX_ERR_INVALID_ARGUMENT: relaxlib.grow runs `env NAME=value ... command` instead),
+ * merges them into the world
  * after the current ranks and starts a new engine on it. The new processes join that world in their
  * relax_init. Works on any MPI with dynamic processes; no fault tolerance needed. */
 RELAX_API int relax_grow(const char* command, const char* const* argv, int32_t argc, int32_t count, const char* host,

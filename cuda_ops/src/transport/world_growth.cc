@@ -1,6 +1,7 @@
 #include "transport/world_growth.h"
 
 #include <mutex>
+#include <string>
 
 #include "transport/mpi_context.h"
 
@@ -29,6 +30,15 @@ Status spawn_and_merge(MPI_Comm base, const SpawnRequest& request, MPI_Comm* mer
   *merged = MPI_COMM_NULL;
   if (request.count < 1 || request.command.empty()) {
     return Status::error(RELAX_ERR_INVALID_ARGUMENT, "growing the world needs a command and at least one new rank");
+  }
+  // MPI_Info_set refuses longer values, on MPI_COMM_WORLD's fatal handler in Open MPI 5: say so instead.
+  for (const std::string* value : {&request.host, &request.environment}) {
+    if (value->size() > static_cast<size_t>(MPI_MAX_INFO_VAL)) {
+      return Status::error(RELAX_ERR_INVALID_ARGUMENT,
+                           std::string(value == &request.host ? "host" : "environment") + " for the new ranks is " +
+                               std::to_string(value->size()) + " characters, over MPI_MAX_INFO_VAL (" +
+                               std::to_string(MPI_MAX_INFO_VAL) + "): pass settings on the command line instead");
+    }
   }
   std::vector<char*> argv;
   for (const std::string& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
