@@ -33,7 +33,6 @@ class Matrix:
     """A compressed parameter: where it lies and its low-rank factors' sizes."""
 
     index: int     # optimizer index of the parameter
-    offset: int    # in its bucket's flat gradient
     rows: int
     cols: int
     rank: int      # min(rank, rows, cols): a factor of more columns than that spans nothing more
@@ -53,8 +52,8 @@ class BucketPlan:
 
     members: list[int]
     matrices: list[Matrix]
-    dense: list[tuple[int, int]]
     dense_members: list[int]  # optimizer indices of the exactly averaged parameters, in order
+    numel: int                # elements of the whole bucket
     compressed_numel: int
     p_numel: int
     q_numel: int
@@ -81,7 +80,6 @@ def plan_bucket(ctx: TrainingContext, members: list[int], rank: int, min_compres
     """Splits a bucket's parameters into compressed matrices and the exactly averaged rest."""
     refs = ctx.parameters()
     matrices: list[Matrix] = []
-    dense: list[tuple[int, int]] = []
     dense_members: list[int] = []
     layout: list[tuple[bool, int, int]] = []
     offset = m_offset = p_offset = q_offset = dense_offset = 0
@@ -91,18 +89,17 @@ def plan_bucket(ctx: TrainingContext, members: list[int], rank: int, min_compres
         if shape is not None and worth_compressing(*shape, min(rank, *shape), min_compression_rate):
             rows, cols = shape
             r = min(rank, rows, cols)
-            matrices.append(Matrix(index, offset, rows, cols, r, m_offset, p_offset, q_offset))
+            matrices.append(Matrix(index, rows, cols, r, m_offset, p_offset, q_offset))
             layout.append((True, m_offset, ref.numel))
             m_offset += rows * cols
             p_offset += rows * r
             q_offset += cols * r
         else:
-            dense.append((offset, ref.numel))
             dense_members.append(index)
             layout.append((False, dense_offset, ref.numel))
             dense_offset += ref.numel
         offset += ref.numel
-    return BucketPlan(list(members), matrices, dense, dense_members, m_offset, p_offset, q_offset, layout)
+    return BucketPlan(list(members), matrices, dense_members, offset, m_offset, p_offset, q_offset, layout)
 
 
 def _check_int(name: str, value, minimum: int) -> None:
@@ -215,12 +212,8 @@ class PowerSGD(Algorithm):
         self._work = [ctx.math.zeros(plan.compressed_numel) if plan.matrices and self._in_place else None
                       for plan in self._plans]
         # the averaged gradients of every bucket, laid out as the optimizer update takes them
-        self._bucket_offsets = []
-        total = 0
-        for plan in self._plans:
-            self._bucket_offsets.append(total)
-            total += sum(numel for _, _, numel in plan.layout)
-        self._averaged = ctx.math.zeros(total) if self._in_place else None
+        self._bucket_offsets = [sum(plan.numel for plan in self._plans[:b]) for b in range(len(self._plans))]
+        self._averaged = ctx.math.zeros(sum(plan.numel for plan in self._plans)) if self._in_place else None
         self._q: list[object | None] = [None] * len(self._plans)  # warm start: last step's mean Q
         restore, self._restore = getattr(self, "_restore", None), None
         if restore is not None:  # loaded before setup (Keras sets algorithms up at the first step)
@@ -404,7 +397,7 @@ class PowerSGD(Algorithm):
             return self._assemble(ctx, plan, flight.m, p_hat, q, dense)
         # the averaged gradient written piece by piece into its place in the step's buffer
         start = self._bucket_offsets[bucket]
-        out = self._averaged[start:start + sum(numel for _, _, numel in plan.layout)]
+        out = self._averaged[start:start + plan.numel]
         matrices = iter(plan.matrices)
         offset = 0
         for compressed, at, numel in plan.layout:
