@@ -11,10 +11,12 @@ small shared machine (``--bind-to none``, ``--oversubscribe`` beyond the cores,
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 
 from relaxlib_launch.hosts import hostfile_hosts, hosts_option
@@ -81,13 +83,51 @@ def mpirun_argv(ranks: int, program: Sequence[str] = (), *, oversubscribe: bool 
     return cmd + list(extra_args) + list(program)
 
 
+SESSION_BASE_VARIABLE = "PRTE_MCA_prte_tmpdir_base"
+"""Where Open MPI 5's launcher puts its session directory (``<base>/ompi.<mpirun pid>``)."""
+
+_session_parent: str | None = None
+
+
+def remove_session_directories() -> None:
+    """Removes the directories fresh_session_base made in this process (they hold what killed
+    mpiruns left behind). Runs at exit; call it first where the process ends by ``os._exit``."""
+    if _session_parent is not None:
+        shutil.rmtree(_session_parent, ignore_errors=True)
+
+
+def fresh_session_base() -> str:
+    """A new, empty directory for one mpirun's session directory (under one ``relax-mpi-*``
+    directory per launching process, removed when that process exits).
+
+    Why: Open MPI 5 names its session directory ``$TMPDIR/ompi.<mpirun pid>``, and an mpirun that
+    was killed leaves its directory behind. Once the pid comes round again (pid_max is 32768 in many
+    containers) the next mpirun with that pid stops at start-up with "The PMIx server's listener
+    thread failed to start" (exit 213). A directory of its own per launch cannot hold a stale one.
+    """
+    global _session_parent
+    if _session_parent is None or not os.path.isdir(_session_parent):
+        _session_parent = tempfile.mkdtemp(prefix="relax-mpi-")
+        atexit.register(remove_session_directories)
+    return tempfile.mkdtemp(prefix="", dir=_session_parent)
+
+
+def with_session_base(env: dict[str, str]) -> dict[str, str]:
+    """``env`` (changed in place and returned) with mpirun's session directory placed in a fresh
+    directory (fresh_session_base), unless ``env`` already chooses one."""
+    if not env.get(SESSION_BASE_VARIABLE):
+        env[SESSION_BASE_VARIABLE] = fresh_session_base()
+    return env
+
+
 def mpirun_environment(base: Mapping[str, str] | None = None, **overrides: str) -> dict[str, str]:
-    """A copy of ``base`` (``os.environ`` by default) for running mpirun: with
-    OMPI_ALLOW_RUN_AS_ROOT / OMPI_ALLOW_RUN_AS_ROOT_CONFIRM set when running as root, then
-    ``overrides`` on top."""
+    """A copy of ``base`` (``os.environ`` by default) for running one mpirun: with
+    OMPI_ALLOW_RUN_AS_ROOT / OMPI_ALLOW_RUN_AS_ROOT_CONFIRM set when running as root, the session
+    directory in a fresh directory (with_session_base), then ``overrides`` on top."""
     env = dict(os.environ if base is None else base)
     if running_as_root():
         env.update(ROOT_VARIABLES)
+    with_session_base(env)
     env.update(overrides)
     return env
 

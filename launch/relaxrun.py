@@ -19,7 +19,7 @@ import tempfile
 
 from relaxlib_launch import build_report, horovodrun_options
 from relaxlib_launch.hosts import HostError
-from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_executable
+from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_executable, with_session_base
 
 EXPORTED_PREFIXES = ("RELAX_", "HOROVOD_", "PYTHON", "OMP_", "MKL_")
 EXPORTED_NAMES = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
     cmd = mpirun_command(args, environ)
     if args.verbose:
         print("relaxrun: " + shlex.join(cmd), flush=True)
-    return subprocess.call(cmd, env=environ)
+    return subprocess.call(cmd, env=with_session_base(dict(environ)))
 
 
 def run_auto(args: argparse.Namespace, environ: dict[str, str]) -> int:

@@ -10,6 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rank_results import RESULTS_DIR_VARIABLE, RankResultsPlugin  # noqa: E402 - needs the path above
 
+from relaxlib_launch.mpirun_command import remove_session_directories  # noqa: E402
+
 _exit_status = None
 
 
@@ -43,6 +45,7 @@ def pytest_unconfigure(config):
     """
     if _exit_status is None or "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_RANK" in os.environ:
         return
+    remove_session_directories()  # an atexit hook, which os._exit skips
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)

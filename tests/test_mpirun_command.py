@@ -3,13 +3,16 @@ that no other module spells out an mpirun command by hand."""
 
 import os
 import re
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from mpi_launch import REPO, mpirun_prefix
 from relaxlib_launch import mpirun_command
-from relaxlib_launch.mpirun_command import mpirun_argv, mpirun_environment, mpirun_executable
+from relaxlib_launch.mpirun_command import SESSION_BASE_VARIABLE, mpirun_argv, mpirun_environment, mpirun_executable
 
 PROGRAM = ["python", "t.py", "--lr", "0.1"]
 
@@ -108,12 +111,50 @@ def test_shaped_link_harness_layout(root):
 def test_environment_allows_root_only_as_root_and_applies_overrides_last(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     env = mpirun_environment({"A": "1", "PYTHONPATH": "old"}, PYTHONPATH="new")
+    session = env.pop(SESSION_BASE_VARIABLE)
     assert env == {"A": "1", "PYTHONPATH": "new", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert mpirun_environment({"A": "1"}) == {"A": "1"}
+    env = mpirun_environment({"A": "1"})
+    assert env.pop(SESSION_BASE_VARIABLE) != session and env == {"A": "1"}
     monkeypatch.setenv("RELAX_SOMETHING", "x")
     assert mpirun_environment()["RELAX_SOMETHING"] == "x"  # os.environ by default, copied
     assert mpirun_environment() is not os.environ
+
+
+def test_each_launch_gets_an_empty_session_directory_unless_one_is_chosen():
+    first, second = (mpirun_environment({})[SESSION_BASE_VARIABLE] for _ in range(2))
+    assert first != second and os.listdir(first) == [] and os.listdir(second) == []
+    assert mpirun_environment({SESSION_BASE_VARIABLE: "/mine"})[SESSION_BASE_VARIABLE] == "/mine"
+
+
+PID_FILE = Path("/proc/sys/kernel/ns_last_pid")
+
+
+@pytest.mark.skipif(not PID_FILE.exists(), reason="needs Linux's ns_last_pid to foresee mpirun's pid")
+def test_a_killed_mpiruns_leftover_session_directory_does_not_stop_a_later_mpirun(monkeypatch):
+    """A killed mpirun leaves $TMPDIR/ompi.<pid>/pmix.vm.tool.<pid>; an mpirun that got that pid
+    again stopped with exit 213 "The PMIx server's listener thread failed to start" (a CI flake).
+    Leftovers are planted on the next pids, then one mpirun runs as every launcher starts it."""
+    monkeypatch.undo()  # the real mpirun
+    tmp = Path(os.environ.get("TMPDIR") or "/tmp")
+    planted = []
+    try:
+        last = int(PID_FILE.read_text())
+        for pid in range(last + 1, last + 300):
+            leftover = tmp / f"ompi.{pid}"
+            if leftover.exists():
+                continue
+            leftover.mkdir(mode=0o700)
+            (leftover / f"pmix.vm.tool.{pid}").write_text("left by a killed mpirun")
+            planted.append(leftover.name)
+        run = subprocess.run(mpirun_argv(1, [sys.executable, "-c", "import os; print(os.getppid())"]),
+                             env=mpirun_environment(), capture_output=True, text=True, timeout=120)
+    finally:
+        for name in planted:
+            shutil.rmtree(tmp / name, ignore_errors=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    if f"ompi.{run.stdout.split()[-1]}" not in planted:
+        pytest.skip("mpirun's pid fell outside the planted leftovers (other processes took the pids)")
 
 
 # A list literal that starts with "mpirun" followed by an option: a hand-built launch. ["mpirun", "--version"]
