@@ -183,7 +183,10 @@ def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
     cmd = mpirun_command(args, environ)
     if args.verbose:
         print("relaxrun: " + shlex.join(cmd), flush=True)
-    return subprocess.call(cmd, env=with_session_base(dict(environ)))
+    env = dict(environ)
+    if not args.hosts and not args.hostfile:  # other hosts' daemons would make the directory there and leave it
+        with_session_base(env)
+    return subprocess.call(cmd, env=env)
 
 
 def run_auto(args: argparse.Namespace, environ: dict[str, str]) -> int:

@@ -28,6 +28,7 @@ TEST(non_finite_and_out_of_range_settings_fail_naming_the_variable_and_range) {
       {"RELAX_CYCLE_TIME", "nan"},         {"RELAX_CYCLE_TIME", "inf"},
       {"RELAX_CYCLE_TIME", "1e30"},        {"RELAX_CYCLE_TIME", "-inf"},
       {"RELAX_CYCLE_TIME", "5000"},        {"RELAX_OP_TIMEOUT", "nan"},
+      {"RELAX_IDLE_TICK_MAX", "nan"},      {"RELAX_IDLE_TICK_MAX", "-1"},
       {"RELAX_OP_TIMEOUT", "1e9"},         {"RELAX_STALL_CHECK_TIME", "inf"},
       {"RELAX_STALL_SHUTDOWN_TIME", "nan"}, {"RELAX_DEADLOCK_TIME", "nan"},
       {"RELAX_IDLE_SPIN_US", "nan"},       {"RELAX_HEAP_KEEP_MB", "inf"},

@@ -51,6 +51,21 @@ def test_inline_and_segment_allreduces_count_ring_bytes():
     assert after["bytes_received"] - before["bytes_received"] == ring_bytes
 
 
+def test_an_idle_rank_ticks_less_often_while_a_peer_waits_for_it():
+    """Rank 0 submits an all-reduce at once, the others after 1 s of "compute". Every round in between
+    changes nothing, so an idle rank's tick doubles from the cycle time (1 ms) up to
+    RELAX_IDLE_TICK_MAX (5 ms): about 200 rounds a second, where ticks that stayed at 1 ms ran nearly
+    1000 (rounds every member pays for, over TCP with its CPU). The sum is still exact."""
+    hvd.allreduce(torch.zeros(1), name="idle.tick.start")  # every rank starts here together
+    before, start = hvd.engine_stats()["rounds"], time.monotonic()
+    if RANK != 0:
+        time.sleep(1.0)
+    result = hvd.allreduce(torch.full((4,), float(RANK)), name="idle.tick", op=hvd.Sum)
+    rounds, elapsed_ms = hvd.engine_stats()["rounds"] - before, 1e3 * (time.monotonic() - start)
+    assert torch.equal(result, torch.full((4,), float(sum(range(SIZE)))))
+    assert rounds < elapsed_ms / 2.5, (rounds, elapsed_ms)
+
+
 def test_ring_neighbour_average_sends_the_model_to_each_neighbour():
     records = train(Decentralized(topology="ring"))
     neighbours = 2 if SIZE > 2 else 1

@@ -114,6 +114,7 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   read_integer("RELAX_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", c.fusion_threshold_bytes, 0,
                kMaxFusionThresholdBytes, "bytes", error);
   read_real("RELAX_CYCLE_TIME", "HOROVOD_CYCLE_TIME", c.cycle_time_ms, 0, kMaxCycleTimeMs, "milliseconds", error);
+  read_real("RELAX_IDLE_TICK_MAX", nullptr, c.idle_tick_max_ms, 0, kMaxCycleTimeMs, "milliseconds", error);
   read_integer("RELAX_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", c.cache_capacity, 0, 1 << 20, "entries", error);
   read_real("RELAX_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS", c.stall_check_seconds, 0, kDaySeconds,
             "seconds", error);

@@ -25,7 +25,8 @@ bool parse_real_setting(const char* name, const char* text, double minimum, doub
 
 struct EngineConfig {
   int64_t fusion_threshold_bytes = 64ll << 20;  // RELAX_FUSION_THRESHOLD
-  double cycle_time_ms = 1.0;                   // RELAX_CYCLE_TIME
+  double cycle_time_ms = 1.0;                   // RELAX_CYCLE_TIME: an idle engine's first wait between rounds
+  double idle_tick_max_ms = 5.0;                // RELAX_IDLE_TICK_MAX: that wait's limit as it doubles while rounds change nothing
   int64_t cache_capacity = 1024;                // RELAX_CACHE_CAPACITY
   double stall_check_seconds = 60.0;            // RELAX_STALL_CHECK_TIME (0 disables)
   double stall_shutdown_seconds = 0.0;          // RELAX_STALL_SHUTDOWN_TIME (0 = never)

@@ -153,6 +153,9 @@ class Engine {
   std::vector<std::pair<int32_t, LocalRequest>> step_incoming_;  // step()'s share of incoming_
   bool blocked_ = false;  // this step's rounds carry kFlagBlocked
   std::atomic<double> throttle_ms_{0};
+  // How long an idle engine sleeps between rounds (wait_for_work): the cycle time, doubled after
+  // each round that changed nothing, up to the larger of the cycle time and RELAX_IDLE_TICK_MAX.
+  std::atomic<double> idle_tick_ms_{0};
   std::atomic<bool> busy_{false};            // some set has pending requests after the last round
   std::atomic<bool> last_round_progressed_{false};  // the last step changed something (spin after it)
   std::atomic<bool> finished_{false};        // a round decided that the engine stops
