@@ -23,8 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import train  # noqa: E402  (benchmarks/ is not a package)
-import train_matrix  # noqa: E402
+import powersgd_reference  # noqa: E402  (benchmarks/ is not a package)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TICKS = {"tick 1 ms": "1", "adaptive (default)": None}
@@ -32,16 +31,11 @@ TICKS = {"tick 1 ms": "1", "adaptive (default)": None}
 
 def run_job(mode: str, tick: str | None, args: argparse.Namespace) -> dict:
     """One train.py job with RELAX_IDLE_TICK_MAX set to ``tick`` (None: the default)."""
-    argv = train.mode_arguments(mode) + train_matrix.model_arguments("transformer") + [
-        "--np", str(args.np), "--num-iters", str(args.iters), "--num-warmup-batches", "2", "--optimizer", "adamw",
-        "--lr", "1e-3", "--quiet", "--out", "/dev/null"]
-    if args.bandwidth:
-        argv += ["--bandwidth", str(args.bandwidth)]
     os.environ.pop("RELAX_IDLE_TICK_MAX", None)
     if tick is not None:
         os.environ["RELAX_IDLE_TICK_MAX"] = tick
     try:
-        report = train.run(train.parse_args(argv))
+        report = powersgd_reference.train_report(mode, args)
     finally:
         os.environ.pop("RELAX_IDLE_TICK_MAX", None)
     rank0 = report["raw"]["ranks"][0]
@@ -79,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    args.model, args.lr = "transformer", 1e-3
     jobs = [(mode, tick) for mode in args.modes.split(",") for tick in TICKS]
     runs: dict[tuple[str, str], list[dict]] = {job: [] for job in jobs}
     started = time.perf_counter()

@@ -37,14 +37,20 @@ def jobs(ranks: list[int]) -> list[str]:
     return out
 
 
-def run_job(mode: str, args: argparse.Namespace) -> dict:
-    """One train.py job: median step seconds and the mean loss over ranks of the last steps."""
+def train_report(mode: str, args: argparse.Namespace) -> dict:
+    """One train.py job of ``mode`` on ``args.model`` with AdamW (``args``: np, iters, lr,
+    bandwidth): train.py's report."""
     argv = train.mode_arguments(mode) + train_matrix.model_arguments(args.model) + [
         "--np", str(args.np), "--num-iters", str(args.iters), "--num-warmup-batches", "2", "--optimizer", "adamw",
         "--lr", str(args.lr), "--quiet", "--out", "/dev/null"]
     if args.bandwidth:
         argv += ["--bandwidth", str(args.bandwidth)]
-    report = train.run(train.parse_args(argv))
+    return train.run(train.parse_args(argv))
+
+
+def run_job(mode: str, args: argparse.Namespace) -> dict:
+    """One train.py job: median step seconds and the mean loss over ranks of the last steps."""
+    report = train_report(mode, args)
     tail = [statistics.mean(r["losses"][-args.loss_steps:]) for r in report["raw"]["ranks"]]
     return {"step_s": report["step_seconds_median"], "final_loss": statistics.mean(tail),
             "steps": len(report["raw"]["ranks"][0]["losses"])}

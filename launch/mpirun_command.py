@@ -106,9 +106,10 @@ def fresh_session_base() -> str:
     thread failed to start" (exit 213). A directory of its own per launch cannot hold a stale one.
     """
     global _session_parent
+    if _session_parent is None:  # the hook removes whichever parent the process has by then
+        atexit.register(remove_session_directories)
     if _session_parent is None or not os.path.isdir(_session_parent):
         _session_parent = tempfile.mkdtemp(prefix="relax-mpi-")
-        atexit.register(remove_session_directories)
     return tempfile.mkdtemp(prefix="", dir=_session_parent)
 
 
