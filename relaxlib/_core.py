@@ -13,7 +13,7 @@ from relaxlib.errors import InvalidArgumentError, error_for
 # load. Every other constant of relax.h (status codes, dtypes, reduce ops, request kinds) is read
 # from the core (relax_abi_constants) as an attribute of this module without the RELAX_ prefix,
 # e.g. ``_core.REQ_ALLREDUCE``, ``_core.FLOAT32``, ``_core.OP_SUM``, ``_core.PENDING``.
-ABI_VERSION = 19
+ABI_VERSION = 20
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 WAIT_SLICE_MS = 50  # waits return to Python this often, so Ctrl-C and signal-based timeouts work
@@ -226,6 +226,7 @@ _SIGNATURES = {
     "relax_finishing": ([], ctypes.c_int),
     "relax_fault_tolerance": ([], ctypes.c_int),
     "relax_process_failure_noted": ([], ctypes.c_int),
+    "relax_silent_peer_pid": ([ctypes.c_int32], ctypes.c_int64),
     "relax_reset": ([], ctypes.c_int),
     "relax_grow": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p,
                     ctypes.c_char_p], ctypes.c_int),
@@ -336,7 +337,7 @@ def _load() -> ctypes.CDLL:
 
 def constants() -> dict[str, int]:
     """The constants of relax.h as the core was compiled with them (relax_abi_constants), by name
-    without the ``RELAX_`` prefix: ``{"ABI_VERSION": 19, "OK": 0, ..., "REQ_GROUP_AVERAGE": 11}``."""
+    without the ``RELAX_`` prefix: ``{"ABI_VERSION": 20, "OK": 0, ..., "REQ_GROUP_AVERAGE": 11}``."""
     global _constants
     if _constants is None:
         values = {}

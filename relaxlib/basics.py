@@ -241,6 +241,16 @@ def process_failure_noted() -> bool:
     return bool(_core.lib().relax_process_failure_noted())
 
 
+def silent_peer_pids() -> list[int]:
+    """The peers a failed wait found not answering (frozen, hung), once a collective raised
+    ``StalledError``: the process id of each that runs on this host, 0 for each on another host;
+    empty when no silent peer was found."""
+    pids = []
+    while (pid := int(_core.lib().relax_silent_peer_pid(len(pids)))) >= 0:
+        pids.append(pid)
+    return pids
+
+
 def reset() -> None:
     """Re-forms the world from the live ranks after a lost rank (collective over the survivors;
     needs fault tolerance, see ``fault_tolerance()``). Ranks are renumbered in their old order, so

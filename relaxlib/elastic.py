@@ -21,6 +21,7 @@ import copy
 import functools
 import logging
 import os
+import signal
 import subprocess
 import time
 from typing import Callable
@@ -33,6 +34,10 @@ logger = logging.getLogger("relaxlib")
 # How long a survivor whose collective failed waits for the core to confirm that a process was lost
 # (its failure watch polls every 50 ms; a revoked communicator can fail a wait a moment before).
 FAILURE_CONFIRMATION_S = 3.0
+# How long a survivor that found a rank silent waits for the loss to be confirmed once the rank is
+# evicted: the survivors' reports of the silence end within a grace of each other (at most 10 s,
+# transport/liveness.h), and the one on the silent rank's host kills it at the end of its report.
+EVICTION_CONFIRMATION_S = 15.0
 # How long rank 0 lets the host discovery script run at a commit, and how often it runs it at most.
 DISCOVERY_TIMEOUT_S = 10.0
 DISCOVERY_INTERVAL_S = 1.0
@@ -176,14 +181,46 @@ def workers_to_add() -> int:
     return max(0, capacity() - basics.size())
 
 
+def eviction_enabled() -> bool:
+    """Whether a rank that stops answering (frozen, hung: no loss MPI can see) is evicted in an
+    elastic job: RELAX_ELASTIC_EVICT, on unless set to 0."""
+    text = os.environ.get("RELAX_ELASTIC_EVICT", "1").strip()
+    if text not in ("0", "1"):
+        raise ValueError(f"RELAX_ELASTIC_EVICT={text} must be 0 or 1")
+    return text == "1"
+
+
+def _evict_silent_peers() -> bool:
+    """Kills the processes on this host of the peers the core found silent (a wait failed with
+    StalledError after RELAX_OP_TIMEOUT), so MPI's fault tolerance reports them lost and the
+    survivors re-form the world without them (a survivor on each one's host does so); True if the
+    core named silent peers at all, here or elsewhere."""
+    silent = basics.silent_peer_pids()
+    for pid in (pid for pid in silent if pid > 0):
+        logger.warning("relaxlib elastic: evicting a rank that did not answer within RELAX_OP_TIMEOUT: "
+                       "killing its process %d on this host (RELAX_ELASTIC_EVICT=0 keeps it and ends the job)", pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # gone already: MPI reports the loss as for any other
+            pass
+        except PermissionError as error:
+            logger.warning("relaxlib elastic: cannot kill process %d: %s", pid, error)
+    return bool(silent)
+
+
 def _lost_a_rank(error: RelaxError) -> bool:
     """Whether ``error`` comes from a lost process (waiting briefly for the core to confirm it when
-    the error is of a kind a loss can cause first: a shutdown, a stall, an MPI error)."""
+    the error is of a kind a loss can cause first: a shutdown, a stall, an MPI error). A stall that
+    names silent peers makes them lost first, where eviction is on (``eviction_enabled``): a peer on
+    this host is killed here; one elsewhere by a survivor on its host, which this rank waits for."""
     if isinstance(error, ProcessFailedError):
         return True
     if not isinstance(error, (ShutdownError, StalledError, MPIError)) or not basics.fault_tolerance()[0]:
         return False
-    deadline = time.monotonic() + FAILURE_CONFIRMATION_S
+    wait = FAILURE_CONFIRMATION_S
+    if isinstance(error, StalledError) and eviction_enabled() and _evict_silent_peers():
+        wait = EVICTION_CONFIRMATION_S
+    deadline = time.monotonic() + wait
     while not basics.process_failure_noted():
         if time.monotonic() >= deadline:
             return False
@@ -292,6 +329,7 @@ def run_fn(func: Callable) -> Callable:
     def wrapper(state: State, *args, **kwargs):
         min_np, reset_limit, _ = _limits()
         timeout = elastic_timeout()  # (read now: a bad setting is named before training, not after a loss)
+        eviction_enabled()
         resets = 0
         while True:
             try:

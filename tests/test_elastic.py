@@ -188,11 +188,40 @@ def test_a_rank_lost_during_the_recovery_means_one_more_reset(algorithm):
     assert len({d[4] for d in done}) == 1, done
 
 
-def test_a_frozen_rank_ends_the_job_clearly_on_every_other_rank(tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["backward", "step"])
+def test_a_frozen_rank_is_evicted_and_the_others_go_on(where):
     """SIGSTOP is not a loss MPI can see (the process lives): the others' waits end after
-    RELAX_OP_TIMEOUT with StalledError naming the frozen rank, which hvd.elastic does not treat as
-    a lost rank; every other rank reports it and the job ends (no hang, no reset)."""
+    RELAX_OP_TIMEOUT with StalledError naming the frozen rank; hvd.elastic kills it (a survivor on
+    its host), MPI reports it lost, and the survivors finish every batch in one reset, equal. Frozen
+    between backward and step (the others wait in a negotiation round), or inside step's
+    collectives (the frozen rank submitted; the others wait in the transfer)."""
+    run = launch("--freeze", "2:13", "--freeze-where", where, env={"RELAX_OP_TIMEOUT": "3"})
+    done = finished(run)
+    assert sorted(d[0] for d in done) == [0, 1, 3], done
+    assert all(d[2] == 3 and d[3] == 48 and d[5] == 1 for d in done), done
+    assert len({d[4] for d in done}) == 1, done
+    assert "evicting a rank that did not answer within RELAX_OP_TIMEOUT" in run.stderr + run.stdout, run.stderr[-3000:]
+
+
+def test_a_frozen_rank_is_evicted_in_keras_fit():
+    """The same in Keras 3 fit: the stall reaches hvd.elastic.run as a tf.errors.OpError, the frozen
+    rank is killed and the survivors finish every epoch with equal weights."""
+    run = subprocess.run(RELAXRUN + ["-np", "4", "--min-np", "2", sys.executable,
+                                     str(REPO / "tests" / "parallel" / "elastic_keras.py"), "--freeze", "2:9"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={**os.environ, "RELAX_OP_TIMEOUT": "3"})
+    done = finished(run)
+    assert len(done) == 3 and {d[0] for d in done} == {0, 1, 3}, done
+    assert all(d[2] == 3 and d[3] == 24 and d[5] == 1 for d in done), done
+    assert len({d[4] for d in done}) == 1, done
+
+
+def test_with_eviction_off_a_frozen_rank_ends_the_job_clearly_on_every_other_rank(tmp_path, monkeypatch):
+    """RELAX_ELASTIC_EVICT=0: the others' waits end after RELAX_OP_TIMEOUT with StalledError naming
+    the frozen rank, which hvd.elastic then does not treat as a lost rank; every other rank reports
+    it and the job ends (no hang, no reset)."""
     monkeypatch.setenv("RELAX_OP_TIMEOUT", "3")
+    monkeypatch.setenv("RELAX_ELASTIC_EVICT", "0")
     run = launch("--freeze", "2:13", failing=3, tmp_path=tmp_path)
     assert run.returncode != 0 and "DONE" not in run.stdout and "re-formed" not in run.stdout + run.stderr
     assert run.stdout.count("StalledError: rank 2 did not answer within RELAX_OP_TIMEOUT=3 s") == 3, \

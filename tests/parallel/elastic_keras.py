@@ -39,25 +39,27 @@ ALGORITHMS = {
 
 
 class KillAt(keras.callbacks.Callback):
-    """SIGKILLs this process when global batch ``at`` begins."""
+    """Sends this process ``signum`` (SIGKILL: lost; SIGSTOP: frozen) when global batch ``at`` begins."""
 
-    def __init__(self, state, at: int | None):
+    def __init__(self, state, at: int | None, signum: int = signal.SIGKILL):
         super().__init__()
-        self.state, self.at = state, at
+        self.state, self.at, self.signum = state, at, signum
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.at is not None and self.state.epoch * STEPS + self.state.batch == self.at:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signum)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kill", default="")
+    parser.add_argument("--freeze", default="", help="world rank:global batch to SIGSTOP (frozen, not lost)")
     parser.add_argument("--algorithm", default="allreduce", choices=sorted(ALGORITHMS))
     args = parser.parse_args()
     hvd.init()
     world_rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", hvd.rank()))
     kills = {int(r): int(b) for r, b in (item.split(":") for item in args.kill.split(",") if item)}
+    freezes = {int(r): int(b) for r, b in (item.split(":") for item in args.freeze.split(",") if item)}
 
     @tf.function
     def average(x):
@@ -77,7 +79,8 @@ def main() -> None:
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
     callbacks = [hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
-                 hvd.elastic.CommitStateCallback(state, batches_per_commit=2), KillAt(state, kills.get(world_rank))]
+                 hvd.elastic.CommitStateCallback(state, batches_per_commit=2), KillAt(state, kills.get(world_rank)),
+                 KillAt(state, freezes.get(world_rank), signal.SIGSTOP)]
 
     @hvd.elastic.run
     def train(state):

@@ -73,6 +73,8 @@ def main() -> None:
     parser.add_argument("--algorithm", default="allreduce")
     parser.add_argument("--die-in-reset", type=int, default=None, help="world rank to SIGKILL in its first reset")
     parser.add_argument("--freeze", default="", help="world_rank:batch to SIGSTOP (frozen, not lost)")
+    parser.add_argument("--freeze-where", choices=("backward", "step"), default="backward",
+                        help="after backward, or inside optimizer.step's collectives (from a timer)")
     parser.add_argument("--sampler", action="store_true",
                         help=f"two epochs of {SAMPLER_BATCHES} batches per rank (on 4 ranks) through an ElasticSampler")
     args = parser.parse_args()
@@ -129,7 +131,10 @@ def main() -> None:
             loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
             loss.backward()
             if args.freeze == f"{world_rank}:{state.batch}":
-                os.kill(os.getpid(), signal.SIGSTOP)
+                if args.freeze_where == "backward":
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                else:
+                    threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGSTOP)).start()
             if my_kill == state.batch and args.where == "backward":
                 die()
             if my_kill == state.batch and args.where == "step":

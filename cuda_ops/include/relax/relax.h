@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 19
+#define RELAX_ABI_VERSION 20
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -297,6 +297,11 @@ RELAX_API int relax_finishing(void);
  * transports; RELAX_ERR_MPI where fault tolerance is off. */
 RELAX_API int relax_fault_tolerance(void);
 RELAX_API int relax_process_failure_noted(void);
+/* Once a wait failed RELAX_ERR_STALLED because peers did not answer: the process id of the
+ * `index`-th of them if it runs on this host, 0 if it runs on another, -1 past the last (at once
+ * when no silent peer was found). hvd.elastic evicts those on its host (SIGKILL), so MPI's fault
+ * tolerance reports the rank lost and the survivors re-form the world without it. */
+RELAX_API int64_t relax_silent_peer_pid(int32_t index);
 RELAX_API int relax_reset(void);
 /* Adds `count` ranks (collective over the current world; hvd.elastic's workers added back): stops
  * the engine, starts `count` processes of `command argv[0..argc)` with MPI_Comm_spawn (on `host`

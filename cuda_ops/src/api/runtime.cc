@@ -346,6 +346,11 @@ int relax_fault_tolerance(void) {
 
 int relax_process_failure_noted(void) { return relax::peer_failure_noted() ? 1 : 0; }
 
+int64_t relax_silent_peer_pid(int32_t index) {
+  const std::vector<int64_t> pids = relax::silent_peer_pids();
+  return index >= 0 && static_cast<size_t>(index) < pids.size() ? pids[static_cast<size_t>(index)] : -1;
+}
+
 int relax_reset(void) {
   relax::Runtime& rt = runtime();
   std::string why;

@@ -85,12 +85,12 @@ std::unique_ptr<ShmCollectives> ShmCollectives::create(MPI_Comm comm, int64_t sl
   std::vector<int> ranks(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
   return std::make_unique<ShmCollectives>(Key(), std::move(segment), rank, size, slot_bytes, spin_us, spin_gate,
-                                          timeout_s, world_ranks_of(comm, ranks));
+                                          timeout_s, world_ranks_of(comm, ranks), host_pids_of(comm, ranks));
 }
 
 ShmCollectives::ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes,
                                double spin_us, const std::atomic<int>* spin_gate, double timeout_s,
-                               std::vector<int> world_ranks)
+                               std::vector<int> world_ranks, std::vector<int64_t> member_pids)
     : segment_(std::move(segment)),
       rank_(rank),
       size_(size),
@@ -99,6 +99,7 @@ ShmCollectives::ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int 
       spin_gate_(spin_gate),
       timeout_s_(timeout_s),
       world_ranks_(std::move(world_ranks)),
+      member_pids_(std::move(member_pids)),
       data_offset_(header_bytes(size)) {}
 
 template <class Body>
@@ -108,7 +109,10 @@ Status ShmCollectives::guarded(const char* during, Body body) {
     body();
   } catch (const PeerSilence& silence) {
     // The segment's barrier counts now disagree between ranks: it can never be used again.
-    if (!peer_silence_noted()) note_peer_silence(peer_silence_message(silence.ranks, timeout_s_, during));
+    if (!peer_silence_noted()) {
+      note_silent_pids(silence.pids);  // before the note: a waiter told of it reads them
+      note_peer_silence(peer_silence_message(silence.ranks, timeout_s_, during));
+    }
     const Status noted = peer_silence_status();  // a lost process noted by the failure watch, or the silence
     broken_ = noted.message;
     broken_code_ = noted.code;
@@ -142,6 +146,14 @@ std::vector<int> ShmCollectives::late_ranks(uint64_t epoch) const {
   return late;
 }
 
+std::vector<int64_t> ShmCollectives::late_pids(uint64_t epoch) const {
+  std::vector<int64_t> late;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && __atomic_load_n(flag(r), __ATOMIC_ACQUIRE) < epoch) late.push_back(member_pids_[static_cast<size_t>(r)]);
+  }
+  return late;
+}
+
 void ShmCollectives::barrier(Wait wait) {
   using clock = std::chrono::steady_clock;
   const uint64_t epoch = ++epoch_;
@@ -164,7 +176,7 @@ void ShmCollectives::barrier(Wait wait) {
         if (spin_gate_ && spin_gate_->load(std::memory_order_relaxed) <= 0) spin_us = 0;
       }
       const double waited_us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
-      if (waited_us >= timeout_s_ * 1e6 || peer_silence_noted()) throw PeerSilence{late_ranks(epoch)};
+      if (waited_us >= timeout_s_ * 1e6 || peer_silence_noted()) throw PeerSilence{late_ranks(epoch), late_pids(epoch)};
       if (waited_us < spin_us) continue;
       if (waited_us < yield_until_us) {
         sched_yield();

@@ -49,7 +49,8 @@ class ShmCollectives {
     Key() {}
   };
   ShmCollectives(Key, std::unique_ptr<SharedSegment> segment, int rank, int size, int64_t slot_bytes, double spin_us,
-                 const std::atomic<int>* spin_gate, double timeout_s, std::vector<int> world_ranks);
+                 const std::atomic<int>* spin_gate, double timeout_s, std::vector<int> world_ranks,
+                 std::vector<int64_t> member_pids);
 
   // The collectives below fail only when a peer does not reach a barrier within the timeout
   // (RELAX_ERR_STALLED naming it, and `during` in the message); after that every call fails.
@@ -101,6 +102,7 @@ class ShmCollectives {
   void allgatherv_rounds(void* out, const std::vector<int64_t>& counts, size_t element_size, Wait wait);
   // World ranks whose barrier flag has not reached `epoch`.
   std::vector<int> late_ranks(uint64_t epoch) const;
+  std::vector<int64_t> late_pids(uint64_t epoch) const;
   // Round `k`: this rank's reduced block part into the pieces' `out`; with `publish` also into its slot.
   void reduce_round(const Reduction& r, int64_t k, bool publish);
 
@@ -120,6 +122,7 @@ class ShmCollectives {
   const std::atomic<int>* spin_gate_;
   double timeout_s_;
   std::vector<int> world_ranks_;  // of this segment's ranks, for naming a silent one
+  std::vector<int64_t> member_pids_;  // theirs (liveness.h: an elastic job evicts a silent one)
   std::string broken_;
   int32_t broken_code_ = RELAX_ERR_STALLED;
   const size_t data_offset_;  // flags first, then the two slot sets

@@ -289,6 +289,7 @@ Status DirectLane::wait_all(std::vector<MPI_Request>& requests, const LocalReque
       // message is missing are the silent ones (no token exchange needed). Noting the silence
       // stops the engine and every lane, and skips MPI_Finalize (requests may stay posted).
       const std::vector<int>& named = silent.empty() ? r.direct.peers : silent;
+      note_silent_pids(host_pids_of(comm_, silent));  // (before the note: a waiter told of it reads them)
       return Status::error(RELAX_ERR_STALLED,
                            note_peer_silence(peer_silence_message(named, limit, what + " on the direct lane")));
     }

@@ -33,6 +33,11 @@ std::atomic<bool> g_silence{false};
 std::atomic<bool> g_failure{false};   // the silence is a lost process (note_peer_failure)
 std::atomic<bool> g_survived{false};  // a failure was cleared by a reset
 
+// register_host_pids' table and the pids report_silence() found silent (under g_silence_mutex).
+MPI_Group g_pid_group = MPI_GROUP_NULL;
+std::vector<int64_t> g_host_pids;
+std::vector<int64_t> g_silent_pids;
+
 std::string seconds_text(double s) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", s);
@@ -91,9 +96,8 @@ struct PostedReceive {
   }
 };
 
-}  // namespace
-
-std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds) {
+// Ranks of `comm` (not world ranks) that did not answer within the grace; empty when all did.
+std::vector<int> unanswered_peers(MPI_Comm comm, double grace_seconds) {
   int size = 1, rank = 0;
   MPI_Comm_size(comm, &size);
   MPI_Comm_rank(comm, &rank);
@@ -136,12 +140,47 @@ std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds) {
     answers[static_cast<size_t>(r)].withdraw();
     if (r != rank && !answered[static_cast<size_t>(r)]) silent.push_back(r);
   }
-  if (silent.empty()) {
-    for (int r = 0; r < size; ++r) {
-      if (r != rank) silent.push_back(r);
-    }
+  return silent;
+}
+
+std::vector<int> every_peer(MPI_Comm comm) {
+  int size = 1, rank = 0;
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &rank);
+  std::vector<int> peers;
+  for (int r = 0; r < size; ++r) {
+    if (r != rank) peers.push_back(r);
   }
-  return world_ranks_of(comm, silent);
+  return peers;
+}
+
+}  // namespace
+
+std::vector<int64_t> host_pids_of(MPI_Comm comm, const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  std::vector<int64_t> pids;
+  if (ranks.empty()) return pids;
+  if (g_pid_group == MPI_GROUP_NULL) return std::vector<int64_t>(ranks.size(), 0);
+  std::vector<int> registered(ranks.size(), MPI_UNDEFINED);
+  MPI_Group group = MPI_GROUP_NULL;
+  if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return std::vector<int64_t>(ranks.size(), 0);
+  MPI_Group_translate_ranks(group, static_cast<int>(ranks.size()), ranks.data(), g_pid_group, registered.data());
+  MPI_Group_free(&group);
+  for (int r : registered) {
+    const bool known = r != MPI_UNDEFINED && r >= 0 && static_cast<size_t>(r) < g_host_pids.size();
+    pids.push_back(known ? g_host_pids[static_cast<size_t>(r)] : 0);
+  }
+  return pids;
+}
+
+void note_silent_pids(const std::vector<int64_t>& pids) {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  if (g_silent_pids.empty() && !g_failure.load()) g_silent_pids = pids;
+}
+
+std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds) {
+  const std::vector<int> silent = unanswered_peers(comm, grace_seconds);
+  return world_ranks_of(comm, silent.empty() ? every_peer(comm) : silent);
 }
 
 std::string peer_silence_message(const std::vector<int>& world_ranks, double timeout, const std::string& during) {
@@ -157,8 +196,22 @@ std::string peer_silence_message(const std::vector<int>& world_ranks, double tim
 
 std::string report_silence(MPI_Comm comm, double timeout, const std::string& during) {
   if (peer_silence_noted()) return peer_silence_reason();  // another lane found the silent rank already
-  const std::vector<int> silent = silent_peers(comm, silence_grace_seconds(timeout));
-  return note_peer_silence(peer_silence_message(silent, timeout, during));
+  const std::vector<int> unanswered = unanswered_peers(comm, silence_grace_seconds(timeout));
+  const std::vector<int> named = world_ranks_of(comm, unanswered.empty() ? every_peer(comm) : unanswered);
+  note_silent_pids(host_pids_of(comm, unanswered));  // before the note: a waiter told of it reads them
+  return note_peer_silence(peer_silence_message(named, timeout, during));
+}
+
+void register_host_pids(MPI_Comm world, const std::vector<int64_t>& pids) {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  if (g_pid_group != MPI_GROUP_NULL) MPI_Group_free(&g_pid_group);
+  if (MPI_Comm_group(world, &g_pid_group) != MPI_SUCCESS) g_pid_group = MPI_GROUP_NULL;
+  g_host_pids = pids;
+}
+
+std::vector<int64_t> silent_peer_pids() {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  return g_silence.load() ? g_silent_pids : std::vector<int64_t>{};
 }
 
 std::string note_peer_silence(const std::string& message) {
@@ -189,6 +242,7 @@ void forget_peer_failure_after_reset() {
   std::lock_guard<std::mutex> lock(g_silence_mutex);
   if (g_silence.load()) g_survived.store(true);
   g_silence_reason.clear();
+  g_silent_pids.clear();
   g_failure.store(false);
   g_silence.store(false);
 }
@@ -197,6 +251,7 @@ bool peer_failure_survived() { return g_survived.load(std::memory_order_relaxed)
 
 void forget_peer_silence_for_tests() {
   std::lock_guard<std::mutex> lock(g_silence_mutex);
+  g_silent_pids.clear();
   g_silence_reason.clear();
   g_failure.store(false);
   g_silence.store(false);

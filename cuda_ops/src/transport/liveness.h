@@ -24,7 +24,8 @@ double peer_timeout_seconds(double configured);
 // Thrown by waits deep inside a collective whose callers return void; the collective's entry
 // point turns it into a Status with peer_silence_message().
 struct PeerSilence {
-  std::vector<int> ranks;  // world ranks that did not answer
+  std::vector<int> ranks;     // world ranks that did not answer
+  std::vector<int64_t> pids;  // their processes' ids (host_pids_of)
 };
 
 // World ranks (of MPI_COMM_WORLD) of `comm`'s ranks `ranks`.
@@ -63,6 +64,22 @@ Status peer_silence_status();
 // one happened, so MPI_Finalize is skipped at exit (it waits for the lost rank: open-mpi/ompi#11404).
 void forget_peer_failure_after_reset();
 bool peer_failure_survived();
+
+// The process ids of the current world's ranks that run on this host (0 for the others), by rank of
+// `world` (MpiContext registers them each time it forms a world; the group of `world` is kept, so
+// ranks of any communicator derived from it translate). report_silence() keeps the ids of the
+// ranks it found silent: what an elastic job evicts so MPI's fault tolerance reports the rank lost.
+void register_host_pids(MPI_Comm world, const std::vector<int64_t>& pids);
+// The registered process ids of `comm`'s ranks `ranks`: 0 for each on another host (or outside the
+// registered world).
+std::vector<int64_t> host_pids_of(MPI_Comm comm, const std::vector<int>& ranks);
+// Keeps `pids` (host_pids_of the ranks found silent) for silent_peer_pids(), unless the pids of an
+// earlier report are kept already, or a lost process was noted (the first report wins, as its
+// message). Called before note_peer_silence(), so whoever learns of the silence finds them.
+void note_silent_pids(const std::vector<int64_t>& pids);
+// The processes the noted silence found not answering: the id of each on this host, 0 for each on
+// another (empty: none noted, or every peer answered and the wait failed for another reason).
+std::vector<int64_t> silent_peer_pids();
 
 // Records that a peer did not answer (first message wins) and returns the recorded message.
 // From then on MPI_Finalize is skipped at exit (mpi_context.cc), so the process can end, and

@@ -186,11 +186,14 @@ Status MpiContext::split_by_node() {
 
 // Ranks running on this one's kernel (same boot id; the host name where /proc has none): the
 // processes that share this machine's cores, even when MPI treats them as separate nodes (network
-// namespaces, which may also have host names of their own; -H with several addresses).
+// namespaces, which may also have host names of their own; -H with several addresses). Each rank
+// sends its process id with its host: the ids of the ranks on this host are registered with
+// liveness.h, so an elastic job can evict a rank that stops answering (relax_silent_peer_pid).
 Status MpiContext::count_host_ranks() {
   constexpr int kNameBytes = 256;
-  std::vector<char> names(static_cast<size_t>(kNameBytes) * static_cast<size_t>(topology_.size), '\0');
-  char mine[kNameBytes] = {};
+  constexpr int kRecordBytes = kNameBytes + static_cast<int>(sizeof(int64_t));  // host, then pid
+  std::vector<char> records(static_cast<size_t>(kRecordBytes) * static_cast<size_t>(topology_.size), '\0');
+  char mine[kRecordBytes] = {};
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string boot_id;
   if (std::getline(boot, boot_id) && !boot_id.empty()) {
@@ -198,13 +201,20 @@ Status MpiContext::count_host_ranks() {
   } else {
     gethostname(mine, kNameBytes - 1);
   }
-  Status s = bounded_allgather(control_, mine, kNameBytes, names.data(), timeout_s_,
+  const int64_t my_pid = static_cast<int64_t>(getpid());
+  std::memcpy(mine + kNameBytes, &my_pid, sizeof my_pid);
+  Status s = bounded_allgather(control_, mine, kRecordBytes, records.data(), timeout_s_,
                                "relaxlib's start (the exchange of host names)");
   if (!s.is_ok()) return s;
   topology_.host_size = 0;
+  std::vector<int64_t> pids_on_this_host(static_cast<size_t>(topology_.size), 0);
   for (int r = 0; r < topology_.size; ++r) {
-    topology_.host_size += std::strncmp(mine, names.data() + static_cast<size_t>(r) * kNameBytes, kNameBytes) == 0;
+    const char* record = records.data() + static_cast<size_t>(r) * kRecordBytes;
+    if (std::strncmp(mine, record, kNameBytes) != 0) continue;
+    ++topology_.host_size;
+    std::memcpy(&pids_on_this_host[static_cast<size_t>(r)], record + kNameBytes, sizeof(int64_t));
   }
+  register_host_pids(control_, pids_on_this_host);
   return Status::ok();
 }
 
