@@ -256,6 +256,17 @@ def test_a_lost_rank_is_replaced_with_max_np():
     assert "1 worker(s) joined" in run.stdout + run.stderr
 
 
+def test_a_rank_lost_after_a_worker_joined_is_replaced_too():
+    """Lose, grow, lose, grow: rank 2 lost at batch 13 and replaced, then rank 1 at batch 30 and
+    replaced; four ranks end with equal parameters and mpirun exits 0 (a worker that joined and
+    then survived a loss once ended as an improper exit: exit code 1)."""
+    run = launch("--kill", "2:13,1:30", options=("--max-np", "4"))
+    done = finished(run)
+    assert len(done) == 4 and all(d[2] == 4 and d[3] == 48 for d in done), done
+    assert sorted(d[1] for d in done) == [0, 1, 2, 3] and len({d[4] for d in done}) == 1, done
+    assert generations(run) == [0, 2, 4, 4], run.stdout  # the first worker joined at 1, lived through 3 and 4
+
+
 def test_workers_are_added_up_to_the_slots_the_discovery_script_lists(tmp_path):
     """Two ranks, a discovery script listing one host and --slots-per-host 3: at the first commit
     one worker is added (no loss needed), capped by the listed capacity, not --max-np."""

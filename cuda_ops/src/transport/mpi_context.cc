@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "transport/liveness.h"
@@ -23,6 +24,16 @@ namespace {
 
 std::once_flag g_finalize_registered;
 
+// Tells the launcher this process ends cleanly without MPI_Finalize, where MPI runs on PMIx (Open
+// MPI 5): a worker added to the job (MPI_Comm_spawn: a job of its own) that ends without finalizing
+// is otherwise reported as an improper exit, and mpirun exits 1 although every rank finished.
+// PMIx_Finalize only tells this host's daemon (no fence with the lost rank, unlike MPI_Finalize).
+// Looked up at run time: other MPIs have no PMIx, and its header is not installed with Open MPI.
+void finalize_pmix_client() {
+  using Finalize = int (*)(const void* info, size_t ninfo);
+  if (auto finalize = reinterpret_cast<Finalize>(dlsym(RTLD_DEFAULT, "PMIx_Finalize"))) finalize(nullptr, 0);
+}
+
 void finalize_at_exit() {
   // A peer that stopped answering would never reach MPI_Finalize's fence: leave without it (mpirun
   // then reports this rank as failed and ends the job, the silent rank with it).
@@ -31,7 +42,11 @@ void finalize_at_exit() {
   MPI_Finalized(&finalized);
   if (finalized || peer_silence_noted()) return;
   disconnect_spawn_links();  // (workers added to the world: Open MPI 5 needs this first)
-  if (!peer_failure_survived()) MPI_Finalize();
+  if (!peer_failure_survived()) {
+    MPI_Finalize();
+  } else {
+    finalize_pmix_client();
+  }
 }
 
 void free_comm(MPI_Comm& comm) {

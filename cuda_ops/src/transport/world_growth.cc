@@ -20,8 +20,8 @@ void keep_link(MPI_Comm link) {
 
 void disconnect_spawn_links() {
   std::lock_guard<std::mutex> lock(g_links_mutex);
-  // (Also a link to a lost process: left connected, its other ranks' finalize waits forever. Open
-  // MPI 5.0.11 then ends such a job with exit code 1, once every rank has exited.)
+  // (Also a link to a lost process: left connected, its other ranks' finalize would wait forever;
+  // after a survived loss they end without MPI_Finalize, through PMIx_Finalize: mpi_context.cc.)
   for (MPI_Comm& link : g_links) MPI_Comm_disconnect(&link);
   g_links.clear();
 }
