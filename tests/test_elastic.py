@@ -256,15 +256,17 @@ def test_a_lost_rank_is_replaced_with_max_np():
     assert "1 worker(s) joined" in run.stdout + run.stderr
 
 
-def test_a_rank_lost_after_a_worker_joined_is_replaced_too():
-    """Lose, grow, lose, grow: rank 2 lost at batch 13 and replaced, then rank 1 at batch 30 and
+def test_a_rank_frozen_after_a_worker_joined_is_evicted_and_replaced_too():
+    """Lose, grow, freeze, grow: rank 2 lost at batch 13 and replaced, then rank 3 frozen at batch 30
+    in the grown world (its process id found through the merged communicator), evicted and
     replaced; four ranks end with equal parameters and mpirun exits 0 (a worker that joined and
     then survived a loss once ended as an improper exit: exit code 1)."""
-    run = launch("--kill", "2:13,1:30", options=("--max-np", "4"))
+    run = launch("--kill", "2:13", "--freeze", "3:30", options=("--max-np", "4"), env={"RELAX_OP_TIMEOUT": "3"})
     done = finished(run)
     assert len(done) == 4 and all(d[2] == 4 and d[3] == 48 for d in done), done
     assert sorted(d[1] for d in done) == [0, 1, 2, 3] and len({d[4] for d in done}) == 1, done
     assert generations(run) == [0, 2, 4, 4], run.stdout  # the first worker joined at 1, lived through 3 and 4
+    assert "evicting a rank that did not answer" in run.stderr + run.stdout, run.stderr[-3000:]
 
 
 def test_workers_are_added_up_to_the_slots_the_discovery_script_lists(tmp_path):
