@@ -178,11 +178,6 @@ void note_silent_pids(const std::vector<int64_t>& pids) {
   if (g_silent_pids.empty() && !g_failure.load()) g_silent_pids = pids;
 }
 
-std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds) {
-  const std::vector<int> silent = unanswered_peers(comm, grace_seconds);
-  return world_ranks_of(comm, silent.empty() ? every_peer(comm) : silent);
-}
-
 std::string peer_silence_message(const std::vector<int>& world_ranks, double timeout, const std::string& during) {
   const std::string who =
       world_ranks.size() == 1 ? "rank " + std::to_string(world_ranks.front()) : "ranks " + rank_list(world_ranks);

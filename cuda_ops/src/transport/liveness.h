@@ -31,20 +31,19 @@ struct PeerSilence {
 // World ranks (of MPI_COMM_WORLD) of `comm`'s ranks `ranks`.
 std::vector<int> world_ranks_of(MPI_Comm comm, const std::vector<int>& ranks);
 
-// After a wait on `comm` timed out: asks every other rank of `comm` whether it timed out too and,
-// for `grace_seconds`, answers the same question from the others (questions and answers carry
-// this report's epoch, so a leftover from an earlier report never counts). Returns the world
-// ranks that did not answer (a live rank stuck in a wait on `comm` answers once it times out
-// too; a frozen or hung one cannot, nor can a live one stuck on another communicator, which the
-// message says), or all peers if every one answered (the wait itself failed, not a peer).
-// Always takes the whole grace: later askers must hear this rank.
-std::vector<int> silent_peers(MPI_Comm comm, double grace_seconds);
-// The grace silent_peers() gets after a wait of `timeout` seconds: ranks stuck in the same wait
-// time out within moments of each other, one stuck in a later wait at most a timeout later.
+// The grace report_silence() listens for after a wait of `timeout` seconds: ranks stuck in the same
+// wait time out within moments of each other, one stuck in a later wait at most a timeout later.
 inline double silence_grace_seconds(double timeout) { return timeout < 1 ? 1 : timeout > 10 ? 10 : timeout; }
 
-// After a wait of `timeout` seconds on `comm` expired: finds the silent ranks, records the
-// silence (note_peer_silence) and returns the message, for a RELAX_ERR_STALLED status.
+// After a wait of `timeout` seconds on `comm` expired: asks every other rank of `comm` whether it
+// timed out too and, for the grace, answers the same question from the others (questions and
+// answers carry this report's epoch, so a leftover from an earlier report never counts). The ranks
+// that did not answer are the silent ones (a live rank stuck in a wait on `comm` answers once it
+// times out too; a frozen or hung one cannot, nor can a live one stuck on another communicator,
+// which the message says); if every one answered, the wait itself failed and all peers are named.
+// Always takes the whole grace: later askers must hear this rank. Records the silence
+// (note_peer_silence, and the silent ranks' process ids: note_silent_pids) and returns the
+// message, for a RELAX_ERR_STALLED status.
 std::string report_silence(MPI_Comm comm, double timeout, const std::string& during);
 
 // "rank 2 did not answer within RELAX_OP_TIMEOUT=5 s during <during>" (several ranks: "ranks
