@@ -138,18 +138,12 @@ uint64_t* ShmCollectives::flag(int rank) const {
 // the CPU), then sleeps:
 // in a collective after a millisecond, 50 us at a time; in a round after 50 us, with pauses
 // growing to 100 us.
-std::vector<int> ShmCollectives::late_ranks(uint64_t epoch) const {
-  std::vector<int> late;
+PeerSilence ShmCollectives::late_peers(uint64_t epoch) const {
+  PeerSilence late;
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_ && __atomic_load_n(flag(r), __ATOMIC_ACQUIRE) < epoch) late.push_back(world_ranks_[static_cast<size_t>(r)]);
-  }
-  return late;
-}
-
-std::vector<int64_t> ShmCollectives::late_pids(uint64_t epoch) const {
-  std::vector<int64_t> late;
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_ && __atomic_load_n(flag(r), __ATOMIC_ACQUIRE) < epoch) late.push_back(member_pids_[static_cast<size_t>(r)]);
+    if (r == rank_ || __atomic_load_n(flag(r), __ATOMIC_ACQUIRE) >= epoch) continue;
+    late.ranks.push_back(world_ranks_[static_cast<size_t>(r)]);
+    late.pids.push_back(member_pids_[static_cast<size_t>(r)]);
   }
   return late;
 }
@@ -176,7 +170,7 @@ void ShmCollectives::barrier(Wait wait) {
         if (spin_gate_ && spin_gate_->load(std::memory_order_relaxed) <= 0) spin_us = 0;
       }
       const double waited_us = std::chrono::duration<double, std::micro>(clock::now() - start).count();
-      if (waited_us >= timeout_s_ * 1e6 || peer_silence_noted()) throw PeerSilence{late_ranks(epoch), late_pids(epoch)};
+      if (waited_us >= timeout_s_ * 1e6 || peer_silence_noted()) throw late_peers(epoch);
       if (waited_us < spin_us) continue;
       if (waited_us < yield_until_us) {
         sched_yield();

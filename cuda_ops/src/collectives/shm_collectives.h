@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "collectives/pieces.h"
+#include "transport/liveness.h"
 #include "transport/shm_segment.h"
 #include "util/types.h"
 
@@ -100,9 +101,8 @@ class ShmCollectives {
   // The bodies of allreduce() and allgatherv(), which may throw PeerSilence (guarded() catches it).
   void allreduce_rounds(Pieces pieces, int32_t dtype, int32_t op, double postscale);
   void allgatherv_rounds(void* out, const std::vector<int64_t>& counts, size_t element_size, Wait wait);
-  // World ranks whose barrier flag has not reached `epoch`.
-  std::vector<int> late_ranks(uint64_t epoch) const;
-  std::vector<int64_t> late_pids(uint64_t epoch) const;
+  // The ranks whose barrier flag has not reached `epoch`: their world ranks and process ids.
+  PeerSilence late_peers(uint64_t epoch) const;
   // Round `k`: this rank's reduced block part into the pieces' `out`; with `publish` also into its slot.
   void reduce_round(const Reduction& r, int64_t k, bool publish);
 
