@@ -238,7 +238,19 @@ def mpirun_arguments(args: argparse.Namespace) -> list[str]:
         out.append("--timestamp-output")
     if is_elastic(args):
         out += ["--with-ft", "ulfm"]  # a lost rank ends its collectives in error instead of the job
+        out += failure_detector_arguments(os.environ)
     return out
+
+
+def failure_detector_arguments(environment) -> list[str]:
+    """Open MPI's failure detector for an elastic job that evicts ranks which stop answering
+    (RELAX_ELASTIC_EVICT, on unless 0): ranks exchange heartbeats, and one that sends none for
+    ``mpi_ft_detector_timeout`` seconds (Open MPI's default 10; ``OMPI_MCA_mpi_ft_detector_timeout``
+    and ``_period`` set them) is declared failed, so the survivors re-form the world without a frozen
+    rank even while they re-form it. Nothing is added where the user set ``OMPI_MCA_mpi_ft_detector``."""
+    if environment.get("RELAX_ELASTIC_EVICT", "1").strip() == "0" or "OMPI_MCA_mpi_ft_detector" in environment:
+        return []
+    return ["--mca", "mpi_ft_detector", "true"]
 
 
 def remote_hosts(args: argparse.Namespace) -> list[str]:

@@ -251,6 +251,16 @@ def silent_peer_pids() -> list[int]:
     return pids
 
 
+def lost_peer_pids() -> list[int]:
+    """The ranks the last ``reset()`` left out of the world: the process id of each that ran on this
+    host, 0 for each on another host. A rank that MPI's failure detector declared failed because it
+    stopped answering (frozen) may still exist; ``hvd.elastic`` kills those on its host."""
+    pids = []
+    while (pid := int(_core.lib().relax_lost_peer_pid(len(pids)))) >= 0:
+        pids.append(pid)
+    return pids
+
+
 def reset() -> None:
     """Re-forms the world from the live ranks after a lost rank (collective over the survivors;
     needs fault tolerance, see ``fault_tolerance()``). Ranks are renumbered in their old order, so

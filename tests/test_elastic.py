@@ -203,6 +203,34 @@ def test_a_frozen_rank_is_evicted_and_the_others_go_on(where):
     assert "evicting a rank that did not answer within RELAX_OP_TIMEOUT" in run.stderr + run.stdout, run.stderr[-3000:]
 
 
+# Open MPI's failure detector (relaxrun turns it on with eviction) with a short period, and waits
+# long enough that only the detector can find a frozen rank in the test's time.
+DETECTOR_ONLY = {"RELAX_OP_TIMEOUT": "600", "OMPI_MCA_mpi_ft_detector_period": "1",
+                 "OMPI_MCA_mpi_ft_detector_timeout": "4"}
+
+
+def test_a_frozen_rank_is_declared_failed_by_mpi_and_the_others_go_on():
+    """With RELAX_OP_TIMEOUT far away, MPI's failure detector finds the frozen rank (no heartbeat
+    for its timeout): the survivors re-form the world without it, kill its process (it lives on,
+    stopped, and mpirun would wait for it) and finish every batch in one reset, equal."""
+    run = launch("--freeze", "2:13", env=DETECTOR_ONLY)
+    done = finished(run)
+    assert sorted(d[0] for d in done) == [0, 1, 3], done
+    assert all(d[2] == 3 and d[3] == 48 and d[5] == 1 for d in done), done
+    assert len({d[4] for d in done}) == 1, done
+    assert "a rank that MPI declared failed" in run.stderr + run.stdout, run.stderr[-3000:]
+
+
+def test_a_rank_frozen_while_the_others_recover_means_one_more_reset():
+    """Rank 2 killed at batch 13; rank 3 freezes in its reset callback (the world re-formed, the
+    state not yet synchronized): the detector declares it failed, and rank 0 and 1 re-form the world
+    again and finish every batch, equal."""
+    done = finished(launch("--kill", "2:13", "--freeze-in-reset", "3", env=DETECTOR_ONLY))
+    assert sorted(d[0] for d in done) == [0, 1], done
+    assert all(d[2] == 2 and d[3] == 48 and d[5] == 2 for d in done), done
+    assert len({d[4] for d in done}) == 1, done
+
+
 def test_a_frozen_rank_is_evicted_in_keras_fit():
     """The same in Keras 3 fit: the stall reaches hvd.elastic.run as a tf.errors.OpError, the frozen
     rank is killed and the survivors finish every epoch with equal weights."""

@@ -142,6 +142,22 @@ def test_elastic_options_launch_with_fault_tolerance_and_bound_the_resets(monkey
     assert "--with-ft" not in plain and "RELAX_ELASTIC_MIN_NP" not in plain_env  # only elastic launches
 
 
+def test_elastic_launches_turn_on_mpis_failure_detector_unless_eviction_is_off(monkeypatch):
+    """A frozen rank sends no heartbeat: Open MPI's detector declares it failed (docs/elastic.md)."""
+    monkeypatch.setattr(horovodrun_options.build_report, "mpirun_version", lambda: "mpirun (Open MPI) 5.0.11")
+    monkeypatch.delenv("RELAX_ELASTIC_EVICT", raising=False)
+    monkeypatch.delenv("OMPI_MCA_mpi_ft_detector", raising=False)
+    cmd, _ = command_for(["-np", "4", "--min-np", "2", "python", "t.py"])
+    assert cmd[cmd.index("mpi_ft_detector") - 1:cmd.index("mpi_ft_detector") + 2] == ["--mca", "mpi_ft_detector",
+                                                                                      "true"]
+    assert "mpi_ft_detector" not in command_for(["-np", "4", "python", "t.py"])[0]  # not elastic
+    monkeypatch.setenv("RELAX_ELASTIC_EVICT", "0")
+    assert "mpi_ft_detector" not in command_for(["-np", "4", "--min-np", "2", "python", "t.py"])[0]
+    monkeypatch.setenv("RELAX_ELASTIC_EVICT", "1")
+    monkeypatch.setenv("OMPI_MCA_mpi_ft_detector", "false")  # the user's own choice stands
+    assert "mpi_ft_detector" not in command_for(["-np", "4", "--min-np", "2", "python", "t.py"])[0]
+
+
 @pytest.mark.parametrize("argv, version, says", [
     (["--min-np", "5"], "mpirun (Open MPI) 5.0.11", "--min-np=5 must be between 1 and -np=4"),
     (["--max-np", "3"], "mpirun (Open MPI) 5.0.11", "--max-np=3 must be at least -np=4"),

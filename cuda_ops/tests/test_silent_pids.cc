@@ -36,3 +36,18 @@ TEST(silent_pids_are_reported_only_while_a_silence_is_noted_and_the_first_report
   relax::forget_peer_silence_for_tests();
   CHECK_EQ(relax::silent_peer_pids().size(), size_t{0});
 }
+
+TEST(lost_pids_are_those_of_the_last_re_forming_of_the_world) {
+  relax::note_lost_pids({});
+  CHECK_EQ(relax::lost_peer_pids().size(), size_t{0});
+  relax::note_lost_pids({4242, 0});  // one lost rank on this host, one on another
+  std::vector<int64_t> lost = relax::lost_peer_pids();
+  CHECK_EQ(lost.size(), size_t{2});
+  CHECK_EQ(lost[0], int64_t{4242});
+  CHECK_EQ(lost[1], int64_t{0});
+  relax::note_lost_pids({7});  // a later reset replaces them: those ranks were dealt with
+  lost = relax::lost_peer_pids();
+  CHECK_EQ(lost.size(), size_t{1});
+  CHECK_EQ(lost[0], int64_t{7});
+  relax::note_lost_pids({});
+}

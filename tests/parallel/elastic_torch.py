@@ -72,6 +72,8 @@ def main() -> None:
     parser.add_argument("--where", choices=("backward", "step", "commit"), default="backward")
     parser.add_argument("--algorithm", default="allreduce")
     parser.add_argument("--die-in-reset", type=int, default=None, help="world rank to SIGKILL in its first reset")
+    parser.add_argument("--freeze-in-reset", type=int, default=None,
+                        help="world rank to SIGSTOP in its first reset (frozen while the others recover)")
     parser.add_argument("--freeze", default="", help="world_rank:batch to SIGSTOP (frozen, not lost)")
     parser.add_argument("--freeze-where", choices=("backward", "step"), default="backward",
                         help="after backward, or inside optimizer.step's collectives (from a timer)")
@@ -98,6 +100,8 @@ def main() -> None:
     state.register_reset_callbacks([lambda: resets.append(time.monotonic())])
     if args.die_in_reset == world_rank:  # lost during the survivors' recovery: a second reset follows
         state.register_reset_callbacks([lambda: os.kill(os.getpid(), signal.SIGKILL)])
+    if args.freeze_in_reset == world_rank:
+        state.register_reset_callbacks([lambda: os.kill(os.getpid(), signal.SIGSTOP)])
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 20
+#define RELAX_ABI_VERSION 21
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -302,6 +302,10 @@ RELAX_API int relax_process_failure_noted(void);
  * when no silent peer was found). hvd.elastic evicts those on its host (SIGKILL), so MPI's fault
  * tolerance reports the rank lost and the survivors re-form the world without it. */
 RELAX_API int64_t relax_silent_peer_pid(int32_t index);
+/* After relax_reset: the process id of the `index`-th rank the reset left out of the world if it ran
+ * on this host, 0 if on another, -1 past the last. MPI's failure detector declares a rank that stops
+ * answering (frozen) failed without ending its process: hvd.elastic kills those on its host. */
+RELAX_API int64_t relax_lost_peer_pid(int32_t index);
 RELAX_API int relax_reset(void);
 /* Adds `count` ranks (collective over the current world; hvd.elastic's workers added back): stops
  * the engine, starts `count` processes of `command argv[0..argc)` with MPI_Comm_spawn (on `host`

@@ -351,6 +351,11 @@ int64_t relax_silent_peer_pid(int32_t index) {
   return index >= 0 && static_cast<size_t>(index) < pids.size() ? pids[static_cast<size_t>(index)] : -1;
 }
 
+int64_t relax_lost_peer_pid(int32_t index) {
+  const std::vector<int64_t> pids = relax::lost_peer_pids();
+  return index >= 0 && static_cast<size_t>(index) < pids.size() ? pids[static_cast<size_t>(index)] : -1;
+}
+
 int relax_reset(void) {
   relax::Runtime& rt = runtime();
   std::string why;

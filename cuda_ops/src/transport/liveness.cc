@@ -37,6 +37,7 @@ std::atomic<bool> g_survived{false};  // a failure was cleared by a reset
 MPI_Group g_pid_group = MPI_GROUP_NULL;
 std::vector<int64_t> g_host_pids;
 std::vector<int64_t> g_silent_pids;
+std::vector<int64_t> g_lost_pids;  // note_lost_pids
 
 std::string seconds_text(double s) {
   char text[32];
@@ -202,6 +203,16 @@ void register_host_pids(MPI_Comm world, const std::vector<int64_t>& pids) {
   if (g_pid_group != MPI_GROUP_NULL) MPI_Group_free(&g_pid_group);
   if (MPI_Comm_group(world, &g_pid_group) != MPI_SUCCESS) g_pid_group = MPI_GROUP_NULL;
   g_host_pids = pids;
+}
+
+void note_lost_pids(const std::vector<int64_t>& pids) {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  g_lost_pids = pids;
+}
+
+std::vector<int64_t> lost_peer_pids() {
+  std::lock_guard<std::mutex> lock(g_silence_mutex);
+  return g_lost_pids;
 }
 
 std::vector<int64_t> silent_peer_pids() {

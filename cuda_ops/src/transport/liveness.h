@@ -79,6 +79,13 @@ void note_silent_pids(const std::vector<int64_t>& pids);
 // The processes the noted silence found not answering: the id of each on this host, 0 for each on
 // another (empty: none noted, or every peer answered and the wait failed for another reason).
 std::vector<int64_t> silent_peer_pids();
+// Keeps the process ids (host_pids_of) of the ranks that re-forming the world left out, replacing
+// those of the previous re-forming. A rank MPI's failure detector declared failed because it stopped
+// answering (frozen: no heartbeat) is out of the world but may still exist: an elastic job kills
+// those on its host after the reset, so the launcher does not wait for them at the end.
+void note_lost_pids(const std::vector<int64_t>& pids);
+// What note_lost_pids kept: the id of each lost rank on this host, 0 for each on another.
+std::vector<int64_t> lost_peer_pids();
 
 // Records that a peer did not answer (first message wins) and returns the recorded message.
 // From then on MPI_Finalize is skipped at exit (mpi_context.cc), so the process can end, and

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "transport/liveness.h"
+#include "transport/progress_pump.h"
 #include "transport/setup_wait.h"
 #include "transport/ulfm.h"
 #include "util/logging.h"
@@ -40,7 +41,9 @@ void finalize_at_exit() {
   // After a lost rank (survived or not) MPI_Finalize waits for it forever (open-mpi/ompi#11404).
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized || peer_silence_noted()) return;
+  if (finalized) return;
+  stop_progress_pump();  // (its probes must end before MPI does)
+  if (peer_silence_noted()) return;
   disconnect_spawn_links();  // (workers added to the world: Open MPI 5 needs this first)
   if (!peer_failure_survived()) {
     MPI_Finalize();
@@ -111,6 +114,7 @@ Status MpiContext::open(double timeout_s) {
     if (rc != MPI_SUCCESS) return Status::error(RELAX_ERR_MPI, "MPI_Init_thread failed: " + mpi_error_string(rc));
     // Finalize when the process exits, or mpirun reports a failed job.
     std::call_once(g_finalize_registered, [] { std::atexit(finalize_at_exit); });
+    start_progress_pump();
   } else {
     MPI_Query_thread(&thread_level_);
   }
@@ -259,8 +263,11 @@ Status MpiContext::shrink_world(std::vector<int>* lost_world_ranks) {
   for (MPI_Comm* comm : {&cross_, &local_, &data_, &control_}) free_comm(*comm);
   open_ = false;
   MPI_Comm survivors = MPI_COMM_NULL;
-  Status s = shrink_comm(base_, &survivors, lost_world_ranks);
+  std::vector<int> lost_ranks;
+  Status s = shrink_comm(base_, &survivors, lost_world_ranks, &lost_ranks);
   if (!s.is_ok()) return s;
+  // Looked up in the old world's table, before the new world registers its own.
+  note_lost_pids(host_pids_of(base_, lost_ranks));
   if (base_ != MPI_COMM_WORLD) MPI_Comm_free(&base_);
   base_ = survivors;
   return Status::ok();

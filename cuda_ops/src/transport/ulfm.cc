@@ -93,7 +93,8 @@ Status revoke_comm(MPI_Comm comm) {
 #endif
 }
 
-Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_world_ranks) {
+Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_world_ranks,
+                   std::vector<int>* lost_comm_ranks) {
 #if RELAX_HAVE_ULFM
   *survivors = MPI_COMM_NULL;
   // Revoking twice is harmless; without it a rank that has not seen the failure yet could stay
@@ -103,12 +104,20 @@ Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_wo
   s = mpi_result(MPIX_Comm_shrink(comm, survivors), "MPIX_Comm_shrink");
   if (!s.is_ok()) return s;
   MPI_Comm_set_errhandler(*survivors, MPI_ERRORS_RETURN);
-  if (lost_world_ranks) {
+  if (lost_world_ranks || lost_comm_ranks) {
     MPI_Group before, after, lost;
     MPI_Comm_group(comm, &before);
     MPI_Comm_group(*survivors, &after);
     MPI_Group_difference(before, after, &lost);
-    *lost_world_ranks = world_ranks_of_group(lost);
+    if (lost_world_ranks) *lost_world_ranks = world_ranks_of_group(lost);
+    if (lost_comm_ranks) {
+      int count = 0;
+      MPI_Group_size(lost, &count);
+      std::vector<int> in_lost(static_cast<size_t>(count));
+      for (int i = 0; i < count; ++i) in_lost[static_cast<size_t>(i)] = i;
+      lost_comm_ranks->assign(static_cast<size_t>(count), MPI_UNDEFINED);
+      if (count > 0) MPI_Group_translate_ranks(lost, count, in_lost.data(), before, lost_comm_ranks->data());
+    }
     MPI_Group_free(&lost);
     MPI_Group_free(&after);
     MPI_Group_free(&before);
@@ -117,6 +126,7 @@ Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_wo
 #else
   (void)comm;
   (void)lost_world_ranks;
+  (void)lost_comm_ranks;
   *survivors = MPI_COMM_NULL;
   return unavailable("MPIX_Comm_shrink");
 #endif

@@ -35,8 +35,10 @@ Status revoke_comm(MPI_Comm comm);
 
 // Revokes `comm`, then MPIX_Comm_shrink: `*survivors` is a new communicator of the live ranks of
 // `comm` (same order, MPI_ERRORS_RETURN), `lost_world_ranks` the MPI_COMM_WORLD ranks of the ranks
-// of `comm` that are not in it (ascending). Collective over the live ranks of `comm`.
-Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_world_ranks);
+// of `comm` that are not in it (ascending), `lost_comm_ranks` (when not null) the same ranks as
+// ranks of `comm`. Collective over the live ranks of `comm`.
+Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_world_ranks,
+                   std::vector<int>* lost_comm_ranks = nullptr);
 
 // MPIX_Comm_get_failed after a progress poll (MPI learns of a failure only while it progresses):
 // the MPI_COMM_WORLD ranks of `comm`'s members known to have failed, ascending (empty: none yet).
