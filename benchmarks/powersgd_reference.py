@@ -8,8 +8,9 @@ the baselines.
 
 Each job is one benchmarks/train.py run (the transformer language model by default, AdamW,
 synthetic text); jobs of a repetition run in turn, repetitions alternate the order, and the
-report gives medians over repetitions. Writes benchmarks/results/powersgd_reference_np<N>[_<B>mbit].json
-and a PNG of step time against final loss.
+report gives medians over repetitions. A job that fails (torch 2.13's gloo aborted one DDP-hook job
+of eleven on 2026-12-04) is listed under ``failed_jobs`` and the run goes on. Writes
+benchmarks/results/powersgd_reference_np<N>[_<B>mbit].json and a PNG of step time against final loss.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
     """Medians per mode, and each PowerSGD rank's speed against DDP's hook at the same rank."""
     modes = {mode: {"step_s": statistics.median(r["step_s"] for r in rs),
                     "final_loss": statistics.median(r["final_loss"] for r in rs), "runs": rs}
-             for mode, rs in runs.items()}
+             for mode, rs in runs.items() if rs}
     pairs = {}
     for mode in modes:
         if mode.startswith("powersgd-"):
@@ -104,12 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     modes = jobs([int(r) for r in args.ranks.split(",")])
     runs: dict[str, list[dict]] = {m: [] for m in modes}
+    failed: list[dict] = []
     started = time.perf_counter()
     for rep in range(args.reps):
         for mode in (modes if rep % 2 == 0 else list(reversed(modes))):  # alternate the order
-            runs[mode].append(run_job(mode, args))
+            try:
+                runs[mode].append(run_job(mode, args))
+            except RuntimeError as error:  # one failed job (of either library) is recorded, not fatal
+                failed.append({"rep": rep, "mode": mode, "error": str(error)})
+                print(f"  rep {rep} {mode:18} FAILED: {error}", flush=True)
+                continue
             print(f"  rep {rep} {mode:18} {runs[mode][-1]}", flush=True)
     summary = summarize(runs)
+    summary["failed_jobs"] = failed
     link = f"{args.bandwidth:g} Mbit/s links" if args.bandwidth else "shared memory"
     summary["settings"] = {"np": args.np, "link": link, "model": args.model, "iters": args.iters, "reps": args.reps,
                            "lr": args.lr, "optimizer": "adamw", "seconds": round(time.perf_counter() - started, 1),
