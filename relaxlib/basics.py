@@ -241,24 +241,26 @@ def process_failure_noted() -> bool:
     return bool(_core.lib().relax_process_failure_noted())
 
 
+def _pid_list(pid_at) -> list[int]:
+    """The list a C ABI function ``pid_at(index)`` hands out one by one, up to its -1."""
+    pids = []
+    while (pid := int(pid_at(len(pids)))) >= 0:
+        pids.append(pid)
+    return pids
+
+
 def silent_peer_pids() -> list[int]:
     """The peers a failed wait found not answering (frozen, hung), once a collective raised
     ``StalledError``: the process id of each that runs on this host, 0 for each on another host;
     empty when no silent peer was found."""
-    pids = []
-    while (pid := int(_core.lib().relax_silent_peer_pid(len(pids)))) >= 0:
-        pids.append(pid)
-    return pids
+    return _pid_list(_core.lib().relax_silent_peer_pid)
 
 
 def lost_peer_pids() -> list[int]:
     """The ranks the last ``reset()`` left out of the world: the process id of each that ran on this
     host, 0 for each on another host. A rank that MPI's failure detector declared failed because it
     stopped answering (frozen) may still exist; ``hvd.elastic`` kills those on its host."""
-    pids = []
-    while (pid := int(_core.lib().relax_lost_peer_pid(len(pids)))) >= 0:
-        pids.append(pid)
-    return pids
+    return _pid_list(_core.lib().relax_lost_peer_pid)
 
 
 def reset() -> None:

@@ -197,15 +197,21 @@ def _evict_silent_peers() -> bool:
     core named silent peers at all, here or elsewhere."""
     silent = basics.silent_peer_pids()
     for pid in (pid for pid in silent if pid > 0):
-        logger.warning("relaxlib elastic: evicting a rank that did not answer within RELAX_OP_TIMEOUT: "
-                       "killing its process %d on this host (RELAX_ELASTIC_EVICT=0 keeps it and ends the job)", pid)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:  # gone already: MPI reports the loss as for any other
-            pass
-        except PermissionError as error:
-            logger.warning("relaxlib elastic: cannot kill process %d: %s", pid, error)
+        _kill(pid, "evicting a rank that did not answer within RELAX_OP_TIMEOUT: killing its process %d on this "
+                   "host (RELAX_ELASTIC_EVICT=0 keeps it and ends the job)")
     return bool(silent)
+
+
+def _kill(pid: int, why: str) -> None:
+    """SIGKILL to ``pid``, logged with ``why`` (a format with the pid's %d); one already gone is
+    left to MPI, which reports the loss as for any other."""
+    logger.warning("relaxlib elastic: " + why, pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError as error:
+        logger.warning("relaxlib elastic: cannot kill process %d: %s", pid, error)
 
 
 def _parent_of(pid: int) -> int | None:
@@ -229,12 +235,8 @@ def _end_lost_processes() -> None:
     for pid in basics.lost_peer_pids():
         if pid <= 0 or pid == os.getpid() or _parent_of(pid) != os.getppid():
             continue
-        logger.warning("relaxlib elastic: killing process %d on this host, a rank that MPI declared failed and "
-                       "the world was re-formed without (it stopped answering)", pid)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill(pid, "killing process %d on this host, a rank that MPI declared failed and the world was re-formed "
+                   "without (it stopped answering)")
 
 
 def _lost_a_rank(error: RelaxError) -> bool:

@@ -13,6 +13,7 @@
 #include "api/validate.h"
 #include "relax/relax.h"
 #include "transport/liveness.h"
+#include "transport/progress_pump.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
 #include "transport/world_growth.h"
@@ -81,7 +82,13 @@ void stop_engine() {
 // whoever finalizes (us, mpi4py, the application): the engine stops before MPI goes away.
 int on_mpi_finalize(MPI_Comm, int, void*, void*) {
   stop_engine();
+  stop_progress_pump();  // (where another library finalizes MPI: its probes must end first)
   return MPI_SUCCESS;
+}
+
+// The `index`-th of `pids`, or -1 past the last (the C ABI's way of handing out a list).
+int64_t pid_at(const std::vector<int64_t>& pids, int32_t index) {
+  return index >= 0 && static_cast<size_t>(index) < pids.size() ? pids[static_cast<size_t>(index)] : -1;
 }
 
 void register_finalize_hook() {
@@ -346,15 +353,9 @@ int relax_fault_tolerance(void) {
 
 int relax_process_failure_noted(void) { return relax::peer_failure_noted() ? 1 : 0; }
 
-int64_t relax_silent_peer_pid(int32_t index) {
-  const std::vector<int64_t> pids = relax::silent_peer_pids();
-  return index >= 0 && static_cast<size_t>(index) < pids.size() ? pids[static_cast<size_t>(index)] : -1;
-}
+int64_t relax_silent_peer_pid(int32_t index) { return relax::pid_at(relax::silent_peer_pids(), index); }
 
-int64_t relax_lost_peer_pid(int32_t index) {
-  const std::vector<int64_t> pids = relax::lost_peer_pids();
-  return index >= 0 && static_cast<size_t>(index) < pids.size() ? pids[static_cast<size_t>(index)] : -1;
-}
+int64_t relax_lost_peer_pid(int32_t index) { return relax::pid_at(relax::lost_peer_pids(), index); }
 
 int relax_reset(void) {
   relax::Runtime& rt = runtime();

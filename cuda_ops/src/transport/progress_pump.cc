@@ -14,9 +14,6 @@ namespace {
 
 // A tenth of Open MPI's shortest sensible heartbeat period (its default is 3 s).
 constexpr int kPumpMs = 100;
-// A probe for a tag nothing sends, on MPI_COMM_SELF: no message is ever matched or consumed; the
-// probe only runs MPI's progress engine, where the detector's timers live.
-constexpr int kNeverSentTag = 32004;
 
 std::mutex g_mutex;
 std::condition_variable g_wake;
@@ -26,8 +23,7 @@ std::thread* g_thread = nullptr;  // owned here; never destroyed after exit hand
 void pump() {
   std::unique_lock<std::mutex> lock(g_mutex);
   while (!g_wake.wait_for(lock, std::chrono::milliseconds(kPumpMs), [] { return g_stopping; })) {
-    int arrived = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, kNeverSentTag, MPI_COMM_SELF, &arrived, MPI_STATUS_IGNORE);
+    drive_mpi_progress(MPI_COMM_SELF);  // where the detector's timers run
   }
 }
 

@@ -8,6 +8,8 @@
 namespace relax {
 namespace tags {
 
+// Never sent: an MPI_Iprobe for it only drives MPI's progress (ulfm.h: drive_mpi_progress).
+constexpr int kProgressProbe = 7001;
 // Collectives' ring steps and pairwise exchanges on MPI point-to-point (collectives/mpi_link.cc).
 constexpr int kRingStep = 7101;
 // Collectives::streamed_exchange (collectives/peer_exchange.cc).
@@ -33,6 +35,7 @@ struct TagRange {
 };
 
 constexpr TagRange kTagRanges[] = {
+    {kProgressProbe, kProgressProbe, "progress probes (never sent)"},
     {kRingStep, kRingStep, "collectives: ring steps and pairwise exchanges"},
     {kStreamedExchange, kStreamedExchange, "collectives: streamed exchange"},
     {kDirectHeader, kDirectData, "direct lane"},

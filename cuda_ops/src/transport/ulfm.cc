@@ -5,6 +5,7 @@
 #include <string>
 
 #include "transport/mpi_context.h"
+#include "transport/tags.h"
 
 #ifndef RELAX_HAVE_ULFM
 #if defined(OPEN_MPI) && defined(__has_include)
@@ -132,20 +133,23 @@ Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_wo
 #endif
 }
 
+void drive_mpi_progress(MPI_Comm comm) {
+  int arrived = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, tags::kProgressProbe, comm, &arrived, MPI_STATUS_IGNORE);
+}
+
 Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks) {
   world_ranks->clear();
 #if RELAX_HAVE_ULFM
-  // A probe for a tag nothing sends: it only drives MPI's progress, which processes the runtime's
-  // failure notices (without it a thread that only asks below never hears of a failure).
-  constexpr int kNeverSentTag = 32003;
-  int arrived = 0, revoked = 0;
-  const int probed = MPI_Iprobe(MPI_ANY_SOURCE, kNeverSentTag, comm, &arrived, MPI_STATUS_IGNORE);
+  // MPI's progress processes the runtime's failure notices (without it a thread that only asks
+  // below never hears of a failure).
+  drive_mpi_progress(comm);
+  int revoked = 0;
   // A survivor that saw the failure revoked the communicator: the runtime's notice of the failure
   // itself may come later here, or (seen on Open MPI 5.0.11) not at all.
   if (MPIX_Comm_is_revoked(comm, &revoked) == MPI_SUCCESS && revoked) {
     return Status::error(RELAX_ERR_PROC_FAILED, "revoked by another rank after a failure");
   }
-  (void)probed;
   MPI_Group failed = MPI_GROUP_NULL;
   Status s = mpi_result(MPIX_Comm_get_failed(comm, &failed), "MPIX_Comm_get_failed");
   if (!s.is_ok()) return s;

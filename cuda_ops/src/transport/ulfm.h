@@ -40,6 +40,11 @@ Status revoke_comm(MPI_Comm comm);
 Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_world_ranks,
                    std::vector<int>* lost_comm_ranks = nullptr);
 
+// One MPI_Iprobe for a tag nothing sends (tags::kProgressProbe) on `comm`: matches nothing and
+// consumes nothing, but runs MPI's progress engine, where failure notices and the failure
+// detector's heartbeats are handled.
+void drive_mpi_progress(MPI_Comm comm);
+
 // MPIX_Comm_get_failed after a progress poll (MPI learns of a failure only while it progresses):
 // the MPI_COMM_WORLD ranks of `comm`'s members known to have failed, ascending (empty: none yet).
 // RELAX_ERR_PROC_FAILED (ranks empty) when `comm` was revoked: another rank saw a failure.
