@@ -263,6 +263,13 @@ def lost_peer_pids() -> list[int]:
     return _pid_list(_core.lib().relax_lost_peer_pid)
 
 
+def end_lost_processes() -> int:
+    """Kills the processes of the ranks in ``lost_peer_pids()`` that still exist on this host and were
+    started by the same launcher (their parent is this process's parent: a lost rank that did die may
+    have had its id reused); returns how many. ``hvd.elastic`` calls it after a reset."""
+    return int(_core.lib().relax_end_lost_processes())
+
+
 def reset() -> None:
     """Re-forms the world from the live ranks after a lost rank (collective over the survivors;
     needs fault tolerance, see ``fault_tolerance()``). Ranks are renumbered in their old order, so

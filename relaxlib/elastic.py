@@ -214,31 +214,6 @@ def _kill(pid: int, why: str) -> None:
         logger.warning("relaxlib elastic: cannot kill process %d: %s", pid, error)
 
 
-def _parent_of(pid: int) -> int | None:
-    """The parent process id of ``pid`` (/proc), or None when it is gone or cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            # "pid (command) state ppid ...": the command may hold spaces and parentheses
-            return int(stat.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _end_lost_processes() -> None:
-    """Kills the processes on this host of the ranks the last reset left out that still exist.
-
-    MPI's failure detector (``mpi_ft_detector``, which relaxrun turns on with eviction) declares a
-    rank that stops answering failed: the survivors re-form the world without it, but its process
-    lives on, frozen, and the launcher would wait for it at the end of the job. Only a process that
-    the same launcher started (this one's parent is its parent) is killed: a lost rank that did die
-    may have had its process id reused by now."""
-    for pid in basics.lost_peer_pids():
-        if pid <= 0 or pid == os.getpid() or _parent_of(pid) != os.getppid():
-            continue
-        _kill(pid, "killing process %d on this host, a rank that MPI declared failed and the world was re-formed "
-                   "without (it stopped answering)")
-
-
 def _lost_a_rank(error: RelaxError) -> bool:
     """Whether ``error`` comes from a lost process (waiting briefly for the core to confirm it when
     the error is of a kind a loss can cause first: a shutdown, a stall, an MPI error). A stall that
@@ -389,7 +364,7 @@ def run_fn(func: Callable) -> Callable:
                     started = time.monotonic()
                     basics.reset()
                     if eviction_enabled():
-                        _end_lost_processes()
+                        basics.end_lost_processes()
                     resets += 1
                     logger.warning("relaxlib elastic: world re-formed in %.2f s: now rank %d of %d (reset %d), "
                                    "resuming from the last commit", time.monotonic() - started, basics.rank(),

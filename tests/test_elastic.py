@@ -231,6 +231,20 @@ def test_a_rank_frozen_while_the_others_recover_means_one_more_reset():
     assert len({d[4] for d in done}) == 1, done
 
 
+@pytest.mark.parametrize("moment", ["shutdown", "exit"])
+def test_a_rank_frozen_once_training_is_over_does_not_hold_the_job(moment):
+    """Rank 2 freezes after its last batch, before hvd.shutdown() (the others' engines wait for it in
+    their last round) or after it (the others wait for it at exit, where MPI_Finalize would wait
+    forever): the detector declares it failed, a survivor on its host kills its process, and the job
+    ends with every rank's DONE."""
+    run = launch("--freeze-at-end", f"2:{moment}", env=DETECTOR_ONLY)
+    done = finished(run)
+    assert sorted(d[0] for d in done) == [0, 1, 2, 3], done
+    assert all(d[2] == 4 and d[3] == 48 and d[5] == 0 for d in done), done
+    output = run.stderr + run.stdout
+    assert "lost before the job's end" in output and "a rank that MPI declared failed" in output, output[-3000:]
+
+
 def test_a_frozen_rank_is_evicted_in_keras_fit():
     """The same in Keras 3 fit: the stall reaches hvd.elastic.run as a tf.errors.OpError, the frozen
     rank is killed and the survivors finish every epoch with equal weights."""

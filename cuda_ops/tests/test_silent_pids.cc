@@ -2,13 +2,18 @@
 // the ranks on this host from the world's start-up exchange, and the ids of the ranks a silence
 // report found not answering, so hvd.elastic can kill them and MPI's fault tolerance report them
 // lost. One rank here: its own id is the one registered, through any communicator of its world.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "check.h"
 #include "transport/liveness.h"
+#include "transport/lost_processes.h"
 #include "transport/mpi_context.h"
 
 TEST(the_world_start_registers_the_process_ids_of_the_ranks_on_this_host) {
@@ -50,4 +55,61 @@ TEST(lost_pids_are_those_of_the_last_re_forming_of_the_world) {
   CHECK_EQ(lost.size(), size_t{1});
   CHECK_EQ(lost[0], int64_t{7});
   relax::note_lost_pids({});
+}
+
+TEST(the_parent_of_a_process_is_read_from_proc) {
+  CHECK_EQ(relax::parent_of(getpid()), getppid());
+  CHECK_EQ(relax::parent_of(4194304 + 12345), pid_t{-1});  // above any pid_max: no such process
+  CHECK_EQ(relax::parent_of(0), pid_t{-1});
+}
+
+namespace {
+
+// Reaps `pid` if it ends within `seconds`: its wait status, or -1 if it is still running.
+int reaped_within(pid_t pid, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return status;
+}
+
+}  // namespace
+
+TEST(a_lost_rank_still_alive_on_this_host_is_killed_only_where_the_same_launcher_started_it) {
+  // This process stands in for the launcher: one child for a survivor, another for the frozen lost
+  // rank (stopped), and the survivor's own child for a process that reused a lost rank's id.
+  const pid_t frozen = fork();
+  if (frozen == 0) {
+    pause();
+    _exit(0);
+  }
+  kill(frozen, SIGSTOP);
+  const pid_t survivor = fork();
+  if (survivor == 0) {
+    const pid_t reused = fork();
+    if (reused == 0) {
+      pause();
+      _exit(0);
+    }
+    const int signalled = relax::end_sibling_processes({frozen, 0, reused, getpid()}, "in a test");
+    const bool reused_alive = kill(reused, 0) == 0 && relax::parent_of(reused) == getpid();
+    kill(reused, SIGKILL);
+    waitpid(reused, nullptr, 0);
+    _exit(signalled == 1 && reused_alive ? 0 : 1);
+  }
+  const int survivor_status = reaped_within(survivor, 10);
+  CHECK(survivor_status != -1 && WIFEXITED(survivor_status) && WEXITSTATUS(survivor_status) == 0);
+  const int frozen_status = reaped_within(frozen, 10);
+  CHECK(frozen_status != -1 && WIFSIGNALED(frozen_status) && WTERMSIG(frozen_status) == SIGKILL);
+  if (frozen_status == -1) {  // (the check failed: leave nothing behind)
+    kill(frozen, SIGKILL);
+    waitpid(frozen, nullptr, 0);
+  }
+  if (survivor_status == -1) {
+    kill(survivor, SIGKILL);
+    waitpid(survivor, nullptr, 0);
+  }
 }

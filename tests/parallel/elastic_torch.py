@@ -4,6 +4,7 @@ Horovod's elastic pattern: TorchState(model, optimizer, batch=...), ``@hvd.elast
 every COMMIT_EVERY batches. The ranks named in ``--kill`` (world rank:batch, comma-separated) SIGKILL
 themselves at that batch, at the moment ``--where`` says: ``backward`` (gradients in flight),
 ``step`` (inside optimizer.step's collectives, from a timer), ``commit`` (inside state.commit).
+``--freeze-at-end`` stops a rank (SIGSTOP) once trained, before or after ``hvd.shutdown()``.
 Every survivor prints one ``DONE`` line: its new rank and size, the batches it trained, the digest of
 its parameters, how many resets it went through and the seconds since the first loss.
 """
@@ -77,6 +78,9 @@ def main() -> None:
     parser.add_argument("--freeze", default="", help="world_rank:batch to SIGSTOP (frozen, not lost)")
     parser.add_argument("--freeze-where", choices=("backward", "step"), default="backward",
                         help="after backward, or inside optimizer.step's collectives (from a timer)")
+    parser.add_argument("--freeze-at-end", default="",
+                        help="world_rank:shutdown (SIGSTOP once trained, before hvd.shutdown()) or world_rank:exit "
+                             "(after it, before the process exits)")
     parser.add_argument("--sampler", action="store_true",
                         help=f"two epochs of {SAMPLER_BATCHES} batches per rank (on 4 ranks) through an ElasticSampler")
     args = parser.parse_args()
@@ -160,7 +164,11 @@ def main() -> None:
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
     print(f"DONE world={world_rank} rank={hvd.rank()} size={hvd.size()} batch={state.batch} digest={digest} "
           f"resets={len(resets)} generation={basics.world_generation()}", flush=True)
+    if args.freeze_at_end == f"{world_rank}:shutdown":
+        os.kill(os.getpid(), signal.SIGSTOP)
     hvd.shutdown()
+    if args.freeze_at_end == f"{world_rank}:exit":
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 if __name__ == "__main__":

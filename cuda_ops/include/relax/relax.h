@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 21
+#define RELAX_ABI_VERSION 22
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -306,6 +306,10 @@ RELAX_API int64_t relax_silent_peer_pid(int32_t index);
  * on this host, 0 if on another, -1 past the last. MPI's failure detector declares a rank that stops
  * answering (frozen) failed without ending its process: hvd.elastic kills those on its host. */
 RELAX_API int64_t relax_lost_peer_pid(int32_t index);
+/* SIGKILL to the processes of those ranks (relax_lost_peer_pid) that still exist on this host and were
+ * started by the same launcher (their parent is this process's parent); returns how many (since ABI 22).
+ * The core does the same at exit when MPI reported a rank lost after the last collective. */
+RELAX_API int relax_end_lost_processes(void);
 RELAX_API int relax_reset(void);
 /* Adds `count` ranks (collective over the current world; hvd.elastic's workers added back): stops
  * the engine, starts `count` processes of `command argv[0..argc)` with MPI_Comm_spawn (on `host`

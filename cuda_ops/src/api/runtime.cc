@@ -12,7 +12,9 @@
 #include "api/runtime_state.h"
 #include "api/validate.h"
 #include "relax/relax.h"
+#include "transport/exit_agreement.h"
 #include "transport/liveness.h"
+#include "transport/lost_processes.h"
 #include "transport/progress_pump.h"
 #include "transport/shm_transport.h"
 #include "transport/tcp_transport.h"
@@ -58,7 +60,6 @@ namespace {
 
 // Stops the lanes and the engine (the caller holds rt.mutex); the communicators stay open.
 void stop_lanes(Runtime& rt) {
-  rt.failure_watch.reset();  // first: its failure callback revokes the communicators closed below
   if (rt.lane) {
     if (rt.engine) rt.engine->set_stop_listener(nullptr);
     rt.lane->stop("relaxlib was shut down");
@@ -69,6 +70,10 @@ void stop_lanes(Runtime& rt) {
     rt.engine->stop();
     rt.engine.reset();
   }
+  // Last: the engine's final round waits for every rank, and only the watch turns a rank that
+  // froze meanwhile (declared failed by MPI's detector) into an error that ends that wait. Its
+  // callback revokes the context's communicators, which stay open until the caller closes them.
+  rt.failure_watch.reset();
 }
 
 void stop_engine() {
@@ -83,6 +88,10 @@ void stop_engine() {
 int on_mpi_finalize(MPI_Comm, int, void*, void*) {
   stop_engine();
   stop_progress_pump();  // (where another library finalizes MPI: its probes must end first)
+  // Where another library finalizes MPI, the ranks that exit through relaxlib's own exit hook
+  // (mpi_context.cc) still meet here; a rank lost meanwhile is ended if it is on this host (this
+  // MPI_Finalize, not ours to skip, may still wait for it: open-mpi/ompi#11404).
+  agree_on_exit();
   return MPI_SUCCESS;
 }
 
@@ -356,6 +365,8 @@ int relax_process_failure_noted(void) { return relax::peer_failure_noted() ? 1 :
 int64_t relax_silent_peer_pid(int32_t index) { return relax::pid_at(relax::silent_peer_pids(), index); }
 
 int64_t relax_lost_peer_pid(int32_t index) { return relax::pid_at(relax::lost_peer_pids(), index); }
+
+int relax_end_lost_processes(void) { return relax::end_lost_processes(); }
 
 int relax_reset(void) {
   relax::Runtime& rt = runtime();

@@ -29,8 +29,8 @@ FailureWatch::~FailureWatch() {
 void FailureWatch::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, std::chrono::milliseconds(kPollMs), [this] { return stopping_; })) {
-    std::vector<int> lost;
-    const Status s = failed_world_ranks(comm_, &lost);
+    std::vector<int> lost, lost_in_comm;
+    const Status s = failed_world_ranks(comm_, &lost, &lost_in_comm);
     const bool revoked = s.code == RELAX_ERR_PROC_FAILED;
     if (!revoked && lost.empty()) continue;
     const std::string who = revoked ? "a rank"
@@ -40,6 +40,8 @@ void FailureWatch::run() {
                                 (revoked ? ", through another survivor" : "") +
                                 "); the survivors can re-form the world (hvd.elastic.run does, from the last commit)";
     RELAX_LOG(Warning, message);
+    // Their processes, for end_lost_processes(): one declared failed for not answering lives on.
+    if (!lost_in_comm.empty()) note_lost_pids(host_pids_of(comm_, lost_in_comm));
     note_peer_failure(message);
     if (on_failure_) on_failure_();
     return;  // one report per watch: the reset starts a new one for the new world

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include "transport/exit_agreement.h"
 #include "transport/liveness.h"
 #include "transport/progress_pump.h"
 #include "transport/setup_wait.h"
@@ -38,14 +39,17 @@ void finalize_pmix_client() {
 void finalize_at_exit() {
   // A peer that stopped answering would never reach MPI_Finalize's fence: leave without it (mpirun
   // then reports this rank as failed and ends the job, the silent rank with it).
-  // After a lost rank (survived or not) MPI_Finalize waits for it forever (open-mpi/ompi#11404).
+  // After a lost rank (survived or not) MPI_Finalize waits for it forever (open-mpi/ompi#11404);
+  // one lost after the last collective is found by the exit agreement (exit_agreement.h).
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
   stop_progress_pump();  // (its probes must end before MPI does)
-  if (peer_silence_noted()) return;
+  // A peer that stopped answering and that MPI has not reported lost would hold any meeting too.
+  if (peer_silence_noted() && !peer_failure_noted()) return;
+  const bool all_arrived = agree_on_exit();  // (with fault tolerance on: a rank lost meanwhile is noted)
   disconnect_spawn_links();  // (workers added to the world: Open MPI 5 needs this first)
-  if (!peer_failure_survived()) {
+  if (all_arrived && !peer_failure_noted() && !peer_failure_survived()) {
     MPI_Finalize();
   } else {
     finalize_pmix_client();
@@ -136,6 +140,7 @@ Status MpiContext::open(double timeout_s) {
     if (!s.is_ok()) return s;
     if (joined != MPI_COMM_NULL) base_ = joined;
   }
+  set_exit_world(base_);
   // Nonblocking and bounded (setup_wait.h), as is every exchange below: a rank that never
   // answers fails open() on every other rank, naming it, instead of holding them here.
   Status s = bounded_comm_dup(base_, control_, timeout_s_, "relaxlib's start (communicator set-up)");
@@ -270,6 +275,7 @@ Status MpiContext::shrink_world(std::vector<int>* lost_world_ranks) {
   note_lost_pids(host_pids_of(base_, lost_ranks));
   if (base_ != MPI_COMM_WORLD) MPI_Comm_free(&base_);
   base_ = survivors;
+  set_exit_world(base_);
   return Status::ok();
 }
 
@@ -281,6 +287,7 @@ Status MpiContext::grow_world(const SpawnRequest& request) {
   if (!s.is_ok()) return s;
   if (base_ != MPI_COMM_WORLD) MPI_Comm_free(&base_);
   base_ = grown;
+  set_exit_world(base_);
   return Status::ok();
 }
 

@@ -50,6 +50,17 @@ std::vector<int> world_ranks_of_group(MPI_Group group) {
   std::sort(world.begin(), world.end());
   return world;
 }
+
+// Ranks in `other` of the members of `group` (a subgroup of it), ascending.
+std::vector<int> ranks_of_group_in(MPI_Group group, MPI_Group other) {
+  int size = 0;
+  MPI_Group_size(group, &size);
+  std::vector<int> ranks(static_cast<size_t>(size)), translated(static_cast<size_t>(size), MPI_UNDEFINED);
+  for (int i = 0; i < size; ++i) ranks[static_cast<size_t>(i)] = i;
+  if (size > 0) MPI_Group_translate_ranks(group, size, ranks.data(), other, translated.data());
+  std::sort(translated.begin(), translated.end());
+  return translated;
+}
 #endif
 
 }  // namespace
@@ -111,14 +122,7 @@ Status shrink_comm(MPI_Comm comm, MPI_Comm* survivors, std::vector<int>* lost_wo
     MPI_Comm_group(*survivors, &after);
     MPI_Group_difference(before, after, &lost);
     if (lost_world_ranks) *lost_world_ranks = world_ranks_of_group(lost);
-    if (lost_comm_ranks) {
-      int count = 0;
-      MPI_Group_size(lost, &count);
-      std::vector<int> in_lost(static_cast<size_t>(count));
-      for (int i = 0; i < count; ++i) in_lost[static_cast<size_t>(i)] = i;
-      lost_comm_ranks->assign(static_cast<size_t>(count), MPI_UNDEFINED);
-      if (count > 0) MPI_Group_translate_ranks(lost, count, in_lost.data(), before, lost_comm_ranks->data());
-    }
+    if (lost_comm_ranks) *lost_comm_ranks = ranks_of_group_in(lost, before);
     MPI_Group_free(&lost);
     MPI_Group_free(&after);
     MPI_Group_free(&before);
@@ -138,8 +142,9 @@ void drive_mpi_progress(MPI_Comm comm) {
   MPI_Iprobe(MPI_ANY_SOURCE, tags::kProgressProbe, comm, &arrived, MPI_STATUS_IGNORE);
 }
 
-Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks) {
+Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks, std::vector<int>* comm_ranks) {
   world_ranks->clear();
+  if (comm_ranks) comm_ranks->clear();
 #if RELAX_HAVE_ULFM
   // MPI's progress processes the runtime's failure notices (without it a thread that only asks
   // below never hears of a failure).
@@ -154,10 +159,17 @@ Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks) {
   Status s = mpi_result(MPIX_Comm_get_failed(comm, &failed), "MPIX_Comm_get_failed");
   if (!s.is_ok()) return s;
   *world_ranks = world_ranks_of_group(failed);
+  if (comm_ranks) {
+    MPI_Group members = MPI_GROUP_NULL;
+    MPI_Comm_group(comm, &members);
+    *comm_ranks = ranks_of_group_in(failed, members);
+    MPI_Group_free(&members);
+  }
   MPI_Group_free(&failed);
   return Status::ok();
 #else
   (void)comm;
+  (void)comm_ranks;
   return unavailable("MPIX_Comm_get_failed");
 #endif
 }

@@ -48,7 +48,8 @@ void drive_mpi_progress(MPI_Comm comm);
 // MPIX_Comm_get_failed after a progress poll (MPI learns of a failure only while it progresses):
 // the MPI_COMM_WORLD ranks of `comm`'s members known to have failed, ascending (empty: none yet).
 // RELAX_ERR_PROC_FAILED (ranks empty) when `comm` was revoked: another rank saw a failure.
-Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks);
+// `comm_ranks`, if given, receives the same members' ranks in `comm`, ascending.
+Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks, std::vector<int>* comm_ranks = nullptr);
 
 // MPIX_Comm_agree: the bitwise AND of `*flag` over the live ranks of `comm`, the same on every one
 // of them even if ranks fail during the call. The status reports a failure among the ranks
