@@ -1,11 +1,11 @@
 // The ranks' last meeting before MPI_Finalize, where MPI's fault tolerance is on. MPI_Finalize's
 // fence waits for every process of the job, and a rank that froze after the last collective
 // (SIGSTOP: it lives, so the launcher never reports it) holds it forever, as does one that MPI's
-// failure detector declared failed (open-mpi/ompi#11404). A barrier of our own first ends when
-// every rank arrived, or when MPI reports one of them failed (its detector declares a frozen rank
-// failed within mpi_ft_detector_timeout): then the loss is noted, the lost processes on this host
-// are ended (lost_processes.h) and the caller leaves without MPI_Finalize. (An agreement
-// (MPIX_Comm_agree) rather than a barrier: it ends on every live rank whoever fails during it.)
+// failure detector declared failed (open-mpi/ompi#11404). An agreement of our own first
+// (MPIX_Comm_agree: it ends on every live rank whoever fails during it) ends when every rank
+// arrived, or when MPI reports one of them failed (its detector declares a frozen rank failed
+// within mpi_ft_detector_timeout): then the loss is noted, the lost processes on this host are
+// ended (lost_processes.h) and the caller leaves without MPI_Finalize.
 #pragma once
 
 #include <mpi.h>
