@@ -14,6 +14,15 @@ from relaxlib_launch.mpirun_command import remove_session_directories  # noqa: E
 
 _exit_status = None
 
+# Open MPI 5's libfabric BTL sleeps one second in MPI_Init when it closes itself on a host with no
+# fabric it can use (btl/ofi, found with gdb on 5.0.11), in every rank and spawned worker. Such a
+# host is what the suite runs on, where the component is never selected, so leaving it out changes
+# no transport a test runs over; a test or user that names its BTLs still decides.
+os.environ.setdefault("OMPI_MCA_btl", "^ofi")
+# Processes started from here skip the teardown's collection pass (tests/rank_site/sitecustomize.py).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(__file__).resolve().parent / "rank_site"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
 
 @pytest.fixture(scope="session")
 def rank_groups(request):
