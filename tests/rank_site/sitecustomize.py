@@ -6,8 +6,8 @@ Why: Python's teardown walks every tracked object with torch or TensorFlow loade
 and 0.9 s (TensorFlow) of CPU per process on this machine kind, and the suite starts hundreds of rank
 processes on 2 cores. The atexit hook is registered first, so it runs last: relaxlib's own exit
 hooks (MPI_Finalize, the exit agreement) run as in a user's process. What the suite gives up here, a
-crash in a cyclic object's finalizer at teardown, tests/test_examples.py and tests/test_wheel_install.py
-still cover: they start their processes with a PYTHONPATH of their own.
+crash in a cyclic object's finalizer at teardown, the demo test (tests/test_examples.py) and
+tests/test_wheel_install.py still cover: they start their processes with a PYTHONPATH of their own.
 """
 
 import atexit
