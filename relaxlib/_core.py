@@ -13,7 +13,7 @@ from relaxlib.errors import InvalidArgumentError, error_for
 # load. Every other constant of relax.h (status codes, dtypes, reduce ops, request kinds) is read
 # from the core (relax_abi_constants) as an attribute of this module without the RELAX_ prefix,
 # e.g. ``_core.REQ_ALLREDUCE``, ``_core.FLOAT32``, ``_core.OP_SUM``, ``_core.PENDING``.
-ABI_VERSION = 22
+ABI_VERSION = 23
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 WAIT_SLICE_MS = 50  # waits return to Python this often, so Ctrl-C and signal-based timeouts work
@@ -229,6 +229,7 @@ _SIGNATURES = {
     "relax_silent_peer_pid": ([ctypes.c_int32], ctypes.c_int64),
     "relax_lost_peer_pid": ([ctypes.c_int32], ctypes.c_int64),
     "relax_end_lost_processes": ([], ctypes.c_int),
+    "relax_end_silent_processes": ([], ctypes.c_int),
     "relax_reset": ([], ctypes.c_int),
     "relax_grow": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p,
                     ctypes.c_char_p], ctypes.c_int),

@@ -270,6 +270,13 @@ def end_lost_processes() -> int:
     return int(_core.lib().relax_end_lost_processes())
 
 
+def end_silent_processes() -> int:
+    """Kills the processes of the peers in ``silent_peer_pids()`` that still exist on this host and
+    were started by the same launcher (the rule of ``end_lost_processes``); returns how many.
+    ``hvd.elastic`` calls it to evict a rank that stopped answering."""
+    return int(_core.lib().relax_end_silent_processes())
+
+
 def reset() -> None:
     """Re-forms the world from the live ranks after a lost rank (collective over the survivors;
     needs fault tolerance, see ``fault_tolerance()``). Ranks are renumbered in their old order, so

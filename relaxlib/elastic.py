@@ -21,7 +21,6 @@ import copy
 import functools
 import logging
 import os
-import signal
 import subprocess
 import time
 from typing import Callable
@@ -195,23 +194,10 @@ def _evict_silent_peers() -> bool:
     StalledError after RELAX_OP_TIMEOUT), so MPI's fault tolerance reports them lost and the
     survivors re-form the world without them (a survivor on each one's host does so); True if the
     core named silent peers at all, here or elsewhere."""
-    silent = basics.silent_peer_pids()
-    for pid in (pid for pid in silent if pid > 0):
-        _kill(pid, "evicting a rank that did not answer within RELAX_OP_TIMEOUT: killing its process %d on this "
-                   "host (RELAX_ELASTIC_EVICT=0 keeps it and ends the job)")
-    return bool(silent)
-
-
-def _kill(pid: int, why: str) -> None:
-    """SIGKILL to ``pid``, logged with ``why`` (a format with the pid's %d); one already gone is
-    left to MPI, which reports the loss as for any other."""
-    logger.warning("relaxlib elastic: " + why, pid)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    except PermissionError as error:
-        logger.warning("relaxlib elastic: cannot kill process %d: %s", pid, error)
+    if not basics.silent_peer_pids():
+        return False
+    basics.end_silent_processes()
+    return True
 
 
 def _lost_a_rank(error: RelaxError) -> bool:

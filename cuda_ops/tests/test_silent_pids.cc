@@ -113,3 +113,29 @@ TEST(a_lost_rank_still_alive_on_this_host_is_killed_only_where_the_same_launcher
     waitpid(survivor, nullptr, 0);
   }
 }
+
+TEST(a_silent_peer_is_evicted_by_the_same_rule_as_a_lost_one) {
+  const pid_t frozen = fork();
+  if (frozen == 0) {
+    pause();
+    _exit(0);
+  }
+  kill(frozen, SIGSTOP);
+  const pid_t survivor = fork();
+  if (survivor == 0) {
+    const int before = relax::end_silent_processes();  // no silence noted: nothing to evict
+    relax::note_peer_silence("rank 1 did not answer within a test's limit");
+    relax::note_silent_pids({frozen, 0});
+    _exit(before == 0 && relax::end_silent_processes() == 1 ? 0 : 1);
+  }
+  const int survivor_status = reaped_within(survivor, 10);
+  CHECK(survivor_status != -1 && WIFEXITED(survivor_status) && WEXITSTATUS(survivor_status) == 0);
+  const int frozen_status = reaped_within(frozen, 10);
+  CHECK(frozen_status != -1 && WIFSIGNALED(frozen_status) && WTERMSIG(frozen_status) == SIGKILL);
+  for (pid_t left : {frozen, survivor}) {  // (a check failed: leave nothing behind)
+    if ((left == frozen ? frozen_status : survivor_status) == -1) {
+      kill(left, SIGKILL);
+      waitpid(left, nullptr, 0);
+    }
+  }
+}

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 22
+#define RELAX_ABI_VERSION 23
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -299,8 +299,8 @@ RELAX_API int relax_fault_tolerance(void);
 RELAX_API int relax_process_failure_noted(void);
 /* Once a wait failed RELAX_ERR_STALLED because peers did not answer: the process id of the
  * `index`-th of them if it runs on this host, 0 if it runs on another, -1 past the last (at once
- * when no silent peer was found). hvd.elastic evicts those on its host (SIGKILL), so MPI's fault
- * tolerance reports the rank lost and the survivors re-form the world without it. */
+ * when no silent peer was found). hvd.elastic evicts those on its host (relax_end_silent_processes),
+ * so MPI's fault tolerance reports the rank lost and the survivors re-form the world without it. */
 RELAX_API int64_t relax_silent_peer_pid(int32_t index);
 /* After relax_reset: the process id of the `index`-th rank the reset left out of the world if it ran
  * on this host, 0 if on another, -1 past the last. MPI's failure detector declares a rank that stops
@@ -310,6 +310,9 @@ RELAX_API int64_t relax_lost_peer_pid(int32_t index);
  * started by the same launcher (their parent is this process's parent); returns how many (since ABI 22).
  * The core does the same at exit when MPI reported a rank lost after the last collective. */
 RELAX_API int relax_end_lost_processes(void);
+/* The same for the silent peers (relax_silent_peer_pid): hvd.elastic's eviction of a rank that stopped
+ * answering, before MPI declared it failed; returns how many were signalled (since ABI 23). */
+RELAX_API int relax_end_silent_processes(void);
 RELAX_API int relax_reset(void);
 /* Adds `count` ranks (collective over the current world; hvd.elastic's workers added back): stops
  * the engine, starts `count` processes of `command argv[0..argc)` with MPI_Comm_spawn (on `host`

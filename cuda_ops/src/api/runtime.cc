@@ -368,6 +368,8 @@ int64_t relax_lost_peer_pid(int32_t index) { return relax::pid_at(relax::lost_pe
 
 int relax_end_lost_processes(void) { return relax::end_lost_processes(); }
 
+int relax_end_silent_processes(void) { return relax::end_silent_processes(); }
+
 int relax_reset(void) {
   relax::Runtime& rt = runtime();
   std::string why;

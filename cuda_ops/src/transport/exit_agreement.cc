@@ -10,7 +10,6 @@
 #include "transport/lost_processes.h"
 #include "transport/ulfm.h"
 #include "util/logging.h"
-#include "util/text.h"
 
 namespace relax {
 namespace {
@@ -47,10 +46,7 @@ bool agree_on_exit() {
     failed_world_ranks(g_world, &lost, &lost_in_world);
     if (lost.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
   }
-  const std::string who = lost.empty() ? std::string("a rank")
-                          : lost.size() == 1 ? "rank " + std::to_string(lost.front())
-                                             : "ranks " + rank_list(lost);
-  const std::string message = who + " of the original world was lost before the job's end (reported by MPI's fault "
+  const std::string message = lost_ranks_text(lost) + " was lost before the job's end (reported by MPI's fault "
                               "tolerance; a frozen rank is declared failed after mpi_ft_detector_timeout): this "
                               "rank leaves without MPI_Finalize, which would wait for it";
   RELAX_LOG(Warning, message);

@@ -8,7 +8,6 @@
 #include "transport/liveness.h"
 #include "transport/ulfm.h"
 #include "util/logging.h"
-#include "util/text.h"
 
 namespace relax {
 
@@ -33,10 +32,7 @@ void FailureWatch::run() {
     const Status s = failed_world_ranks(comm_, &lost, &lost_in_comm);
     const bool revoked = s.code == RELAX_ERR_PROC_FAILED;
     if (!revoked && lost.empty()) continue;
-    const std::string who = revoked ? "a rank"
-                            : lost.size() == 1 ? "rank " + std::to_string(lost.front()) + " of the original world"
-                                               : "ranks " + rank_list(lost) + " of the original world";
-    const std::string message = who + " lost its process (reported by MPI's fault tolerance" +
+    const std::string message = lost_ranks_text(revoked ? std::vector<int>{} : lost) + " lost its process (reported by MPI's fault tolerance" +
                                 (revoked ? ", through another survivor" : "") +
                                 "); the survivors can re-form the world (hvd.elastic.run does, from the last commit)";
     RELAX_LOG(Warning, message);

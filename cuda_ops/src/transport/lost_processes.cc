@@ -47,4 +47,10 @@ int end_lost_processes() {
                                "a rank that MPI declared failed (it stopped answering) and the others went on without");
 }
 
+int end_silent_processes() {
+  return end_sibling_processes(silent_peer_pids(),
+                               "evicting a rank that did not answer within RELAX_OP_TIMEOUT "
+                               "(RELAX_ELASTIC_EVICT=0 keeps it and ends the job)");
+}
+
 }  // namespace relax

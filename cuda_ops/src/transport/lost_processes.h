@@ -1,8 +1,9 @@
 // Ends the processes of lost ranks that still exist on this host. MPI's failure detector declares a
 // rank that stops answering (frozen: SIGSTOP, no heartbeat) failed without ending its process: the
 // survivors go on without it, but the launcher waits for every process it started, so the job would
-// never end. Only a process the same launcher started here (its parent is this process's parent)
-// is killed: a lost rank that did die may have had its process id reused since.
+// never end. hvd.elastic's eviction ends a silent peer the same way before MPI declared it failed.
+// Only a process the same launcher started here (its parent is this process's parent) is killed: a
+// lost rank that did die may have had its process id reused since.
 #pragma once
 
 #include <sys/types.h>
@@ -22,5 +23,9 @@ int end_sibling_processes(const std::vector<int64_t>& pids, const char* why);
 
 // end_sibling_processes for the lost ranks noted so far (liveness.h: lost_peer_pids).
 int end_lost_processes();
+
+// end_sibling_processes for the silent peers a failed wait named (liveness.h: silent_peer_pids):
+// hvd.elastic's eviction, so MPI's fault tolerance reports them lost.
+int end_silent_processes();
 
 }  // namespace relax

@@ -6,6 +6,7 @@
 
 #include "transport/mpi_context.h"
 #include "transport/tags.h"
+#include "util/text.h"
 
 #ifndef RELAX_HAVE_ULFM
 #if defined(OPEN_MPI) && defined(__has_include)
@@ -182,6 +183,12 @@ Status agree_comm(MPI_Comm comm, int* flag) {
   (void)flag;
   return unavailable("MPIX_Comm_agree");
 #endif
+}
+
+std::string lost_ranks_text(const std::vector<int>& world_ranks) {
+  if (world_ranks.empty()) return "a rank";
+  if (world_ranks.size() == 1) return "rank " + std::to_string(world_ranks.front()) + " of the original world";
+  return "ranks " + rank_list(world_ranks) + " of the original world";
 }
 
 }  // namespace relax

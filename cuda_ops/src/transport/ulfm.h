@@ -51,6 +51,10 @@ void drive_mpi_progress(MPI_Comm comm);
 // `comm_ranks`, if given, receives the same members' ranks in `comm`, ascending.
 Status failed_world_ranks(MPI_Comm comm, std::vector<int>* world_ranks, std::vector<int>* comm_ranks = nullptr);
 
+// How messages name failed_world_ranks' ranks: "rank 2 of the original world", "ranks [1, 3] of the
+// original world", or "a rank" when none is known yet (a revoked communicator).
+std::string lost_ranks_text(const std::vector<int>& world_ranks);
+
 // MPIX_Comm_agree: the bitwise AND of `*flag` over the live ranks of `comm`, the same on every one
 // of them even if ranks fail during the call. The status reports a failure among the ranks
 // (MPIX_ERR_PROC_FAILED) that no rank had acknowledged, as ULFM defines; `*flag` is valid either way.
