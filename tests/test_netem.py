@@ -46,9 +46,12 @@ def test_interrupted_run_tears_down():
     proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "netem.py"), "--np", "2", "--bandwidth", "50",
                              "--", "sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 30
-    while not netem.leftovers()["namespaces"] and time.monotonic() < deadline:
+    while not netem.leftovers()["namespaces"] and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert netem.leftovers()["namespaces"], "harness did not start"
+    if not netem.leftovers()["namespaces"]:  # (a clean-clone run once failed here without a word)
+        proc.kill()
+        output, _ = proc.communicate()
+        raise AssertionError(f"harness did not start (exit {proc.returncode}): {output[-3000:]}")
     while "sleep 60" not in subprocess.run(["ps", "ax"], capture_output=True, text=True).stdout:
         assert time.monotonic() < deadline + 30, "the job never started"
         time.sleep(0.2)  # the job runs inside the namespaces
