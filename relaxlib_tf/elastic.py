@@ -85,14 +85,29 @@ class TensorFlowState(_VariablesState):
         super().__init__(variables if variables is not None else tf.compat.v1.global_variables(), session, **kwargs)
 
 
+def _keras_state_variables(model, optimizer) -> list:
+    """The variables a Keras state keeps: the model's, then the optimizer's, built now if Keras has not
+    built them yet (it does at the first step). A state made before the first ``fit``, as in Horovod's
+    examples, must hold the optimizer's slots too: otherwise a restore leaves them as the failed step
+    left them, and a worker added during the run keeps fresh ones while the others' hold momentum."""
+    variables = list(model.variables)
+    if not variables:
+        raise ValueError("KerasState: the model has no variables yet; build it first (an Input layer, "
+                         "model.build(input_shape), or one call on a batch)")
+    if optimizer is None:
+        return variables
+    if not getattr(optimizer, "built", True):
+        optimizer.build(model.trainable_variables)
+    return variables + list(optimizer.variables)
+
+
 class TensorFlowKerasState(_VariablesState):
     """State of a Keras ``model`` and its ``optimizer`` (``model.optimizer`` by default)."""
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
-        variables = list(model.variables) + (list(self.optimizer.variables) if self.optimizer is not None else [])
-        super().__init__(variables, **kwargs)
+        super().__init__(_keras_state_variables(model, self.optimizer), **kwargs)
 
     def reset(self) -> None:
         """After the world was re-formed (the optimizer's algorithm followed it already): ``fit``

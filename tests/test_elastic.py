@@ -157,6 +157,21 @@ def test_keras_fit_survives_a_lost_rank():
     assert run.stdout.count("average_before=2.5 average_after=2.0") == 3, run.stdout
 
 
+def test_keras_fit_grows_back_to_max_np_after_a_lost_rank():
+    """--max-np 4: after rank 2 is lost at batch 9 of fit, a worker is added back at the next commit
+    (it runs the same script, joining inside the elastic function); four ranks finish every epoch
+    with equal weights, and the all-reduce traced before the loss averages over the grown world."""
+    run = subprocess.run(RELAXRUN + ["-np", "4", "--min-np", "2", "--max-np", "4", sys.executable,
+                                     str(REPO / "tests" / "parallel" / "elastic_keras.py"), "--kill", "2:9"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = finished(run)
+    assert len(done) == 4 and sorted(d[1] for d in done) == [0, 1, 2, 3], done
+    assert all(d[2] == 4 and d[3] == 24 for d in done) and len({d[4] for d in done}) == 1, done
+    assert generations(run) == [0, 2, 2, 2], run.stdout  # three went through reset and growth, one joined
+    assert run.stdout.count("average_before=2.5 average_after=2.5") == 3, run.stdout
+    assert run.stdout.count("average_before=joined average_after=2.5") == 1, run.stdout
+
+
 # One per path an algorithm takes in fit: traced into the step (compressed), a host step in a
 # py_function (1-bit Adam), halves around the traced update (async), model averaging traced, and
 # local updates with a codec.

@@ -4,7 +4,10 @@ Horovod's elastic Keras pattern: KerasState, the batch / epoch / commit callback
 ``@hvd.elastic.run`` around ``model.fit(epochs=EPOCHS - state.epoch)``. The rank named in
 ``--kill`` (world rank:global batch) SIGKILLs itself when that batch begins. Every survivor prints
 one DONE line (as elastic_torch.py), plus the average of (rank + 1) through a tf.function traced
-before the loss, called after it: the traced all-reduce must average over the new world.
+before the loss, called after it: the traced all-reduce must average over the new world. Under
+``relaxrun --max-np`` a worker added back runs this script too: it joins inside ``train`` (no
+collective before it) and prints ``average_before=joined``. As in Horovod's examples, the state is
+made before the first ``fit``: KerasState builds the optimizer's variables.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import relaxlib_tf.keras as hvd
-from relaxlib import algorithms
+from relaxlib import algorithms, basics
 
 EPOCHS, STEPS = 4, 6
 
@@ -65,7 +68,8 @@ def main() -> None:
     def average(x):
         return hvd.allreduce(x)
 
-    before = float(average(tf.constant([hvd.rank() + 1.0]))[0])
+    joined = basics.joined_running_job()  # a worker added back: the others are inside train already
+    before = "joined" if joined else float(average(tf.constant([hvd.rank() + 1.0]))[0])
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
     optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9),
@@ -74,7 +78,6 @@ def main() -> None:
     rng = np.random.default_rng(hvd.rank())
     x = rng.normal(size=(STEPS * 8, 8)).astype("float32")
     y = x.sum(axis=1, keepdims=True)
-    model.fit(x[:8], y[:8], batch_size=8, epochs=1, verbose=0)  # creates the optimizer's variables
     state = hvd.elastic.KerasState(model, batch=0, epoch=0)
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
@@ -94,7 +97,8 @@ def main() -> None:
     after = float(average(tf.constant([hvd.rank() + 1.0]))[0])
     digest = hashlib.sha256(b"".join(np.asarray(v).tobytes() for v in model.weights)).hexdigest()[:16]
     print(f"DONE world={world_rank} rank={hvd.rank()} size={hvd.size()} batch={state.epoch * STEPS} "
-          f"digest={digest} resets={len(resets)} average_before={before} average_after={after}", flush=True)
+          f"digest={digest} resets={len(resets)} average_before={before} average_after={after} "
+          f"generation={basics.world_generation()}", flush=True)
     hvd.shutdown()
 
 
