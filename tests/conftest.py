@@ -19,7 +19,8 @@ _exit_status = None
 # host is what the suite runs on, where the component is never selected, so leaving it out changes
 # no transport a test runs over; a test or user that names its BTLs still decides.
 os.environ.setdefault("OMPI_MCA_btl", "^ofi")
-# Processes started from here skip the teardown's collection pass (tests/rank_site/sitecustomize.py).
+# Processes started from here skip the teardown's collection pass (tests/rank_site/sitecustomize.py)
+# and can import the suite's helpers for rank scripts (tests/rank_site/rank_reports.py).
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(Path(__file__).resolve().parent / "rank_site"), *filter(None, [os.environ.get("PYTHONPATH")])])
 

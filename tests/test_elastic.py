@@ -44,7 +44,7 @@ def launch(*args: str, np: int = 4, min_np: int = 2, failing: int = 0, tmp_path=
     if failing:
         done = tmp_path / "failed"
         done.mkdir()
-        env.update(RELAX_TEST_DONE_DIR=str(done), RELAX_TEST_FAILING=str(failing))
+        env.update(RELAX_TEST_DONE_DIR=str(done), RELAX_TEST_EXPECTED=str(failing))
     return subprocess.run(RELAXRUN + ["-np", str(np), "--min-np", str(min_np), *options, sys.executable, str(SCRIPT),
                                       *args],
                           capture_output=True, text=True, timeout=150, cwd=REPO, env=env)

@@ -68,7 +68,7 @@ def test_rank_frozen_in_setup_is_named_on_every_other_rank(mode, env, calls, nth
                         env={"RELAX_OP_TIMEOUT": "3", "LD_PRELOAD": str(freeze_shim),
                              "RELAX_TEST_FREEZE_RANK": str(FROZEN), "RELAX_TEST_FREEZE_CALLS": calls,
                              "RELAX_TEST_FREEZE_NTH": str(nth), "RELAX_TEST_FREEZE_PIDFILE": str(pidfile),
-                             "RELAX_TEST_DONE_DIR": str(done_dir), "RELAX_TEST_UNFROZEN": str(FROZEN), **env})
+                             "RELAX_TEST_DONE_DIR": str(done_dir), "RELAX_TEST_EXPECTED": str(FROZEN), **env})
     finally:
         kill_frozen(pidfile)
     assert not run.timed_out, run.report()

@@ -29,8 +29,10 @@ def test_ring_collectives_match_numpy_over_either_transport(np_, env, connected)
     assert [("TCP ring connected" in out) for out in run.outputs] == [connected] * np_, run.report()
 
 
-def test_an_invalid_setting_fails_init_naming_it():
-    run = run_ranks(2, [sys.executable, SCRIPT], env={"RELAX_TCP_RING": "sometimes"}, timeout=120)
+def test_an_invalid_setting_fails_init_naming_it(tmp_path):
+    # (each rank waits for the other's report: Open MPI ends the job at the first non-zero exit)
+    run = run_ranks(2, [sys.executable, SCRIPT], timeout=120, env={
+        "RELAX_TCP_RING": "sometimes", "RELAX_TEST_DONE_DIR": str(tmp_path), "RELAX_TEST_EXPECTED": "2"})
     assert run.returncode != 0
     assert all("RELAX_TCP_RING=sometimes" in out for out in run.outputs), run.report()
 

@@ -19,6 +19,7 @@ import threading
 import time
 
 import torch
+from rank_reports import wait_for_the_others
 
 import relaxlib_torch as hvd
 from relaxlib import algorithms, basics
@@ -52,19 +53,6 @@ def make_models_equal(optimizer) -> None:
     algorithm = getattr(optimizer, "algorithm", None)
     if hasattr(algorithm, "average_now"):
         algorithm.average_now()
-
-
-def wait_for_the_other_failures(world_rank: int) -> None:
-    """Open MPI 5 ends the job as soon as one rank exits non-zero: a survivor that failed waits
-    (through files in RELAX_TEST_DONE_DIR; MPI may be unusable) until RELAX_TEST_FAILING ranks
-    reported, so none is killed before it printed its error."""
-    folder, expected = os.environ.get("RELAX_TEST_DONE_DIR"), int(os.environ.get("RELAX_TEST_FAILING", "0"))
-    if not folder:
-        return
-    open(os.path.join(folder, f"rank{world_rank}"), "w").close()
-    deadline = time.monotonic() + 60
-    while len(os.listdir(folder)) < expected and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def main() -> None:
@@ -159,7 +147,7 @@ def main() -> None:
         train(state)
     except Exception as error:  # reported here, then every failing survivor waits for the others
         print(f"FAILED world={world_rank}: {type(error).__name__}: {error}", flush=True)
-        wait_for_the_other_failures(world_rank)
+        wait_for_the_others(world_rank)  # every failing survivor printed its error before any exits
         raise SystemExit(1) from None
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:16]
     print(f"DONE world={world_rank} rank={hvd.rank()} size={hvd.size()} batch={state.batch} digest={digest} "

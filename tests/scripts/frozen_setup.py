@@ -13,13 +13,14 @@ start_group_service() must raise.
 Each other rank prints ``SETUP-ERROR-OK`` once the error named the frozen rank and a later
 request failed with the same reason, then exits non-zero without waiting for the frozen rank
 (MPI_Finalize is skipped; the test's launcher ends the job) once every other unfrozen rank did
-(a file each in RELAX_TEST_DONE_DIR).
+(tests/rank_site/rank_reports.py).
 """
 
 import ctypes
 import os
 import sys
-import time
+
+from rank_reports import wait_for_the_others
 
 import relaxlib
 from relaxlib.direct import start_group_service
@@ -56,12 +57,5 @@ if mode != "init":  # after init() failed there is no engine to ask
     except relaxlib.RelaxError as exc:
         check(exc)
 print("SETUP-ERROR-OK", flush=True)
-# Open MPI 5 ends the job as soon as one rank exits non-zero: wait (through files, MPI being
-# unusable) until every other unfrozen rank got this far too, so none is killed before it reports.
-done_dir = os.environ.get("RELAX_TEST_DONE_DIR")
-if done_dir:
-    open(os.path.join(done_dir, f"rank{relaxlib.rank()}"), "w").close()
-    deadline = time.monotonic() + 60
-    while len(os.listdir(done_dir)) < int(os.environ["RELAX_TEST_UNFROZEN"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+wait_for_the_others(relaxlib.rank())  # every unfrozen rank reported before any exits non-zero
 sys.exit(3)  # a failed job: mpirun must end it, the frozen rank included

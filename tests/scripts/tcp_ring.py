@@ -3,10 +3,14 @@ ring's steps use (run with RELAX_LOCAL_SIZE=1 for ranks on separate nodes, RELAX
 choose). Prints ``TCP-RING=<connected>`` from relaxlib's debug log line being present or not
 (the caller reads the log: run with RELAX_LOG_LEVEL=debug)."""
 
+import os
+
 import numpy as np
 import torch
+from rank_reports import wait_for_the_others
 
 import relaxlib_torch as hvd
+from relaxlib.errors import RelaxError
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -14,7 +18,12 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
-hvd.init()
+try:
+    hvd.init()
+except RelaxError as error:  # a bad setting: every rank names it before any exits
+    print(f"INIT-FAILED {type(error).__name__}: {error}", flush=True)
+    wait_for_the_others(int(os.environ["OMPI_COMM_WORLD_RANK"]))
+    raise SystemExit(1) from None
 rank, size = hvd.rank(), hvd.size()
 # sizes around the ring's blocks and the 256 KiB receive piece, odd counts for uneven blocks
 for count in (1, 7, 65_537, 300_001, 2_000_003):
