@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "check.h"
@@ -76,17 +77,38 @@ int reaped_within(pid_t pid, double seconds) {
   return status;
 }
 
+// A child of this process that stands still (SIGSTOP) until killed: a frozen rank.
+pid_t stopped_child() {
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  kill(child, SIGSTOP);
+  return child;
+}
+
+// Checks that `survivor` exited 0 and `frozen` was SIGKILLed, each within 10 s; kills and reaps
+// whichever is still there when a check failed, so nothing is left behind.
+void check_survivor_and_killed(pid_t survivor, pid_t frozen) {
+  const int survivor_status = reaped_within(survivor, 10);
+  CHECK(survivor_status != -1 && WIFEXITED(survivor_status) && WEXITSTATUS(survivor_status) == 0);
+  const int frozen_status = reaped_within(frozen, 10);
+  CHECK(frozen_status != -1 && WIFSIGNALED(frozen_status) && WTERMSIG(frozen_status) == SIGKILL);
+  for (const auto& [pid, status] : {std::pair{survivor, survivor_status}, std::pair{frozen, frozen_status}}) {
+    if (status == -1) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+}
+
 }  // namespace
 
 TEST(a_lost_rank_still_alive_on_this_host_is_killed_only_where_the_same_launcher_started_it) {
   // This process stands in for the launcher: one child for a survivor, another for the frozen lost
   // rank (stopped), and the survivor's own child for a process that reused a lost rank's id.
-  const pid_t frozen = fork();
-  if (frozen == 0) {
-    pause();
-    _exit(0);
-  }
-  kill(frozen, SIGSTOP);
+  const pid_t frozen = stopped_child();
   const pid_t survivor = fork();
   if (survivor == 0) {
     const pid_t reused = fork();
@@ -100,27 +122,11 @@ TEST(a_lost_rank_still_alive_on_this_host_is_killed_only_where_the_same_launcher
     waitpid(reused, nullptr, 0);
     _exit(signalled == 1 && reused_alive ? 0 : 1);
   }
-  const int survivor_status = reaped_within(survivor, 10);
-  CHECK(survivor_status != -1 && WIFEXITED(survivor_status) && WEXITSTATUS(survivor_status) == 0);
-  const int frozen_status = reaped_within(frozen, 10);
-  CHECK(frozen_status != -1 && WIFSIGNALED(frozen_status) && WTERMSIG(frozen_status) == SIGKILL);
-  if (frozen_status == -1) {  // (the check failed: leave nothing behind)
-    kill(frozen, SIGKILL);
-    waitpid(frozen, nullptr, 0);
-  }
-  if (survivor_status == -1) {
-    kill(survivor, SIGKILL);
-    waitpid(survivor, nullptr, 0);
-  }
+  check_survivor_and_killed(survivor, frozen);
 }
 
 TEST(a_silent_peer_is_evicted_by_the_same_rule_as_a_lost_one) {
-  const pid_t frozen = fork();
-  if (frozen == 0) {
-    pause();
-    _exit(0);
-  }
-  kill(frozen, SIGSTOP);
+  const pid_t frozen = stopped_child();
   const pid_t survivor = fork();
   if (survivor == 0) {
     const int before = relax::end_silent_processes();  // no silence noted: nothing to evict
@@ -128,14 +134,5 @@ TEST(a_silent_peer_is_evicted_by_the_same_rule_as_a_lost_one) {
     relax::note_silent_pids({frozen, 0});
     _exit(before == 0 && relax::end_silent_processes() == 1 ? 0 : 1);
   }
-  const int survivor_status = reaped_within(survivor, 10);
-  CHECK(survivor_status != -1 && WIFEXITED(survivor_status) && WEXITSTATUS(survivor_status) == 0);
-  const int frozen_status = reaped_within(frozen, 10);
-  CHECK(frozen_status != -1 && WIFSIGNALED(frozen_status) && WTERMSIG(frozen_status) == SIGKILL);
-  for (pid_t left : {frozen, survivor}) {  // (a check failed: leave nothing behind)
-    if ((left == frozen ? frozen_status : survivor_status) == -1) {
-      kill(left, SIGKILL);
-      waitpid(left, nullptr, 0);
-    }
-  }
+  check_survivor_and_killed(survivor, frozen);
 }

@@ -32,7 +32,8 @@ void FailureWatch::run() {
     const Status s = failed_world_ranks(comm_, &lost, &lost_in_comm);
     const bool revoked = s.code == RELAX_ERR_PROC_FAILED;
     if (!revoked && lost.empty()) continue;
-    const std::string message = lost_ranks_text(revoked ? std::vector<int>{} : lost) + " lost its process (reported by MPI's fault tolerance" +
+    // (a revoked communicator names no rank: lost is empty then)
+    const std::string message = lost_ranks_text(lost) + " lost its process (reported by MPI's fault tolerance" +
                                 (revoked ? ", through another survivor" : "") +
                                 "); the survivors can re-form the world (hvd.elastic.run does, from the last commit)";
     RELAX_LOG(Warning, message);
