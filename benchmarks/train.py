@@ -44,6 +44,8 @@ def mode_arguments(mode: str) -> list[str]:
         return ["--algorithm", "ddp-powersgd"] + (["--psgd-rank", mode.rsplit("-", 1)[1]] if mode.count("-") == 2
                                                   else [])
     family, _, variant = mode.partition("-")
+    if mode == "allreduce-negotiated":  # the baseline with every step negotiated (RELAX_FAST_PATH=off)
+        return ["--algorithm", "allreduce", "--no-fast-path"]
     if family == "topk" and variant:
         return ["--algorithm", "topk", "--density", str(float(variant) / 100)]
     option = {"compressed": "--codec", "decentralized": "--topology", "partial": "--generator",
@@ -57,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--algorithm", default="allreduce", choices=ALGORITHMS,
                         help="none = no communication (each rank alone); ddp = torch DDP (gloo); horovod = "
                              "Horovod's DistributedOptimizer (needs --horovod)")
+    parser.add_argument("--no-fast-path", action="store_true",
+                        help="negotiate every step (RELAX_FAST_PATH=off on every rank)")
     parser.add_argument("--model", default="sleep", choices=["sleep", "mlp", "transformer"],
                         help="transformer: bench_models.TinyLM on SyntheticText (--batch-size sequences of "
                              "--seq-len tokens; samples are sequences)")
@@ -325,6 +329,8 @@ def launch(args, np_: int, result: str) -> int:
     horovod = [str(Path(args.horovod).resolve())] if args.algorithm == "horovod" else []
     path = horovod + [str(REPO), os.environ.get("PYTHONPATH", "")]
     env = mpirun_environment(PYTHONPATH=os.pathsep.join(path), MASTER_PORT=str(free_port()))
+    if args.no_fast_path:
+        env["RELAX_FAST_PATH"] = "off"  # (the ranks inherit the launcher's environment)
     if args.bandwidth and np_ > 1:
         from netem import ShapedNetwork
         with ShapedNetwork(np_, bandwidth_mbit=args.bandwidth) as net:

@@ -114,7 +114,7 @@ def layer_bytes(model: str) -> list[float]:
 
 def limit_step(mode: str, link: str, np_: int, model: str, compute_s: float) -> float | None:
     """The mode's perfmodel step with wire time only (α = 0, free codecs) at the link's rate."""
-    if mode in train.PEERS:
+    if mode in train.PEERS or mode == "allreduce-negotiated":
         mode = "allreduce"  # DDP's and Horovod's limit is all-reduce's
     from relaxlib import compression, perfmodel
     from relaxlib.algorithms import modes

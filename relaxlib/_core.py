@@ -13,7 +13,7 @@ from relaxlib.errors import InvalidArgumentError, error_for
 # load. Every other constant of relax.h (status codes, dtypes, reduce ops, request kinds) is read
 # from the core (relax_abi_constants) as an attribute of this module without the RELAX_ prefix,
 # e.g. ``_core.REQ_ALLREDUCE``, ``_core.FLOAT32``, ``_core.OP_SUM``, ``_core.PENDING``.
-ABI_VERSION = 23
+ABI_VERSION = 24
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 WAIT_SLICE_MS = 50  # waits return to Python this often, so Ctrl-C and signal-based timeouts work
@@ -211,7 +211,7 @@ class Stats(ctypes.Structure):
 
     _fields_ = [(name, ctypes.c_int64) for name in
                 ("rounds", "completed", "bytes_sent", "bytes_received", "negotiation_ns", "execution_ns",
-                 "inline_allreduces")]
+                 "inline_allreduces", "fast_path_buckets", "fast_path_engagements", "fast_path_exits")]
 
 
 ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64))

@@ -115,7 +115,8 @@ def test_ctrl_c_during_a_blocked_wait_raises_keyboard_interrupt(mode, tmp_path):
                                       ("ring-grouped", {"RELAX_LOCAL_SIZE": "1"}),
                                       ("scaled-sign", {"RELAX_LOCAL_SIZE": "1"}),
                                       ("uint8-in-place", {"RELAX_LOCAL_SIZE": "1"}),
-                                      ("dear", {"RELAX_LOCAL_SIZE": "1"})])
+                                      ("dear", {"RELAX_LOCAL_SIZE": "1"}),
+                                      ("fast-path", {}), ("fast-path", {"RELAX_LOCAL_SIZE": "1"})])
 def test_killed_rank_ends_the_job_instead_of_hanging(mode, env):
     start = time.monotonic()
     run = run_ranks(2, [sys.executable, str(SCRIPTS / "dead_rank.py"), mode], env=env, timeout=90)
@@ -123,6 +124,8 @@ def test_killed_rank_ends_the_job_instead_of_hanging(mode, env):
     assert not run.timed_out, run.report()
     assert run.returncode != 0
     assert elapsed < 60, f"job took {elapsed:.0f} s to end after a rank died"
+    if mode == "fast-path":
+        assert "FAST PATH ON" in run.outputs[1], run.report()
 
 
 def test_peer_shutdown_fails_pending_ops_with_shutdown_error():

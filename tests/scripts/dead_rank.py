@@ -11,7 +11,8 @@ operation, so the peer dies inside one. ``dear``: DeAR training, whose reduce-sc
 gradients where they lie (over the TCP ring with RELAX_LOCAL_SIZE=1), so the peer dies inside a
 reduce-scatter or all-gather. ``uint8-in-place``: uint8 training with SGD's momentum, whose
 compressed all-reduces read the gradients where they lie (between nodes with RELAX_LOCAL_SIZE=1),
-so the peer dies inside one.
+so the peer dies inside one. ``fast-path``: steps of three all-reduces, the peer dying 0.3 s after the
+fast path took them over (engine_fast_path.cc), inside a bucket's all-reduce or between buckets.
 """
 
 import os
@@ -80,6 +81,18 @@ elif mode == "dear":
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), algorithm=DeAR(fusion_mb=1),
                                    model=model, named_parameters=model.named_parameters())
     train_until_killed(model, opt)
+elif mode == "fast-path":
+    tensors = [torch.randn(n) for n in (1 << 16, 1 << 17, 1 << 18)]
+    armed = None
+    for _ in range(100_000):
+        handles = [hvd.allreduce_async_(t, name=f"dead.fast.{i}") for i, t in enumerate(tensors)]
+        for handle in handles:
+            hvd.synchronize(handle)
+        # The steps that follow run on the fast path (a bucket that ran did so on every rank).
+        if hvd.rank() == 1 and not armed and hvd.engine_stats()["fast_path_buckets"] > 0:
+            print("FAST PATH ON", flush=True)
+            armed = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL))
+            armed.start()
 else:
     model = torch.nn.Linear(32, 4)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),

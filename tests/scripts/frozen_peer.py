@@ -10,6 +10,9 @@ naming the frozen rank, then the same as ``allreduce``.
 every rank its own node): it submits the all-reduce in place and stops as soon as the first
 element it reduces changes, i.e. once the transfer is under way. The others' all-reduce must fail
 naming it, then the same as ``allreduce``.
+``fast-path``: the ranks run steps of three all-reduces until the fast path runs them without
+negotiation (engine_fast_path.cc); the frozen rank then stops, and the others' next step waits
+inside a bucket's all-reduce.
 ``inside``: every rank runs the all-reduce ``frozen.allreduce`` of FREEZE_COUNT elements, and the
 frozen rank stops on entering MPI's own all-reduce for it (tests/scripts/freeze_in_allreduce.c,
 preloaded); the others wait inside that collective.
@@ -44,6 +47,21 @@ if mode == "ring":
         print(f"RANK {frozen} FREEZES mid-transfer (done: {hvd.poll(handle)})", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
         sys.exit(4)
+if mode == "fast-path":
+    tensors = [torch.ones(n) for n in (1000, 2000, 3000)]
+
+    def fast_path_step():
+        """One cycle of the schedule the fast path learns: three all-reduces submitted, then waited for."""
+        handles = [hvd.allreduce_async_(t, name=f"frozen.fast.{i}") for i, t in enumerate(tensors)]
+        for handle in handles:
+            hvd.synchronize(handle)
+
+    for _ in range(50):  # a step that ran on the fast path did so on every rank
+        fast_path_step()
+        if hvd.engine_stats()["fast_path_buckets"] > 0:
+            break
+    else:
+        raise SystemExit("the fast path never engaged")
 if mode == "inside":
     x = torch.ones(FREEZE_COUNT)  # the frozen rank stops inside the all-reduce below (the shim)
 elif hvd.rank() == frozen:
@@ -63,6 +81,8 @@ if mode == "neighbour":  # the direct lane: an average with every other rank, th
 try:
     if mode == "ring":
         hvd.synchronize(handle)
+    elif mode == "fast-path":  # the others' next step waits inside a bucket's all-reduce
+        fast_path_step()
     else:
         hvd.allreduce(x, name="frozen.allreduce")
     raise SystemExit("expected an error naming the frozen rank")

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 23
+#define RELAX_ABI_VERSION 24
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -525,6 +525,9 @@ typedef struct {
   int64_t negotiation_ns;  /* engine time inside negotiation rounds (includes waiting for peers) */
   int64_t execution_ns;    /* engine and direct-lane time executing collectives and averages */
   int64_t inline_allreduces; /* small all-reduces whose data travelled in their negotiation round */
+  int64_t fast_path_buckets; /* fused all-reduces delivered by the fast path, without negotiation (RELAX_FAST_PATH) */
+  int64_t fast_path_engagements; /* times the fast path was taken up after a repeating cycle */
+  int64_t fast_path_exits;   /* times some rank left it and its requests were negotiated again */
 } relax_stats_t;
 RELAX_API int relax_get_stats(relax_stats_t* out);
 

@@ -394,7 +394,8 @@ int relax_get_stats(relax_stats_t* out) {
     s.execution_ns += runtime().lane->busy_ns();
   }
   *out = relax_stats_t{s.rounds,         s.completed,    s.bytes_sent,       s.bytes_received,
-                       s.negotiation_ns, s.execution_ns, s.inline_allreduces};
+                       s.negotiation_ns, s.execution_ns, s.inline_allreduces,
+                       s.fast_path_buckets, s.fast_path_engagements, s.fast_path_exits};
   return RELAX_OK;
 }
 

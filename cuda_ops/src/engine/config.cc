@@ -157,6 +157,9 @@ EngineConfig EngineConfig::from_environment(std::string& error) {
   c.shm_collectives = shm_collectives != "off";
   read_integer("RELAX_SHM_MIN_BYTES", nullptr, c.shm_min_bytes, 0, kTiB, "bytes", error);
   read_integer("RELAX_SHM_SLOT_BYTES", nullptr, c.shm_slot_bytes, 4096, kMaxShmSlotBytes, "bytes", error);
+  read_auto_on_off("RELAX_FAST_PATH", c.fast_path, error);
+  read_integer("RELAX_FAST_PATH_BUCKET_BYTES", nullptr, c.fast_path_bucket_bytes, 0, kMaxFusionThresholdBytes, "bytes",
+               error);
   read_real("RELAX_HEAP_KEEP_MB", nullptr, c.heap_keep_mb, 0, 1 << 20, "MiB", error);
   // Read again by MpiContext::derive_topology (which checks it divides the world size); checked
   // here so that it follows the same rule and a bad value fails init before MPI opens.

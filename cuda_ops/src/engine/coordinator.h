@@ -4,6 +4,7 @@
 // ("all-gathered readiness" — no coordinator rank, and every rank can name what went wrong).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -91,6 +92,8 @@ class Coordinator {
   int shutdown_rank() const { return shutdown_rank_; }
   bool is_joined(int rank) const { return joined_[rank]; }
   int joined_count() const { return joined_count_; }
+  // Whether any member said it is finishing (kFlagFinishing).
+  bool any_finishing() const { return std::find(finishing_.begin(), finishing_.end(), true) != finishing_.end(); }
 
   // Requests submitted by some ranks but not all, pending longer than `age_seconds`.
   std::vector<StallInfo> stalled(double now_seconds, double age_seconds) const;

@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <sstream>
@@ -80,6 +81,7 @@ Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
       handles_(handles),
       config_(config),
       collective_config_(collective_config(config, &handles.waiting_callers())),
+      fast_(mpi.topology().rank),
       start_time_(steady_seconds()) {
   const Topology& t = mpi.topology();
   std::vector<int> all(static_cast<size_t>(t.size));
@@ -89,18 +91,24 @@ Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
   // Nonblocking and bounded (collectives/bounded_wait.h): a rank frozen at start must not hold the
   // others here. On a timeout the silence is noted, so the first round fails every request with
   // its reason; the buffer stays with the posted request (MPI may still write it).
-  auto gather_nothing = std::make_unique<int>(config_.joined_ranks_gather_nothing ? 1 : 0);
+  // The same holds for the fast path and its bucket size (members that cut the schedule
+  // differently would run different collectives).
+  auto choices = std::make_unique<std::array<int64_t, 3>>(std::array<int64_t, 3>{
+      config_.joined_ranks_gather_nothing ? 1 : 0, config_.fast_path != "off" ? 1 : 0, config_.fast_path_bucket_bytes});
   MPI_Request request = MPI_REQUEST_NULL;
-  Status agreed = mpi_status(MPI_Ibcast(gather_nothing.get(), 1, MPI_INT, 0, mpi.control(), &request), "MPI_Ibcast");
+  Status agreed =
+      mpi_status(MPI_Ibcast(choices->data(), 3, MPI_INT64_T, 0, mpi.control(), &request), "MPI_Ibcast");
   if (agreed.is_ok()) {
     agreed = bounded_wait(mpi.control(), request, collective_config_.peer_timeout_s, config_.yield_while_waiting,
                           "MPI_Ibcast", "the engine's start");
   }
   if (agreed.is_ok()) {
-    config_.joined_ranks_gather_nothing = *gather_nothing != 0;
+    config_.joined_ranks_gather_nothing = (*choices)[0] != 0;
+    fast_.enabled = (*choices)[1] != 0;
+    config_.fast_path_bucket_bytes = (*choices)[2];
   } else {
     RELAX_LOG(Error, "Engine start: " << agreed.message);
-    if (request != MPI_REQUEST_NULL) gather_nothing.release();  // NOLINT: owned by the pending request now
+    if (request != MPI_REQUEST_NULL) choices.release();  // NOLINT: owned by the pending request now
   }
   sets_[0] = make_set(0, all, t.rank, mpi.control(), mpi.data(), false);
 }
@@ -269,6 +277,9 @@ EngineStats Engine::stats() const {
   s.negotiation_ns = negotiation_ns_.load();
   s.execution_ns = execution_ns_.load();
   s.inline_allreduces = inline_allreduces_.load();
+  s.fast_path_buckets = fast_buckets_.load();
+  s.fast_path_engagements = fast_engagements_.load();
+  s.fast_path_exits = fast_exits_.load();
   std::lock_guard<std::mutex> lock(mutex_);  // the engine thread changes sets_ under this lock
   for (const auto& entry : sets_) {
     s.bytes_sent += entry.second->collectives.traffic().bytes_sent;
@@ -323,6 +334,7 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
   if (lone && every_member_inlined(messages, mine.cached.front())) {
     progress = true;
     inline_allreduces_.fetch_add(1, std::memory_order_relaxed);  // before its caller can see it complete
+    if (set.id == 0 && fast_.enabled) fast_.learner.observe_inline(lone->desc);
     set.executor.run_inline_allreduce(set.pending);
     clock = steady_seconds();
     // The round was the collective: all of it counts as execution.
@@ -332,6 +344,7 @@ Status Engine::run_round(ProcessSetState& set, bool stopping, double now, std::v
   }
   const double round_end = steady_seconds();
   std::vector<Response> responses = set.coordinator.process(messages, now);
+  if (set.id == 0 && fast_.enabled) fast_.learner.observe(responses);
   progress = progress || made_progress(messages, responses);
   if (timeline_.active()) {
     for (const Response& r : responses) {
@@ -498,10 +511,20 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
   const double now = step_start - start_time_;
   if (timeline_.marks_cycles()) timeline_.instant("CYCLE_START", step_start);
   double clock = step_start;
-  Status status = run_round(*sets_[0], stopping, now, messages, progress, clock);
+  Status status;
+  // On the fast path no round runs while every member follows the schedule; leaving it puts the
+  // requests back in the set's fresh list, and the round below negotiates them at once.
+  if (fast_.engaged) {
+    status = fast_step(*sets_[0], stopping, step_start, progress);
+    clock = steady_seconds();
+  }
+  const bool negotiate = !fast_.engaged && status.is_ok();
+  if (negotiate) status = run_round(*sets_[0], stopping, now, messages, progress, clock);
   const bool instant = clock - step_start < 50e-6;
   std::vector<uint32_t> active;
-  for (const RankMessage& m : messages) active.insert(active.end(), m.active_sets.begin(), m.active_sets.end());
+  if (negotiate) {
+    for (const RankMessage& m : messages) active.insert(active.end(), m.active_sets.begin(), m.active_sets.end());
+  }
   std::sort(active.begin(), active.end());
   active.erase(std::unique(active.begin(), active.end()), active.end());
   std::vector<RankMessage> set_messages;
@@ -510,6 +533,7 @@ bool Engine::step(std::vector<RankMessage>& messages, bool& progress) {
     auto it = sets_.find(static_cast<int32_t>(id));
     if (it != sets_.end()) status = run_round(*it->second, false, now, set_messages, progress, clock);
   }
+  if (negotiate && status.is_ok()) maybe_engage_fast_path(*sets_[0]);
   last_round_end_.store(clock);
   if (!status.is_ok()) {
     RELAX_LOG(Error, status.message);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/fast_path.h"
 #include "engine/handles.h"
 #include "engine/process_set.h"
 #include "engine/timeline.h"
@@ -37,6 +38,9 @@ struct EngineStats {
   int64_t negotiation_ns = 0;
   int64_t execution_ns = 0;
   int64_t inline_allreduces = 0;  // all-reduces whose data travelled in their negotiation round
+  int64_t fast_path_buckets = 0;  // fused all-reduces the fast path ran and delivered (engine_fast_path.cc)
+  int64_t fast_path_engagements = 0;  // times the fast path was taken up
+  int64_t fast_path_exits = 0;    // times some rank left it (it was negotiated again)
 };
 
 // Members of a process set, as seen by threads other than the engine's.
@@ -112,6 +116,11 @@ class Engine {
   void finish_membership(const Response& response, ProcessSetState& global, const Status& status, int64_t result);
   std::unique_ptr<ProcessSetState> make_set(int32_t id, std::vector<int> ranks, int rank, MPI_Comm control,
                                             MPI_Comm data, bool owns);
+  // The fast path (engine_fast_path.cc).
+  void maybe_engage_fast_path(const ProcessSetState& global);
+  void leave_fast_path(ProcessSetState& global, bool diverged);
+  bool waited_on_fast_path(double now) const;
+  Status fast_step(ProcessSetState& global, bool stopping, double now, bool& progress);
   void fail_set(ProcessSetState& set, int32_t status, const std::string& message);
   void fail_everything(int32_t status, const std::string& message);
   void finish(int32_t status, const std::string& message);
@@ -166,6 +175,10 @@ class Engine {
   std::atomic<int64_t> negotiation_ns_{0};
   std::atomic<int64_t> execution_ns_{0};
   std::atomic<int64_t> inline_allreduces_{0};
+  FastPathState fast_;  // (the global set's; under cycle_mutex_)
+  std::atomic<int64_t> fast_buckets_{0};
+  std::atomic<int64_t> fast_engagements_{0};
+  std::atomic<int64_t> fast_exits_{0};
   const double start_time_;
 };
 

@@ -74,6 +74,7 @@ void Engine::fail_everything(int32_t status, const std::string& message) {
     stop_reason_ = message;
     late.swap(incoming_);
   }
+  if (fast_.engaged && sets_.count(0)) leave_fast_path(*sets_[0], false);
   for (auto& [id, request] : late) {
     auto it = sets_.find(id);
     if (it != sets_.end()) it->second->fresh.push_back(std::move(request));

@@ -138,6 +138,69 @@ void Executor::run_inline_allreduce(PendingMap& pending) {
   complete(item, Status::ok());
 }
 
+Status Executor::run_fast_bucket(const std::vector<LocalRequest*>& members,
+                                 const std::vector<const Descriptor*>& descs, bool leaving, bool& left) {
+  const Descriptor& d = *descs.front();
+  const size_t esize = dtype_size(d.dtype);
+  int64_t total = 0;
+  for (const Descriptor* member : descs) total += member->num_elements();
+  const size_t bytes = static_cast<size_t>(total + 1) * esize;
+  if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+  double phase_start = steady_seconds();
+  uint8_t* p = fusion_buffer_.data();
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const int64_t n = descs[i]->num_elements();
+    if (members[i]) {
+      if (n > 0) std::memcpy(p, members[i]->input, static_cast<size_t>(n) * esize);
+    } else {
+      fill_identity(p, n, d.dtype, RELAX_OP_SUM);
+    }
+    p += n * static_cast<int64_t>(esize);
+  }
+  // The flag: 1 or 0, exact in either type; the sum of flags times the postscale is 0 only when
+  // no rank is leaving.
+  if (d.dtype == RELAX_FLOAT64) {
+    const double flag = leaving ? 1.0 : 0.0;
+    std::memcpy(p, &flag, sizeof flag);
+  } else {
+    const float flag = leaving ? 1.0f : 0.0f;
+    std::memcpy(p, &flag, sizeof flag);
+  }
+  std::vector<ExecItem> items;  // for the timeline
+  std::vector<ResponseTensor> traced(timeline_.active() ? descs.size() : 0);
+  for (size_t i = 0; i < traced.size(); ++i) {
+    traced[i].name = descs[i]->name;
+    traced[i].per_rank.push_back(*descs[i]);
+    items.push_back({&traced[i], members[i]});
+  }
+  trace(items, "MEMCPY_IN_FUSION_BUFFER", phase_start);
+  phase_start = steady_seconds();
+  Status status = collectives_.allreduce(fusion_buffer_.data(), fusion_buffer_.data(), total + 1, d.dtype,
+                                         kinds::reduction_of(d.reduce_op), kinds::postscale_of(d, collectives_.size()));
+  trace(items, "FAST_ALLREDUCE", phase_start);
+  if (!status.is_ok()) return status;
+  const uint8_t* flag_at = fusion_buffer_.data() + static_cast<size_t>(total) * esize;
+  double flags = 0;
+  if (d.dtype == RELAX_FLOAT64) {
+    std::memcpy(&flags, flag_at, sizeof flags);
+  } else {
+    float f = 0;
+    std::memcpy(&f, flag_at, sizeof f);
+    flags = f;
+  }
+  left = flags != 0 || leaving;
+  if (left) return Status::ok();
+  phase_start = steady_seconds();
+  const uint8_t* q = fusion_buffer_.data();
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const int64_t n = descs[i]->num_elements();
+    if (n > 0) std::memcpy(members[i]->output, q, static_cast<size_t>(n) * esize);
+    q += n * static_cast<int64_t>(esize);
+  }
+  trace(items, "MEMCPY_OUT_FUSION_BUFFER", phase_start);
+  return Status::ok();
+}
+
 void Executor::run_allreduce_batch(std::vector<Item>& items) {
   size_t i = 0;
   while (i < items.size()) {

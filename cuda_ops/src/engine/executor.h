@@ -32,6 +32,16 @@ class Executor {
   // Completes the lone all-reduce in `pending` from the data every member carried in the round
   // that announced it (Engine::run_round decides when; see round_exchange.h).
   void run_inline_allreduce(PendingMap& pending);
+  // Runs one bucket of the fast path (engine_fast_path.cc): `members` are this rank's requests for
+  // the bucket's tensors in schedule order, null where this rank has none (it is leaving the
+  // schedule: `leaving`). The tensors are all-reduced through the fusion buffer with one more
+  // element, 1 from each rank that is leaving and 0 from the others. When that element sums to 0
+  // every rank ran the bucket with its real data: the results are copied out and the requests
+  // complete. Otherwise every rank learns together that some rank left; nothing is copied out (the
+  // inputs are intact: the requests are negotiated again) and `left` is set. A failed collective
+  // fails the requests it held.
+  Status run_fast_bucket(const std::vector<LocalRequest*>& members, const std::vector<const Descriptor*>& descs,
+                         bool leaving, bool& left);
 
  private:
   using Item = ExecItem;
