@@ -116,7 +116,8 @@ def test_ctrl_c_during_a_blocked_wait_raises_keyboard_interrupt(mode, tmp_path):
                                       ("scaled-sign", {"RELAX_LOCAL_SIZE": "1"}),
                                       ("uint8-in-place", {"RELAX_LOCAL_SIZE": "1"}),
                                       ("dear", {"RELAX_LOCAL_SIZE": "1"}),
-                                      ("fast-path", {}), ("fast-path", {"RELAX_LOCAL_SIZE": "1"})])
+                                      ("fast-path", {"RELAX_FAST_PATH": "on"}),  # forced on shared memory
+                                      ("fast-path", {"RELAX_LOCAL_SIZE": "1"})])     # on by default across nodes
 def test_killed_rank_ends_the_job_instead_of_hanging(mode, env):
     start = time.monotonic()
     run = run_ranks(2, [sys.executable, str(SCRIPTS / "dead_rank.py"), mode], env=env, timeout=90)

@@ -27,7 +27,7 @@ def freeze_shim(tmp_path_factory):
     (3, {}, "neighbour", ""),                                # the direct lane first, then negotiation
     (3, TCP_RING, "ring", "during a TCP ring transfer"),     # stopped mid-transfer on the TCP ring
     (3, {"RELAX_SHM_COLLECTIVES": "off"}, "inside", "during an MPI all-reduce"),  # inside MPI's all-reduce
-    (3, {}, "fast-path", ""),                                # inside a fast-path bucket (no negotiation)
+    (3, {"RELAX_FAST_PATH": "on"}, "fast-path", ""),         # inside a fast-path bucket (no negotiation)
 ], ids=["2-shm", "3-mpi", "3-neighbour", "3-tcp-ring", "3-inside-mpi-allreduce", "3-fast-path"])
 def test_frozen_rank_is_named_on_every_other_rank(np, env, mode, during, request):
     """The last rank SIGSTOPs itself before (or during) an all-reduce; every other rank gets an

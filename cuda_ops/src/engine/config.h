@@ -48,7 +48,7 @@ struct EngineConfig {
   bool shm_collectives = true;                  // RELAX_SHM_COLLECTIVES: auto | off (shm_collectives.h)
   int64_t shm_min_bytes = 0;                    // RELAX_SHM_MIN_BYTES: smaller operations use MPI
   int64_t shm_slot_bytes = 1 << 20;             // RELAX_SHM_SLOT_BYTES: per rank and round (<= 1 GiB)
-  std::string fast_path = "auto";               // RELAX_FAST_PATH: auto (= on) | on | off: repeated steps skip negotiation
+  std::string fast_path = "auto";               // RELAX_FAST_PATH: auto (on off shared memory) | on | off: steady steps skip negotiation
   int64_t fast_path_bucket_bytes = 0;           // RELAX_FAST_PATH_BUCKET_BYTES: 0 = a 16th of the cycle, >= 1 MiB
   double heap_keep_mb = 64;                     // RELAX_HEAP_KEEP_MB: freed memory kept (util/heap.h; 0 = glibc's way)
 

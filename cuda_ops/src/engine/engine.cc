@@ -56,6 +56,14 @@ std::string pending_names(const ProcessSetState& set) {
 
 }  // namespace
 
+// RELAX_FAST_PATH=auto: on where collectives leave the node (or avoid shared memory). Through
+// shared memory a round costs microseconds and the negotiated path reduces each tensor where it
+// lies, while the fast path copies through its fusion buffer: on the transformer it ran 1-3 %
+// slower there and 1-2 % faster over 1 and 0.2 Gbit/s links on 4 ranks (docs/performance.md).
+bool fast_path_wanted(const EngineConfig& c) {
+  return c.fast_path == "on" || (c.fast_path == "auto" && !c.shm_collectives);
+}
+
 CollectiveConfig collective_config(const EngineConfig& c, const std::atomic<int>* spin_gate) {
   CollectiveConfig cc;
   cc.segment_bytes = c.ring_segment_bytes;
@@ -94,7 +102,7 @@ Engine::Engine(MpiContext& mpi, HandleTable& handles, EngineConfig config)
   // The same holds for the fast path and its bucket size (members that cut the schedule
   // differently would run different collectives).
   auto choices = std::make_unique<std::array<int64_t, 3>>(std::array<int64_t, 3>{
-      config_.joined_ranks_gather_nothing ? 1 : 0, config_.fast_path != "off" ? 1 : 0, config_.fast_path_bucket_bytes});
+      config_.joined_ranks_gather_nothing ? 1 : 0, fast_path_wanted(config_) ? 1 : 0, config_.fast_path_bucket_bytes});
   MPI_Request request = MPI_REQUEST_NULL;
   Status agreed =
       mpi_status(MPI_Ibcast(choices->data(), 3, MPI_INT64_T, 0, mpi.control(), &request), "MPI_Ibcast");

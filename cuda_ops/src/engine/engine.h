@@ -52,6 +52,8 @@ struct ProcessSetInfo {
 // The ring/MPI-path settings of collectives, from the engine configuration; shared-memory
 // barriers poll only while `spin_gate` is positive (HandleTable::waiting_callers()).
 CollectiveConfig collective_config(const EngineConfig& c, const std::atomic<int>* spin_gate);
+// Whether RELAX_FAST_PATH asks for the fast path with these settings (after the topology defaults).
+bool fast_path_wanted(const EngineConfig& c);
 
 class Engine {
  public:
