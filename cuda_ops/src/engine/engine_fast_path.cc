@@ -78,9 +78,8 @@ void Engine::maybe_engage_fast_path(const ProcessSetState& global) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (set_info_.size() != 1) return;
   }
-  const SteadySchedule probe = fast.learner.schedule(0);
   int64_t bucket_bytes = config_.fast_path_bucket_bytes > 0 ? config_.fast_path_bucket_bytes
-                                                            : auto_bucket_bytes(probe.total_bytes());
+                                                            : auto_bucket_bytes(fast.learner.cycle_bytes());
   bucket_bytes = std::min(bucket_bytes, config_.fusion_threshold_bytes);
   fast.engage(fast.learner.schedule(bucket_bytes));
   fast_engagements_.fetch_add(1, std::memory_order_relaxed);

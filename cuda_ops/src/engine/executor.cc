@@ -43,6 +43,62 @@ bool lie_apart(const std::vector<ExecItem>& items, size_t esize) {
   return true;
 }
 
+// One tensor of a fused operation: this rank's request (null: it contributes the identity, as a
+// joined rank or a rank leaving the fast path does) and its element count.
+struct FusedPart {
+  LocalRequest* local;
+  int64_t elements;
+};
+
+// Lays the parts' inputs end to end from `p` (the identity of `op` where there is no request).
+uint8_t* pack_fused(uint8_t* p, const std::vector<FusedPart>& parts, size_t esize, int32_t dtype, int32_t op) {
+  for (const FusedPart& part : parts) {
+    if (!part.local) {
+      fill_identity(p, part.elements, dtype, op);
+    } else if (part.elements > 0) {
+      std::memcpy(p, part.local->input, static_cast<size_t>(part.elements) * esize);
+    }
+    p += part.elements * static_cast<int64_t>(esize);
+  }
+  return p;
+}
+
+// Copies each part's share of the buffer at `p` to its request's output.
+void unpack_fused(const uint8_t* p, const std::vector<FusedPart>& parts, size_t esize) {
+  for (const FusedPart& part : parts) {
+    if (part.local && part.elements > 0) std::memcpy(part.local->output, p, static_cast<size_t>(part.elements) * esize);
+    p += part.elements * static_cast<int64_t>(esize);
+  }
+}
+
+// A float32 or float64 element (the fast path's flag).
+void set_float_element(uint8_t* p, int32_t dtype, double value) {
+  if (dtype == RELAX_FLOAT64) {
+    std::memcpy(p, &value, sizeof value);
+  } else {
+    const float f = static_cast<float>(value);
+    std::memcpy(p, &f, sizeof f);
+  }
+}
+
+double float_element(const uint8_t* p, int32_t dtype) {
+  if (dtype == RELAX_FLOAT64) {
+    double value = 0;
+    std::memcpy(&value, p, sizeof value);
+    return value;
+  }
+  float f = 0;
+  std::memcpy(&f, p, sizeof f);
+  return f;
+}
+
+std::vector<FusedPart> parts_of(const std::vector<ExecItem>& items) {
+  std::vector<FusedPart> parts;
+  parts.reserve(items.size());
+  for (const ExecItem& item : items) parts.push_back({item.local, item.tensor->first().num_elements()});
+  return parts;
+}
+
 }  // namespace
 
 Executor::Executor(Collectives& collectives, HandleTable& handles, const EngineConfig& config, Timeline& timeline,
@@ -60,6 +116,12 @@ void Executor::trace(const std::vector<Item>& items, const char* phase, double s
   for (const Item& item : items) {
     timeline_.record(item.tensor->name, request_type_name(item.tensor->first().type), phase, start, end);
   }
+}
+
+void Executor::trace(const std::vector<const Descriptor*>& descs, const char* phase, double start) {
+  if (!timeline_.active()) return;
+  const double end = steady_seconds();
+  for (const Descriptor* d : descs) timeline_.record(d->name, request_type_name(d->type), phase, start, end);
 }
 
 void Executor::complete(Item& item, const Status& status, int64_t result, std::vector<int64_t> splits) {
@@ -142,62 +204,31 @@ Status Executor::run_fast_bucket(const std::vector<LocalRequest*>& members,
                                  const std::vector<const Descriptor*>& descs, bool leaving, bool& left) {
   const Descriptor& d = *descs.front();
   const size_t esize = dtype_size(d.dtype);
+  std::vector<FusedPart> parts;
+  parts.reserve(descs.size());
   int64_t total = 0;
-  for (const Descriptor* member : descs) total += member->num_elements();
+  for (size_t i = 0; i < descs.size(); ++i) {
+    parts.push_back({members[i], descs[i]->num_elements()});
+    total += parts.back().elements;
+  }
   const size_t bytes = static_cast<size_t>(total + 1) * esize;
   if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
   double phase_start = steady_seconds();
-  uint8_t* p = fusion_buffer_.data();
-  for (size_t i = 0; i < descs.size(); ++i) {
-    const int64_t n = descs[i]->num_elements();
-    if (members[i]) {
-      if (n > 0) std::memcpy(p, members[i]->input, static_cast<size_t>(n) * esize);
-    } else {
-      fill_identity(p, n, d.dtype, RELAX_OP_SUM);
-    }
-    p += n * static_cast<int64_t>(esize);
-  }
+  uint8_t* flag_at = pack_fused(fusion_buffer_.data(), parts, esize, d.dtype, RELAX_OP_SUM);
   // The flag: 1 or 0, exact in either type; the sum of flags times the postscale is 0 only when
   // no rank is leaving.
-  if (d.dtype == RELAX_FLOAT64) {
-    const double flag = leaving ? 1.0 : 0.0;
-    std::memcpy(p, &flag, sizeof flag);
-  } else {
-    const float flag = leaving ? 1.0f : 0.0f;
-    std::memcpy(p, &flag, sizeof flag);
-  }
-  std::vector<ExecItem> items;  // for the timeline
-  std::vector<ResponseTensor> traced(timeline_.active() ? descs.size() : 0);
-  for (size_t i = 0; i < traced.size(); ++i) {
-    traced[i].name = descs[i]->name;
-    traced[i].per_rank.push_back(*descs[i]);
-    items.push_back({&traced[i], members[i]});
-  }
-  trace(items, "MEMCPY_IN_FUSION_BUFFER", phase_start);
+  set_float_element(flag_at, d.dtype, leaving ? 1.0 : 0.0);
+  trace(descs, "MEMCPY_IN_FUSION_BUFFER", phase_start);
   phase_start = steady_seconds();
   Status status = collectives_.allreduce(fusion_buffer_.data(), fusion_buffer_.data(), total + 1, d.dtype,
                                          kinds::reduction_of(d.reduce_op), kinds::postscale_of(d, collectives_.size()));
-  trace(items, "FAST_ALLREDUCE", phase_start);
+  trace(descs, "FAST_ALLREDUCE", phase_start);
   if (!status.is_ok()) return status;
-  const uint8_t* flag_at = fusion_buffer_.data() + static_cast<size_t>(total) * esize;
-  double flags = 0;
-  if (d.dtype == RELAX_FLOAT64) {
-    std::memcpy(&flags, flag_at, sizeof flags);
-  } else {
-    float f = 0;
-    std::memcpy(&f, flag_at, sizeof f);
-    flags = f;
-  }
-  left = flags != 0 || leaving;
+  left = float_element(flag_at, d.dtype) != 0;
   if (left) return Status::ok();
   phase_start = steady_seconds();
-  const uint8_t* q = fusion_buffer_.data();
-  for (size_t i = 0; i < descs.size(); ++i) {
-    const int64_t n = descs[i]->num_elements();
-    if (n > 0) std::memcpy(members[i]->output, q, static_cast<size_t>(n) * esize);
-    q += n * static_cast<int64_t>(esize);
-  }
-  trace(items, "MEMCPY_OUT_FUSION_BUFFER", phase_start);
+  unpack_fused(fusion_buffer_.data(), parts, esize);
+  trace(descs, "MEMCPY_OUT_FUSION_BUFFER", phase_start);
   return Status::ok();
 }
 
@@ -259,16 +290,7 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
     return status;
   } else {
     if (fusion_buffer_.size() < static_cast<size_t>(total) * esize) fusion_buffer_.resize(static_cast<size_t>(total) * esize);
-    uint8_t* p = fusion_buffer_.data();
-    for (const Item& item : items) {
-      const int64_t n = item.tensor->first().num_elements();
-      if (item.local) {
-        if (n > 0) std::memcpy(p, item.local->input, static_cast<size_t>(n) * esize);
-      } else {
-        fill_identity(p, n, d.dtype, op);  // joined rank: contributes nothing
-      }
-      p += n * static_cast<int64_t>(esize);
-    }
+    pack_fused(fusion_buffer_.data(), parts_of(items), esize, d.dtype, op);  // (a joined rank contributes nothing)
     buf = fusion_buffer_.data();
     src = buf;
     trace(items, "MEMCPY_IN_FUSION_BUFFER", phase_start);
@@ -286,12 +308,7 @@ Status Executor::run_fused_allreduce(std::vector<Item>& items) {
   trace(items, "ALLREDUCE", phase_start);
   if (fused && status.is_ok()) {
     phase_start = steady_seconds();
-    const uint8_t* p = fusion_buffer_.data();
-    for (const Item& item : items) {
-      const int64_t n = item.tensor->first().num_elements();
-      if (item.local && n > 0) std::memcpy(item.local->output, p, static_cast<size_t>(n) * esize);
-      p += n * static_cast<int64_t>(esize);
-    }
+    unpack_fused(fusion_buffer_.data(), parts_of(items), esize);
     trace(items, "MEMCPY_OUT_FUSION_BUFFER", phase_start);
   }
   return status;

@@ -51,6 +51,7 @@ class Executor {
   void complete(Item& item, const Status& status, int64_t result = -1, std::vector<int64_t> splits = {});
   // Records phase [start, now) for every item in the timeline (no-op when it is off).
   void trace(const std::vector<Item>& items, const char* phase, double start);
+  void trace(const std::vector<const Descriptor*>& descs, const char* phase, double start);
 
   Collectives& collectives_;
   HandleTable& handles_;

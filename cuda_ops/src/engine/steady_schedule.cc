@@ -20,7 +20,6 @@ SteadySchedule::SteadySchedule(std::vector<ScheduleSlot> slots, int64_t bucket_b
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Descriptor& d = slots_[i].desc;
     const int64_t bytes = kinds::byte_size(d);
-    total_bytes_ += bytes;
     slot_by_name_[d.name] = i;
     const bool joins_previous = !buckets_.empty() && slots_[i - 1].round == slots_[i].round &&
                                 same_fusion_key(slots_[i - 1].desc, d) && bucket_used + bytes <= bucket_bytes;
@@ -42,25 +41,23 @@ int SteadySchedule::find(const Descriptor& d) const {
   return static_cast<int>(it->second);
 }
 
+bool fast_path_takes(const Descriptor& d) {
+  // The flag element's sum must survive the postscale: 0 stays 0, and any count of flags times a
+  // postscale of at least 1e-30 stays far from 0 in both types.
+  return d.type == RELAX_REQ_ALLREDUCE && d.group.empty() && (d.dtype == RELAX_FLOAT32 || d.dtype == RELAX_FLOAT64) &&
+         (d.reduce_op == RELAX_OP_SUM || d.reduce_op == RELAX_OP_AVERAGE) && d.prescale == 1.0 &&
+         std::isfinite(d.postscale) && std::fabs(d.postscale) >= 1e-30 && std::fabs(d.postscale) <= 1e30;
+}
+
 bool fast_path_eligible(const Response& response, int rank) {
-  if (response.kind != Response::Kind::Execute || response.type != RELAX_REQ_ALLREDUCE ||
-      response.tensors.size() != 1) {
-    return false;
-  }
+  if (response.kind != Response::Kind::Execute || response.tensors.size() != 1) return false;
   if (std::find(response.joined.begin(), response.joined.end(), true) != response.joined.end()) return false;
   const ResponseTensor& t = response.tensors.front();
-  if (rank < 0 || static_cast<size_t>(rank) >= t.per_rank.size() || !t.per_rank[static_cast<size_t>(rank)]) {
-    return false;
-  }
+  if (rank < 0 || static_cast<size_t>(rank) >= t.per_rank.size()) return false;
   for (const auto& d : t.per_rank) {
     if (!d) return false;
   }
-  const Descriptor& d = *t.per_rank[static_cast<size_t>(rank)];
-  // The flag element's sum must survive the postscale: 0 stays 0, and any count of flags times a
-  // postscale of at least 1e-30 stays far from 0 in both types.
-  return d.group.empty() && (d.dtype == RELAX_FLOAT32 || d.dtype == RELAX_FLOAT64) &&
-         (d.reduce_op == RELAX_OP_SUM || d.reduce_op == RELAX_OP_AVERAGE) && d.prescale == 1.0 &&
-         std::isfinite(d.postscale) && std::fabs(d.postscale) >= 1e-30 && std::fabs(d.postscale) <= 1e30;
+  return fast_path_takes(*t.per_rank[static_cast<size_t>(rank)]);
 }
 
 void ScheduleLearner::observe(const std::vector<Response>& responses) {
@@ -77,16 +74,11 @@ void ScheduleLearner::observe(const std::vector<Response>& responses) {
 
 void ScheduleLearner::observe_inline(const Descriptor& mine) {
   ++round_;
-  Response r;
-  r.type = mine.type;
-  r.tensors.emplace_back();
-  r.tensors.front().name = mine.name;
-  r.tensors.front().per_rank.assign(static_cast<size_t>(rank_) + 1, mine);  // the other ranks carried the same
-  if (!fast_path_eligible(r, rank_)) {
+  if (fast_path_takes(mine)) {
+    add(mine);
+  } else {
     forget();
-    return;
   }
-  add(mine);
 }
 
 void ScheduleLearner::add(const Descriptor& mine) {
@@ -122,6 +114,12 @@ void ScheduleLearner::add(const Descriptor& mine) {
 
 bool ScheduleLearner::ready() const {
   return !reference_.empty() && current_.empty() && repeats_ >= needed_;
+}
+
+int64_t ScheduleLearner::cycle_bytes() const {
+  int64_t bytes = 0;
+  for (const ScheduleSlot& slot : reference_) bytes += kinds::byte_size(slot.desc);
+  return bytes;
 }
 
 SteadySchedule ScheduleLearner::schedule(int64_t bucket_bytes) const {

@@ -49,14 +49,12 @@ class SteadySchedule {
   // The slot of a submission with this descriptor, or -1 when the cycle has no such tensor (a
   // new name, or a known name with another shape, type or reduction).
   int find(const Descriptor& d) const;
-  int64_t total_bytes() const { return total_bytes_; }
 
  private:
   std::vector<ScheduleSlot> slots_;
   std::vector<ScheduleBucket> buckets_;
   std::vector<size_t> bucket_of_slot_;
   std::unordered_map<std::string, size_t> slot_by_name_;
-  int64_t total_bytes_ = 0;
 };
 
 // Whether the fast path can run this response's tensor: an executed, ungrouped all-reduce of
@@ -64,6 +62,8 @@ class SteadySchedule {
 // joined rank. Its fused buffer then carries one more element, every rank's "I left the schedule"
 // flag, which the sum keeps exact (engine_fast_path.cc).
 bool fast_path_eligible(const Response& response, int rank);
+// The descriptor-level part of that: an ungrouped float all-reduce sum or average, no prescale.
+bool fast_path_takes(const Descriptor& d);
 
 class ScheduleLearner {
  public:
@@ -80,6 +80,8 @@ class ScheduleLearner {
   // row and the last round ended exactly at the end of one.
   bool ready() const;
   int cycles_needed() const { return needed_; }
+  // Bytes of one learned cycle (0 while none is learned).
+  int64_t cycle_bytes() const;
   // The learned cycle as a schedule (call when ready()).
   SteadySchedule schedule(int64_t bucket_bytes) const;
   // Forgets the cycles seen so far; after a fast path that some rank had to leave, the next
