@@ -21,6 +21,7 @@ preloaded); the others wait inside that collective.
 import os
 import signal
 import sys
+import time
 
 import torch
 
@@ -96,4 +97,9 @@ try:
 except relaxlib.RelaxError as exc:
     assert f"rank {frozen} did not answer" in str(exc), str(exc)
 print("FROZEN-ERROR-OK", flush=True)
+# The first rank to exit makes the launcher end the job, and it thaws the frozen rank (SIGCONT before
+# SIGTERM), whose engine then times out too and answers any silence report still listening: the
+# listener would hear every peer and name them all. Reports start within a timeout of each other,
+# so after one timeout every other rank's report has ended.
+time.sleep(float(os.environ.get("RELAX_OP_TIMEOUT", "3")))
 sys.exit(3)  # a failed job: mpirun must end it, the frozen rank included
