@@ -4,15 +4,11 @@ the failure as an MPI error, revoke, shrink and agree, and their all-reduce on t
 exact (cuda_ops/tests/mpi/ulfm_probe.cc). Skipped, saying why, where this build has no ULFM."""
 
 import re
-import shlex
-import subprocess
 
 import pytest
+from core_probes import build_core_probe
 
-from mpi_launch import REPO, run_ranks
-
-PROBE_SOURCE = REPO / "cuda_ops" / "tests" / "mpi" / "ulfm_probe.cc"
-CORE_OBJECTS = REPO / "build" / "core"
+from mpi_launch import run_ranks
 
 
 def ulfm_build() -> tuple[bool, str]:
@@ -26,26 +22,13 @@ def ulfm_build() -> tuple[bool, str]:
     return True, ""
 
 
-def mpi_flags(which: str) -> list[str]:
-    return shlex.split(subprocess.run(["mpicc", f"--showme:{which}"], capture_output=True, text=True,
-                                      check=True).stdout)
-
-
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    """The probe, compiled and linked with the core's objects as the C++ unit tests are."""
+    """cuda_ops/tests/mpi/ulfm_probe.cc, built with the core's objects."""
     available, why = ulfm_build()
     if not available:
         pytest.skip(f"fault tolerance unavailable: {why}")
-    objects = sorted(CORE_OBJECTS.glob("*.o"))
-    if not objects:
-        pytest.skip("build/core/*.o missing (make build)")
-    binary = tmp_path_factory.mktemp("ulfm") / "ulfm_probe"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'cuda_ops' / 'include'}",
-                    f"-I{REPO / 'cuda_ops' / 'src'}", "-DOMPI_SKIP_MPICXX=1", *mpi_flags("compile"),
-                    str(PROBE_SOURCE), *map(str, objects), *mpi_flags("link"), "-pthread", "-ldl", "-o", str(binary)],
-                   check=True, timeout=300)
-    return binary
+    return build_core_probe(tmp_path_factory, "ulfm_probe.cc")
 
 
 @pytest.mark.mpi

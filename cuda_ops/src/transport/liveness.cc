@@ -23,6 +23,9 @@ namespace {
 // can never make a rank look alive.
 constexpr int kPingTag = 32001;
 constexpr int kPongTag = 32002;
+// How much longer report_silence listens for the answer of a peer that asked it (and so is alive)
+// but whose answer has not come when the grace ends: the asker answers within moments.
+constexpr double kAskerAnswerSeconds = 1.0;
 
 // Per process, counted up by each report: answers are compared with it.
 std::atomic<int64_t> g_epoch{0};
@@ -90,10 +93,17 @@ struct PostedReceive {
     source = status.MPI_SOURCE;
     return true;
   }
-  void withdraw() {  // a cancelled receive completes locally (MPI 3.1, 3.8.4)
-    if (request == MPI_REQUEST_NULL) return;
+  // A cancelled receive completes locally (MPI 3.1, 3.8.4). True when the message came after all
+  // (the cancel lost the race with it): the value is then valid.
+  bool withdraw() {
+    if (request == MPI_REQUEST_NULL) return false;
     MPI_Cancel(&request);
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    MPI_Status status;
+    if (MPI_Wait(&request, &status) != MPI_SUCCESS) return false;
+    int cancelled = 1;
+    MPI_Test_cancelled(&status, &cancelled);
+    if (!cancelled) source = status.MPI_SOURCE;
+    return !cancelled;
   }
 };
 
@@ -114,12 +124,24 @@ std::vector<int> unanswered_peers(MPI_Comm comm, double grace_seconds) {
   }
   // Listen for the whole grace, even once every peer answered: a rank that times out a little
   // later asks then, and must hear this one answer (ranks stuck in the same wait time out within
-  // moments of each other).
+  // moments of each other). A peer that asks near the grace's end answers this rank's question
+  // right after its own (it first drains the questions waiting for it), so for a peer that asked
+  // but has not answered yet, listening goes on for a moment longer: a frozen rank cannot ask.
+  std::vector<char> asked(static_cast<size_t>(size), 0);
+  const auto awaiting_an_asker = [&] {
+    for (int r = 0; r < size; ++r) {
+      if (asked[static_cast<size_t>(r)] && !answered[static_cast<size_t>(r)]) return true;
+    }
+    return false;
+  };
   const double until = steady_seconds() + grace_seconds;
-  while (steady_seconds() < until) {
+  const double asker_until = until + kAskerAnswerSeconds;
+  for (double now = steady_seconds(); now < until || (now < asker_until && awaiting_an_asker());
+       now = steady_seconds()) {
     bool quiet = true;
     while (question.test()) {  // answer every question, stale ones too (the asker ignores those)
       send_and_forget(*question.value, question.source, kPongTag, comm);
+      if (question.source >= 0 && question.source < size) asked[static_cast<size_t>(question.source)] = 1;
       question.post(MPI_ANY_SOURCE, kPingTag, comm);
       quiet = false;
     }
@@ -135,10 +157,11 @@ std::vector<int> unanswered_peers(MPI_Comm comm, double grace_seconds) {
     }
     if (quiet) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  question.withdraw();
+  if (question.withdraw()) send_and_forget(*question.value, question.source, kPongTag, comm);  // came at the end
   std::vector<int> silent;
   for (int r = 0; r < size; ++r) {
-    answers[static_cast<size_t>(r)].withdraw();
+    PostedReceive& answer = answers[static_cast<size_t>(r)];
+    if (answer.withdraw() && *answer.value == epoch) answered[static_cast<size_t>(r)] = 1;
     if (r != rank && !answered[static_cast<size_t>(r)]) silent.push_back(r);
   }
   return silent;

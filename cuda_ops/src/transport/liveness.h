@@ -41,7 +41,8 @@ inline double silence_grace_seconds(double timeout) { return timeout < 1 ? 1 : t
 // that did not answer are the silent ones (a live rank stuck in a wait on `comm` answers once it
 // times out too; a frozen or hung one cannot, nor can a live one stuck on another communicator,
 // which the message says); if every one answered, the wait itself failed and all peers are named.
-// Always takes the whole grace: later askers must hear this rank. Records the silence
+// Always takes the whole grace (and up to a second more for the answer of a peer that asked but
+// has not answered yet): later askers must hear this rank. Records the silence
 // (note_peer_silence, and the silent ranks' process ids: note_silent_pids) and returns the
 // message, for a RELAX_ERR_STALLED status.
 std::string report_silence(MPI_Comm comm, double timeout, const std::string& during);
