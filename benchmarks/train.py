@@ -80,7 +80,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-warmup-batches", type=int, default=3)
     parser.add_argument("--num-batches-per-iter", type=int, default=2)
     parser.add_argument("--num-iters", type=int, default=8)
-    parser.add_argument("--fusion-mb", type=float, default=1.0, help="DeAR bucket size")
+    parser.add_argument("--fusion-mb", type=float,
+                        help="DeAR bucket size in MiB (default: DeAR's own, chosen from the model)")
     parser.add_argument("--tune", action="store_true", help="DeAR: tune the bucket size")
     parser.add_argument("--codec", default="uint8", choices=["fp16", "uint8", "sign"], help="compressed: codec")
     parser.add_argument("--no-error-feedback", action="store_true", help="compressed: without error feedback")

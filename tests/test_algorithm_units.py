@@ -16,7 +16,7 @@ from relaxlib.algorithms import (
     PartialAllReduce,
 )
 from relaxlib.algorithms.base import CAPABILITIES, TrainingContext, missing_capabilities
-from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.bucketing import ParamSpec, auto_bucket_bytes, make_buckets
 from relaxlib.algorithms.host_math import HostMath
 from relaxlib.algorithms.step_scale import factor_shape
 from relaxlib.algorithms.tuning import BayesianSearch
@@ -53,11 +53,21 @@ def test_bayesian_search_finds_the_minimum_in_few_trials():
 
 
 def test_dear_rejects_bad_settings():
-    with pytest.raises(ValueError):
-        DeAR(fusion_mb=0)
+    for bad in (0, -1, math.nan):
+        with pytest.raises(ValueError, match="fusion_mb"):
+            DeAR(fusion_mb=bad)
     with pytest.raises(ValueError):
         DeAR(tune=True, tune_steps=1)
     assert DeAR(fusion_mb=4).needs_model
+    assert DeAR().fusion_mb is None  # chosen from the model at the first step
+
+
+def test_auto_bucket_size_is_a_sixteenth_of_the_model_across_nodes_and_ddps_on_one():
+    mib = 1 << 20
+    assert auto_bucket_bytes(27 * mib, spans_nodes=True) == 27 * mib // 16
+    assert auto_bucket_bytes(4 * mib, spans_nodes=True) == mib  # never under 1 MiB
+    assert auto_bucket_bytes(1 << 40, spans_nodes=True) == 25 * mib  # nor over DDP's 25 MiB
+    assert auto_bucket_bytes(27 * mib, spans_nodes=False) == 25 * mib
 
 
 def test_decentralized_topology_defaults_to_the_relaxrun_setting(monkeypatch):

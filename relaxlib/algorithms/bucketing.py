@@ -43,3 +43,22 @@ def make_buckets(params_in_order: Sequence[ParamSpec], bucket_bytes: int) -> lis
     if current:
         buckets.append(current)
     return buckets
+
+
+# auto_bucket_bytes' limits: the fast path's smallest bucket (engine/steady_schedule.h) and DDP's
+# bucket_cap_mb default.
+MIN_AUTO_BUCKET_BYTES = 1 << 20
+MAX_AUTO_BUCKET_BYTES = 25 << 20
+AUTO_BUCKETS_PER_MODEL = 16
+
+
+def auto_bucket_bytes(model_bytes: int, spans_nodes: bool) -> int:
+    """The bucket size of a split collective (DeAR) when the user gave none. Across nodes (the
+    TCP ring) a sixteenth of the model, between 1 and 25 MiB, the rule of the all-reduce's fast
+    path: enough buckets that communication overlaps backward and the next forward, each large
+    enough for its fixed cost. On one node (shared memory) the collectives' fixed cost is what
+    remains and their copies compete with compute for the same cores: 25 MiB, DDP's default.
+    docs/dear.md has the measurements behind both."""
+    if not spans_nodes:
+        return MAX_AUTO_BUCKET_BYTES
+    return max(MIN_AUTO_BUCKET_BYTES, min(MAX_AUTO_BUCKET_BYTES, model_bytes // AUTO_BUCKETS_PER_MODEL))

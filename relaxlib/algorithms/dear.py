@@ -32,16 +32,18 @@ import time
 from relaxlib import perfmodel
 from relaxlib.algorithms import modes
 from relaxlib.algorithms.base import Algorithm, TrainingContext, clip_to_max_grad_norm, wait_out
-from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.bucketing import ParamSpec, auto_bucket_bytes, make_buckets
 from relaxlib.algorithms.tuning import BayesianSearch
 
 MB = 1 << 20
 
 
 class DeAR(Algorithm):
-    """Decoupled all-reduce. ``fusion_mb``: bucket size; ``tune=True`` searches it (1..100 MB) by
-    Bayesian optimization of the measured iteration time over ``tune_trials`` trials of
-    ``tune_steps`` steps each, decided on rank 0."""
+    """Decoupled all-reduce. ``fusion_mb``: bucket size in MiB; None (the default) chooses it when
+    the first step has recorded the forward order: a sixteenth of the model (1 to 25 MiB) where
+    the ranks span nodes, 25 MiB on one node (``bucketing.auto_bucket_bytes``). ``tune=True``
+    searches it (1..100 MB) by Bayesian optimization of the measured iteration time over
+    ``tune_trials`` trials of ``tune_steps`` steps each, decided on rank 0."""
 
     name = "dear"
     needs_model = True
@@ -53,15 +55,17 @@ class DeAR(Algorithm):
         """Every step the same ops, except while tuning (timed trials re-bucket between steps)."""
         return not self.tune
 
-    def __init__(self, fusion_mb: float = 25, tune: bool = False, tune_trials: int = 10, tune_steps: int = 4) -> None:
-        if fusion_mb <= 0:
-            raise ValueError("fusion_mb must be positive")
+    def __init__(self, fusion_mb: float | None = None, tune: bool = False, tune_trials: int = 10,
+                 tune_steps: int = 4) -> None:
+        if fusion_mb is not None and not fusion_mb > 0:  # (NaN too)
+            raise ValueError(f"fusion_mb must be positive or None (chosen from the model), not {fusion_mb!r}")
         if tune and (tune_trials < 1 or tune_steps < 2):
             raise ValueError("tuning needs tune_trials >= 1 and tune_steps >= 2")
         self.fusion_mb = fusion_mb
         self.tune = tune
         self.tune_trials = tune_trials
         self.tune_steps = tune_steps
+        self.chosen_fusion_mb: float | None = None if tune else fusion_mb  # (None: not decided yet)
 
     # ---- hooks ----
 
@@ -112,7 +116,9 @@ class DeAR(Algorithm):
             return
         # All-gathers are queued now, in forward order: the engine runs them back to back while
         # forward proceeds, instead of waiting for each previous bucket's hook to start the next.
-        for bucket in self._pending:
+        # The bucket of parameters no module owns is updated before the next forward (below), so
+        # its all-gather goes first: queued last, the update waited for every other all-gather.
+        for bucket in self._allgather_order():
             self._start_allgather(ctx, bucket)
         if "forward_hooks" not in ctx.capabilities:
             self.flush(ctx)
@@ -142,6 +148,13 @@ class DeAR(Algorithm):
         return [list(b) for b in (getattr(self, "_buckets", None) or [])]
 
     # ---- internals ----
+
+    def _allgather_order(self) -> list[int]:
+        """The pending buckets in the order their all-gathers are queued: the leftover bucket (needed
+        before the next forward starts) first, then forward order."""
+        if self._leftover is None or self._leftover not in self._pending:
+            return list(self._pending)
+        return [self._leftover] + [b for b in self._pending if b != self._leftover]
 
     def _start_reduce_scatter(self, ctx: TrainingContext, bucket: int) -> None:
         self._reduce_scatters[bucket] = ctx.reduce_scatter_grads_async(self._buckets[bucket], name=f"dear.rs.{bucket}")
@@ -184,10 +197,13 @@ class DeAR(Algorithm):
             order = ctx.forward_order() or []
             seen = {index for index, _ in order}
             specs = [ParamSpec(i, refs[i].numel, refs[i].itemsize, refs[i].dtype, module) for i, module in order]
-            plan = make_buckets(specs, int(fusion_mb * MB))
+            bucket_bytes = (int(fusion_mb * MB) if fusion_mb is not None else
+                            auto_bucket_bytes(sum(p.numel * p.itemsize for p in refs.values()), _spans_nodes()))
             leftover = [p.index for p in ctx.parameters() if p.index not in seen]
-            plan = (plan, leftover)
-        buckets, leftover = ctx.comm.broadcast_object(plan, root=0)
+            plan = (make_buckets(specs, bucket_bytes), leftover, bucket_bytes / MB)
+        buckets, leftover, chosen_mb = ctx.comm.broadcast_object(plan, root=0)
+        if self._search is None:
+            self.chosen_fusion_mb = chosen_mb
         self._leftover = len(buckets) if leftover else None
         self._buckets = buckets + ([leftover] if leftover else [])
         self._bucket_of = {i: b for b, members in enumerate(self._buckets) for i in members}
@@ -226,6 +242,12 @@ class DeAR(Algorithm):
         else:
             self._trial_value = value
         return value
+
+
+def _spans_nodes() -> bool:
+    """Whether the world's ranks run on more than one node (RELAX_LOCAL_SIZE can pretend so)."""
+    from relaxlib import basics
+    return basics.local_size() < basics.size()
 
 
 modes.register(modes.Mode("dear", kind="exact", caveat="exact (same parameters as all-reduce)", build=DeAR,

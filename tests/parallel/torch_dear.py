@@ -109,6 +109,41 @@ def test_buckets_follow_recorded_forward_order_not_registration_order():
     assert order[-1] == ["free"]  # no module owns it: its own bucket, updated at step()
 
 
+def test_the_bucket_no_module_owns_is_gathered_first():
+    """step() updates the leftover bucket before returning (the next forward may read it first
+    thing): its all-gather is queued ahead of the others, so step() does not wait for them all."""
+    algorithm = DeAR(fusion_mb=1e-6)
+    model, free, opt = train("sgd", algorithm, steps=2)
+    queued = []
+    comm = opt._ctx.comm
+    real = comm.allgather_async
+
+    def recording(tensor, name=None, **kwargs):
+        queued.append(name)
+        return real(tensor, name=name, **kwargs)
+
+    comm.allgather_async = recording
+    x, y = batch(7)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x) + free, y).backward()
+    opt.step()
+    del comm.allgather_async
+    opt.flush()
+    leftover = len(algorithm.buckets) - 1
+    assert queued == [f"dear.ag.{leftover}"] + [f"dear.ag.{b}" for b in range(leftover)], queued
+
+
+def test_the_default_bucket_size_is_chosen_from_the_model_and_agreed():
+    from relaxlib.algorithms.bucketing import auto_bucket_bytes
+    algorithm = DeAR()
+    assert algorithm.chosen_fusion_mb is None  # not before the first step
+    model, free, _ = train("sgd", algorithm, steps=2)
+    model_bytes = 4 * (sum(p.numel() for p in model.parameters()) + free.numel())
+    expected = auto_bucket_bytes(model_bytes, hvd.local_size() < hvd.size()) / (1 << 20)
+    assert algorithm.chosen_fusion_mb == expected
+    assert hvd.allgather_object(algorithm.chosen_fusion_mb) == [expected] * SIZE
+
+
 def names_by_index(opt, model, free) -> dict:
     by_param = {p: n for n, p in model.named_parameters()}
     by_param[free] = "free"
