@@ -314,7 +314,8 @@ def worker_argv(args, result: str) -> list[str]:
                 "num_warmup_batches", "num_batches_per_iter", "num_iters", "fusion_mb", "threads", "codec",
                 "topology", "generator", "group_size", "sync_interval_ms", "step_scale", "psgd_rank", "density",
                 "sync_every", "fragments", "outer_codec"):
-        argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+        if getattr(args, key) is not None:  # (None: the option's own default, e.g. DeAR's bucket size)
+            argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.straggler:
         argv += ["--straggler", args.straggler]
     if args.tune:
