@@ -168,3 +168,28 @@ TEST(schedule_buckets_split_by_round_key_and_size) {
   // A zero bucket size (RELAX_FUSION_THRESHOLD=0): every tensor alone.
   CHECK_EQ(SteadySchedule(slots, 0).buckets().size(), 6u);
 }
+
+TEST(a_realigned_learner_starts_its_cycle_only_after_a_rest) {
+  // Learned from mid-step (after a leave): the cycle b, a, c ends where the next step's b and a are
+  // already pending, so the engine realigns it; the next cycle starts after a round that left
+  // nothing pending, at c, and its end is the step's.
+  ScheduleLearner learner(0);
+  learner.observe(round_of({kStep[1]}));
+  learner.observe(round_of({kStep[2]}));
+  for (int i = 0; i < 4; ++i) step(learner, kStep);
+  learner.observe(round_of({kStep[0]}));
+  CHECK(learner.ready());
+  learner.realign();
+  CHECK(!learner.ready());
+  learner.observe(round_of({kStep[1]}));  // pending still: not a cycle's start
+  learner.observe(round_of({kStep[2]}));
+  learner.note_rest();  // the step ended with nothing pending
+  for (int i = 0; i < 4; ++i) step(learner, kStep);
+  CHECK(learner.ready());
+  const SteadySchedule schedule = learner.schedule(1 << 20);
+  CHECK_EQ(schedule.size(), size_t{3});
+  if (schedule.size() == 3) {
+    CHECK_EQ(schedule.slot(0).desc.name, std::string("c"));  // the step's order, not b, a, c
+    CHECK_EQ(schedule.slot(2).desc.name, std::string("a"));
+  }
+}

@@ -68,12 +68,18 @@ std::vector<LocalRequest> FastPathState::release() {
 
 void Engine::maybe_engage_fast_path(const ProcessSetState& global) {
   FastPathState& fast = fast_;
-  if (!fast.enabled || fast.engaged || !fast.learner.ready()) return;
+  if (!fast.enabled || fast.engaged) return;
   const Coordinator& c = global.coordinator;
+  if (c.pending_count() == 0) fast.learner.note_rest();  // (every rank sees the same rounds and pending set)
+  if (!fast.learner.ready()) return;
   // Only from a state every member shares: nothing announced and unanswered, nobody joined,
   // finishing or shutting down, no other process set (the replicated registry: sets_ holds only
   // the sets this rank is a member of).
-  if (c.pending_count() != 0 || c.joined_count() != 0 || c.shutdown_requested() || c.any_finishing()) return;
+  if (c.pending_count() != 0) {  // a cycle learned from mid-step ends where the next step is pending
+    fast.learner.realign();
+    return;
+  }
+  if (c.joined_count() != 0 || c.shutdown_requested() || c.any_finishing()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (set_info_.size() != 1) return;

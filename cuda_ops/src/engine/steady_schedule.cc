@@ -82,6 +82,7 @@ void ScheduleLearner::observe_inline(const Descriptor& mine) {
 }
 
 void ScheduleLearner::add(const Descriptor& mine) {
+  if (await_rest_) return;  // realign(): the next cycle starts after a round that left nothing pending
   if (reference_.empty()) {  // learning the cycle: it ends where a tensor comes again
     if (current_index_.count(mine.name)) {
       reference_.swap(current_);
@@ -132,6 +133,11 @@ void ScheduleLearner::forget() {
   reference_index_.clear();
   current_.clear();
   current_index_.clear();
+}
+
+void ScheduleLearner::realign() {
+  forget();
+  await_rest_ = true;
 }
 
 void ScheduleLearner::restart(bool back_off) {

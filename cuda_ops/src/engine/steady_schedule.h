@@ -88,6 +88,13 @@ class ScheduleLearner {
   // attempt waits for twice as many cycles (up to kMaxCyclesNeeded), so a program whose steps
   // differ now and then does not pay for entering and leaving over and over.
   void restart(bool back_off);
+  // The learned cycle is complete but the engine cannot engage at its end because requests are
+  // already pending there: the cycle was learned from the middle of a step (after a leave, say),
+  // so its end never falls where the program rests. Forgets it and learns the next one only from
+  // a round after which nothing was pending (note_rest), so that its end is such a point.
+  void realign();
+  // The engine's coordinator had nothing pending after the last round: a cycle may start here.
+  void note_rest() { await_rest_ = false; }
 
   static constexpr int kCyclesNeeded = 3;
   static constexpr int kMaxCyclesNeeded = 96;
@@ -100,6 +107,7 @@ class ScheduleLearner {
   int needed_ = kCyclesNeeded;
   int64_t round_ = 0;
   int repeats_ = 0;                       // complete cycles equal to reference_, in a row
+  bool await_rest_ = false;               // realign(): no cycle starts before note_rest()
   std::vector<ScheduleSlot> reference_;   // the last complete cycle
   std::unordered_map<std::string, size_t> reference_index_;
   std::vector<ScheduleSlot> current_;     // the cycle in progress
