@@ -1,7 +1,9 @@
 """Shared pytest configuration: makes tests/ importable for the launch helpers."""
 
 import os
+import resource
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,27 @@ def pytest_configure(config):
     """Under run_pytest_on_ranks, each rank records its test results for the launching test to name."""
     if os.environ.get(RESULTS_DIR_VARIABLE):
         config.pluginmanager.register(RankResultsPlugin(os.environ[RESULTS_DIR_VARIABLE]), "relax-rank-results")
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of every child it has waited for (their ranks too)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """With $RELAX_TEST_CPU_LOG set, appends each test's wall and CPU seconds to that file: a test whose
+    CPU is far below twice its wall mostly waits (timeouts, frozen peers), where the suite's 2 cores idle."""
+    log = os.environ.get("RELAX_TEST_CPU_LOG")
+    if not log or "OMPI_COMM_WORLD_SIZE" in os.environ:  # the launching test counts its ranks' CPU
+        yield
+        return
+    wall, cpu = time.monotonic(), _cpu_seconds()
+    yield
+    wall, cpu = time.monotonic() - wall, _cpu_seconds() - cpu
+    with open(log, "a") as out:
+        out.write(f"{wall:7.1f} {cpu:7.1f} {item.nodeid}\n")
 
 
 def pytest_sessionfinish(session, exitstatus):
