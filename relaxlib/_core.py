@@ -13,7 +13,7 @@ from relaxlib.errors import InvalidArgumentError, error_for
 # load. Every other constant of relax.h (status codes, dtypes, reduce ops, request kinds) is read
 # from the core (relax_abi_constants) as an attribute of this module without the RELAX_ prefix,
 # e.g. ``_core.REQ_ALLREDUCE``, ``_core.FLOAT32``, ``_core.OP_SUM``, ``_core.PENDING``.
-ABI_VERSION = 24
+ABI_VERSION = 25
 LIBRARY_PATH = Path(__file__).with_name("lib") / "librelax_core.so"
 
 WAIT_SLICE_MS = 50  # waits return to Python this often, so Ctrl-C and signal-based timeouts work
@@ -271,6 +271,7 @@ _SIGNATURES = {
     "relax_start_timeline": ([ctypes.c_char_p, ctypes.c_int], ctypes.c_int),
     "relax_codec_count": ([], ctypes.c_int32),
     "relax_codec_info": ([ctypes.c_int32, ctypes.POINTER(CodecInfo)], ctypes.c_int),
+    "relax_auto_bucket_bytes": ([ctypes.c_int64, ctypes.c_int64], ctypes.c_int64),
     "relax_codec_encoded_bytes": ([ctypes.c_int32, ctypes.c_int64], ctypes.c_int64),
     # (codec, in, in_bytes, n, out, out_bytes): each buffer with its capacity in bytes
     "relax_codec_encode": ([ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,

@@ -68,6 +68,7 @@ def test_auto_bucket_size_is_a_sixteenth_of_the_model_across_nodes_and_ddps_on_o
     assert auto_bucket_bytes(4 * mib, spans_nodes=True) == mib  # never under 1 MiB
     assert auto_bucket_bytes(1 << 40, spans_nodes=True) == 25 * mib  # nor over DDP's 25 MiB
     assert auto_bucket_bytes(27 * mib, spans_nodes=False) == 25 * mib
+    assert auto_bucket_bytes(0, spans_nodes=True) == mib
 
 
 def test_decentralized_topology_defaults_to_the_relaxrun_setting(monkeypatch):

@@ -5,7 +5,9 @@
 #include <vector>
 
 #include "check.h"
+#include "engine/bucket_size.h"
 #include "engine/steady_schedule.h"
+#include "relax/relax.h"
 
 using relax::Descriptor;
 using relax::Response;
@@ -192,4 +194,17 @@ TEST(a_realigned_learner_starts_its_cycle_only_after_a_rest) {
     CHECK_EQ(schedule.slot(0).desc.name, std::string("c"));  // the step's order, not b, a, c
     CHECK_EQ(schedule.slot(2).desc.name, std::string("a"));
   }
+}
+
+// One rule for the fast path's buckets and DeAR's (through the C ABI): a sixteenth of the step,
+// at least 1 MiB, at most the cap, which wins where the two cross.
+TEST(auto_bucket_is_a_sixteenth_of_the_step_between_one_mib_and_the_cap) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  CHECK(relax::auto_bucket_bytes(32 * kMiB, 64 * kMiB) == 2 * kMiB);
+  CHECK(relax::auto_bucket_bytes(4 * kMiB, 64 * kMiB) == kMiB);
+  CHECK(relax::auto_bucket_bytes(int64_t{1} << 40, 25 * kMiB) == 25 * kMiB);
+  CHECK(relax::auto_bucket_bytes(32 * kMiB, kMiB / 2) == kMiB / 2);
+  CHECK(relax_auto_bucket_bytes(32 * kMiB, 25 * kMiB) == 2 * kMiB);
+  CHECK(relax_auto_bucket_bytes(-1, 25 * kMiB) == -1);
+  CHECK(relax_auto_bucket_bytes(32 * kMiB, -1) == -1);
 }

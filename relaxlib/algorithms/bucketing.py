@@ -1,4 +1,5 @@
-"""Grouping parameters into communication buckets (framework-neutral, pure functions)."""
+"""Grouping parameters into communication buckets (framework-neutral, pure functions; the automatic
+bucket size is the core's rule, shared with the all-reduce's fast path)."""
 
 from __future__ import annotations
 
@@ -45,20 +46,19 @@ def make_buckets(params_in_order: Sequence[ParamSpec], bucket_bytes: int) -> lis
     return buckets
 
 
-# auto_bucket_bytes' limits: the fast path's smallest bucket (engine/steady_schedule.h) and DDP's
-# bucket_cap_mb default.
-MIN_AUTO_BUCKET_BYTES = 1 << 20
+# The largest automatic bucket of a split collective: DDP's bucket_cap_mb default.
 MAX_AUTO_BUCKET_BYTES = 25 << 20
-AUTO_BUCKETS_PER_MODEL = 16
 
 
 def auto_bucket_bytes(model_bytes: int, spans_nodes: bool) -> int:
     """The bucket size of a split collective (DeAR) when the user gave none. Across nodes (the
-    TCP ring) a sixteenth of the model, between 1 and 25 MiB, the rule of the all-reduce's fast
-    path: enough buckets that communication overlaps backward and the next forward, each large
-    enough for its fixed cost. On one node (shared memory) the collectives' fixed cost is what
-    remains and their copies compete with compute for the same cores: 25 MiB, DDP's default.
-    docs/dear.md has the measurements behind both."""
+    TCP ring) the all-reduce's fast-path rule from the core (``relax_auto_bucket_bytes``): a
+    sixteenth of the model, at least 1 MiB, here at most 25 MiB: enough buckets that communication
+    overlaps backward and the next forward, each large enough for its fixed cost. On one node
+    (shared memory) the collectives' fixed cost is what remains and their copies compete with
+    compute for the same cores: 25 MiB, DDP's default. docs/dear.md has the measurements behind both."""
     if not spans_nodes:
         return MAX_AUTO_BUCKET_BYTES
-    return max(MIN_AUTO_BUCKET_BYTES, min(MAX_AUTO_BUCKET_BYTES, model_bytes // AUTO_BUCKETS_PER_MODEL))
+    from relaxlib import _core  # the core's rule, not a copy of it
+
+    return int(_core.lib().relax_auto_bucket_bytes(int(model_bytes), MAX_AUTO_BUCKET_BYTES))

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define RELAX_ABI_VERSION 24
+#define RELAX_ABI_VERSION 25
 
 #if defined(__GNUC__)
 #define RELAX_API __attribute__((visibility("default")))
@@ -437,6 +437,12 @@ RELAX_API void relax_release(relax_handle_t handle);
 RELAX_API int relax_process_set_size(int32_t process_set);
 RELAX_API int relax_process_set_rank(int32_t process_set);
 RELAX_API int relax_process_set_ranks(int32_t process_set, int32_t* out, int32_t capacity);
+
+/* ---- bucket size (no init needed) ---- */
+/* The bucket size when the user gave none, for the all-reduce's fast path and DeAR alike: a
+ * sixteenth of `step_bytes` (one step's tensors), at least 1 MiB and at most `cap_bytes` (which
+ * wins where they cross). -1 if either is negative. */
+RELAX_API int64_t relax_auto_bucket_bytes(int64_t step_bytes, int64_t cap_bytes);
 
 /* ---- codecs (no init needed) ---- */
 /* Number of registered codecs; relax_codec_info(i) for i in [0, count) describes each, by id. */

@@ -10,6 +10,7 @@
 #include "codecs/codec.h"
 #include "codecs/step_scale.h"
 #include "collectives/compressed.h"
+#include "engine/bucket_size.h"
 #include "engine/config.h"
 #include "engine/requests/kind_support.h"
 #include "relax/relax.h"
@@ -159,6 +160,10 @@ int relax_codec_info(int32_t index, relax_codec_info_t* out) {
   const relax::CodecInfo& c = codecs[static_cast<size_t>(index)];
   *out = relax_codec_info_t{c.id, c.name, c.wire_format, c.kind, c.caveat, c.consensus_step};
   return RELAX_OK;
+}
+
+int64_t relax_auto_bucket_bytes(int64_t step_bytes, int64_t cap_bytes) {
+  return step_bytes >= 0 && cap_bytes >= 0 ? relax::auto_bucket_bytes(step_bytes, cap_bytes) : -1;
 }
 
 int64_t relax_codec_encoded_bytes(int32_t codec, int64_t n) {

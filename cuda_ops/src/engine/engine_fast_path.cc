@@ -14,6 +14,7 @@
 // (mismatched shapes, a request some ranks never submit) on every rank, as it always has.
 #include <algorithm>
 
+#include "engine/bucket_size.h"
 #include "engine/engine.h"
 #include "util/logging.h"
 
@@ -25,12 +26,6 @@ namespace {
 // for a tensor that this very rank will submit only after that wait (its program synchronizes
 // between tensors the learned cycle ran in one round).
 constexpr double kFastPathPatienceSeconds = 1.0;
-
-// Auto bucket size: a sixteenth of the cycle, so the first bucket's transfer starts early in the
-// backward pass (docs/performance.md: on the transformer at 200 Mbit/s, 2 MiB buckets ran steps
-// faster than quarters of the cycle), and at least 1 MiB, where a ring's per-operation latency
-// stops mattering.
-int64_t auto_bucket_bytes(int64_t cycle_bytes) { return std::max<int64_t>(1 << 20, cycle_bytes / 16); }
 
 }  // namespace
 
@@ -84,9 +79,10 @@ void Engine::maybe_engage_fast_path(const ProcessSetState& global) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (set_info_.size() != 1) return;
   }
-  int64_t bucket_bytes = config_.fast_path_bucket_bytes > 0 ? config_.fast_path_bucket_bytes
-                                                            : auto_bucket_bytes(fast.learner.cycle_bytes());
-  bucket_bytes = std::min(bucket_bytes, config_.fusion_threshold_bytes);
+  const int64_t bucket_bytes =
+      config_.fast_path_bucket_bytes > 0
+          ? std::min(config_.fast_path_bucket_bytes, config_.fusion_threshold_bytes)
+          : auto_bucket_bytes(fast.learner.cycle_bytes(), config_.fusion_threshold_bytes);
   fast.engage(fast.learner.schedule(bucket_bytes));
   fast_engagements_.fetch_add(1, std::memory_order_relaxed);
   if (timeline_.active()) timeline_.instant("FAST_PATH_ON", steady_seconds());
