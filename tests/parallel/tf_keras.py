@@ -190,3 +190,17 @@ def test_advise_on_a_keras_model_ranks_modes():
     predictions = relaxlib_tf.advise(net, np.ones((8, 6), np.float32), show=False)
     assert [p.samples_per_s for p in predictions] == sorted((p.samples_per_s for p in predictions), reverse=True)
     assert {"allreduce", "dear", "async"} <= {p.mode for p in predictions}
+
+
+def test_keras_optimizer_records_eager_steps():
+    """step_stats() of the current Keras optimizer: one record per step after the first, each with
+    at least the all-reduce's bytes of the model's 36 floats."""
+    keras_model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(keras_model(np.ones((2, 8), np.float32)))
+        optimizer.apply_gradients(zip(tape.gradient(loss, keras_model.trainable_variables),
+                                      keras_model.trainable_variables))
+    records = relaxlib_tf.step_stats()
+    assert len(records) == 2 and all(r["bytes_sent"] >= 2 * (SIZE - 1) * 36 * 4 // SIZE for r in records)
