@@ -14,6 +14,7 @@ from relaxlib.algorithms.base import (
     wait_out,
 )
 from relaxlib.algorithms.bucketing import ParamSpec, make_buckets
+from relaxlib.algorithms.sgd_steps import LocalSGDSteps, is_sgd
 from relaxlib.algorithms.step_scale import FactoredScale
 from relaxlib.compression import CODECS
 from relaxlib.errors import InvalidArgumentError, RelaxError
@@ -35,14 +36,6 @@ def gradient_buckets(ctx: TrainingContext, fusion_mb: float) -> list[list[int]]:
 def _shape(param) -> tuple[int, ...]:
     """A parameter's shape, or a vector of its size where the binding does not know it."""
     return param.shape if math.prod(param.shape) == param.numel else (param.numel,)
-
-
-SGD_KEYS = frozenset({"lr", "momentum", "dampening", "nesterov"})
-
-
-def is_sgd(snapshot: list[dict]) -> bool:
-    """Whether every parameter group of an optimizer snapshot is plain (momentum) SGD's."""
-    return all(SGD_KEYS <= group.keys() for group in snapshot)
 
 
 class CompressedScatterReduce(Algorithm):
@@ -125,14 +118,7 @@ class CompressedScatterReduce(Algorithm):
         self._updates = self._compresses_updates_with(snapshot)
         # SGD's momentum buffers (compressing SGD steps), as context state from the start: a traced
         # step then reads and updates them in place every step
-        refs = ctx.parameters()
-        self._momentum: list[object | None] = [
-            ctx.math.zeros(numel) if self._updates and snapshot[refs[members[0]].group]["momentum"] else None
-            for members, numel in zip(self._buckets, self._numels)]
-        self._momentum_started = [False] * len(self._buckets)
-        # this step's momentum buffers, kept until every bucket's all-reduce succeeded: a step
-        # that fails (one rank's NaN) must not leave that rank's buffer non-finite for good
-        self._next_momentum: dict[int, object] = {}
+        self._sgd = LocalSGDSteps(ctx, self._buckets, self._numels, enabled=self._updates)
         if self.hierarchical:
             self._local, self._leaders, self._leader = ctx.comm.node_groups()
         holds_state = self.error_feedback and (not self.hierarchical or self._leaders is not None)
@@ -173,52 +159,26 @@ class CompressedScatterReduce(Algorithm):
         if self._ready[bucket] == len(self._buckets[bucket]):
             self._start(ctx, bucket)
 
-    def _local_step(self, ctx: TrainingContext, bucket: int, grad):
-        """This rank's SGD step ``lr * d`` for a bucket (torch.optim.SGD's rules, one group per bucket)."""
-        members = self._buckets[bucket]
-        hyper = ctx.snapshot()[ctx.parameters()[members[0]].group]
-        if hyper.get("maximize"):
-            grad = -grad
-        if ctx.max_grad_norm:
-            coefficient = ctx.max_grad_norm / (math.sqrt(ctx.math.sum_of_squares(grad)) + 1e-6)
-            if coefficient < 1.0:
-                grad = grad * coefficient
-        if hyper.get("weight_decay"):
-            grad = grad + hyper["weight_decay"] * ctx.flatten_params(members)
-        momentum = hyper["momentum"]
-        if momentum:
-            if self._momentum[bucket] is None:  # momentum set after setup
-                self._momentum[bucket] = ctx.math.zeros(self._numels[bucket])
-            # torch.optim.SGD starts the buffer at the first gradient, without dampening (from
-            # zeros: momentum * 0 + 1 * grad is grad exactly)
-            dampening = hyper["dampening"] if self._momentum_started[bucket] else 0.0
-            buffer = momentum * self._momentum[bucket] + (1 - dampening) * grad
-            self._next_momentum[bucket] = buffer  # kept by step() once the step succeeded
-            grad = grad + momentum * buffer if hyper["nesterov"] else buffer
-        return hyper["lr"] * grad
-
     def _start_in_place(self, ctx: TrainingContext, bucket: int):
         """The bucket's compressed all-reduce started from its gradients where they lie (no
         flattened copy, the learning rate applied inside the operation), when what is compressed
         is ``lr`` times the gradient or SGD's momentum buffer (without weight decay, Nesterov,
         ``maximize``, clipping or dampening in effect) or the gradient itself; else None. The same
-        bits as ``_local_step``'s tensor ops."""
+        bits as ``LocalSGDSteps.step``'s tensor ops."""
         members = self._buckets[bucket]
         name, memory = f"{self.name}.{bucket}", self._memories[bucket]
         if not self._updates:
             return ctx.compressed_allreduce_grads_async(members, name, self.codec, memory)
-        hyper = ctx.snapshot()[ctx.parameters()[members[0]].group]
+        hyper = self._sgd.hyper(ctx, bucket)
         if hyper.get("maximize") or ctx.max_grad_norm or hyper.get("weight_decay") or hyper["nesterov"]:
             return None
         momentum = hyper["momentum"]
         if not momentum:
             return ctx.compressed_allreduce_grads_async(members, name, self.codec, memory, prescale=hyper["lr"])
-        if hyper["dampening"] and self._momentum_started[bucket]:
+        if hyper["dampening"] and self._sgd.started[bucket]:
             return None
-        if self._momentum[bucket] is None:  # momentum set after setup
-            self._momentum[bucket] = ctx.math.zeros(self._numels[bucket])
-        buffer = ctx.add_grads(momentum * self._momentum[bucket], members)
-        self._next_momentum[bucket] = buffer  # kept by step() once the step succeeded
+        buffer = ctx.add_grads(momentum * self._sgd.buffer(ctx, bucket), members)
+        self._sgd.stage(bucket, buffer)  # kept by step() once the step succeeded
         return ctx.comm.compressed_allreduce_async(buffer, name, self.codec, memory, prescale=hyper["lr"])
 
     def _start(self, ctx: TrainingContext, bucket: int) -> None:
@@ -229,7 +189,7 @@ class CompressedScatterReduce(Algorithm):
                 return
         flat = ctx.flatten_grads(self._buckets[bucket])
         if self._updates:
-            flat = self._local_step(ctx, bucket, flat)
+            flat = self._sgd.step(ctx, bucket, flat)
         name = f"{self.name}.{bucket}"
         if self._scales is None:
             self._send(ctx, bucket, flat)
@@ -312,10 +272,7 @@ class CompressedScatterReduce(Algorithm):
         self._send_waiting(ctx)
         averaged = [self._finish(ctx, b) for b in range(len(self._buckets))]
         self._ready = [0] * len(self._buckets)
-        for bucket, buffer in self._next_momentum.items():
-            ctx.math.copy_(self._momentum[bucket], buffer)
-            self._momentum_started[bucket] = True
-        self._next_momentum.clear()
+        self._sgd.commit(ctx)
         if self._scales is not None:
             averaged = [update if bucket in self._unscaled else scale.unscale(ctx, update)
                         for bucket, (scale, update) in enumerate(zip(self._scales, averaged))]
@@ -336,27 +293,20 @@ class CompressedScatterReduce(Algorithm):
         self._inputs.clear()
         self._waiting.clear()
         self._unscaled.clear()
-        self._next_momentum.clear()
+        self._sgd.discard()
         self._ready = [0] * len(self._buckets)
 
 
     def state_dict(self) -> dict:
         return {"error_feedback": [m.state_dict() if m is not None else None for m in self._memories],
-                "momentum": [m * 1.0 if m is not None and started else None
-                             for m, started in zip(self._momentum, self._momentum_started)],
+                "momentum": self._sgd.state_dict(),
                 "step_scale": [s.state_dict(self._ctx) for s in self._scales] if self._scales is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         for memory, saved in zip(self._memories, state["error_feedback"]):
             if memory is not None and saved is not None:
                 memory.load_state_dict(saved)
-        for bucket, saved in enumerate(state.get("momentum", [])):
-            if saved is None:
-                continue
-            if self._momentum[bucket] is None:
-                self._momentum[bucket] = self._ctx.math.zeros(len(saved))
-            self._ctx.math.copy_(self._momentum[bucket], saved)
-            self._momentum_started[bucket] = True
+        self._sgd.load_state_dict(self._ctx, state.get("momentum", []))
         saved_scales = state.get("step_scale")
         if self._scales is not None and saved_scales is not None:
             for scale, saved in zip(self._scales, saved_scales):
