@@ -7,8 +7,9 @@ all-reduce, the momentum column then being Adam's beta1 and the learning rate a 
 column's). Model-averaging modes are measured after their final exact average (average_now).
 ``compressed-sign-gradient`` is the ablation of the default: 1-bit gradients with error feedback and
 SGD's momentum applied after the average (compress="gradient"), instead of compressing each rank's
-momentum step; ``compressed-sign-unscaled`` is the ablation of the per-element step scale the
-sign codec has by default (step_scale="none", relaxlib.algorithms.step_scale).
+momentum step; ``topk-1-gradient`` is the same ablation for Top-K 1 %. ``compressed-sign-unscaled``
+is the ablation of the per-element step scale the sign codec has by default (step_scale="none",
+relaxlib.algorithms.step_scale).
 
     python benchmarks/convergence_grid.py                      # the whole grid, 2 and 4 ranks
     python benchmarks/convergence_grid.py --np 4 --models mlp --modes allreduce,compressed-sign
@@ -53,7 +54,7 @@ MODES = ("allreduce", "dear", "compressed-fp16", "compressed-uint8", "compressed
          "compressed-sign-unscaled", "compressed-sign-gradient", "compressed-sign-floor-0.3",
          "adam", "onebit-adam", "decentralized-ring", "decentralized-random", "decentralized-ring-uint8",
          "partial-static", "partial-random", "partial-smart", "async",
-         "powersgd-1", "powersgd-2", "powersgd-4", "topk-1", "topk-10",
+         "powersgd-1", "powersgd-2", "powersgd-4", "topk-1", "topk-10", "topk-1-gradient",
          "local-2", "local-8", "local-32", "diloco-2", "diloco-8", "diloco-32")
 # Measured after a final exact average of the ranks' models; H = 2, 8, 32 steps between syncs.
 LOCAL_UPDATES = ("local-2", "local-8", "local-32", "diloco-2", "diloco-8", "diloco-32")
@@ -120,7 +121,9 @@ def build_algorithm(mode: str):
         return algorithms.Decentralized("ring", period=2**62)
     if mode.startswith("powersgd-"):  # compressing from step 10 (the cells are 200-450 steps long)
         return algorithms.PowerSGD(rank=int(mode.split("-")[1]), start_iter=10)
-    if mode.startswith("topk-"):
+    if mode.startswith("topk-") and mode.endswith("-gradient"):  # ablation: momentum after the sparse average
+        return algorithms.TopK(density=float(mode.split("-")[1]) / 100, compress="gradient")
+    if mode.startswith("topk-"):  # SGD's own steps sparsified (compress="auto" with SGD)
         return algorithms.TopK(density=float(mode.split("-")[1]) / 100)
     if mode.startswith("local-"):  # plain model averaging every H steps
         return algorithms.LocalSGD(sync_every=int(mode.split("-")[1]))

@@ -76,6 +76,8 @@ def test_other_bad_arguments_are_refused():
         TopK(fusion_mb=0)
     with pytest.raises(ValueError, match="error_feedback"):
         TopK(error_feedback="yes")
+    with pytest.raises(ValueError, match="compress must be 'auto', 'update' or 'gradient'"):
+        TopK(compress="momentum")
 
 
 NP3 = group("np3", 3)  # the same group (by value) as tests/test_torch_parallel.py's: no launch of its own

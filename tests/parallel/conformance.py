@@ -122,6 +122,8 @@ CASES = {
     "powersgd": (lambda: PowerSGD(rank=1, start_iter=2, min_compression_rate=1), "sgd", False),
     "powersgd-adam": (lambda: PowerSGD(rank=2, start_iter=0, min_compression_rate=1), "adam", False),
     "topk": (lambda: TopK(density=0.3), "sgd", False),  # 30 %: each parameter keeps a few elements
+    # SGD's gradients sparsified (its momentum after the average)
+    "topk-gradient": (lambda: TopK(density=0.3, compress="gradient"), "sgd", False),
     "topk-adam": (lambda: TopK(density=0.1), "adam", False),
     "local-sgd": (lambda: LocalSGD(sync_every=2), "sgd", False),
     "diloco-streaming": (lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5), "sgd", False),
