@@ -32,7 +32,9 @@ import train  # noqa: E402 - benchmarks/ on the path above
 RESULTS = Path(__file__).resolve().parent / "results"
 # Modes that train.mode_arguments does not name: streaming DiLoCo (H x fragments, outer codec).
 STREAMING = {"streaming-32x4-uint8": ["--algorithm", "diloco", "--sync-every", "32", "--fragments", "4",
-                                      "--outer-codec", "uint8"]}
+                                      "--outer-codec", "uint8"],
+             "streaming-32x4-topk1": ["--algorithm", "diloco", "--sync-every", "32", "--fragments", "4",
+                                      "--outer-codec", "topk", "--density", "0.01"]}
 KNOWN = ("allreduce", "ddp", "diloco-<H>", *STREAMING)
 
 

@@ -96,11 +96,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--psgd-rank", type=int, default=1,
                         help="powersgd / ddp-powersgd: rank of the approximation (both compress from step "
                              f"{PSGD_START_ITER + 1})")
-    parser.add_argument("--density", type=float, default=0.01, help="topk: fraction of the gradient sent")
+    parser.add_argument("--density", type=float, default=0.01,
+                        help="topk, and diloco with --outer-codec topk: fraction of the (outer) gradient sent")
     parser.add_argument("--sync-every", type=int, default=8, help="local / diloco: inner steps between syncs")
     parser.add_argument("--fragments", type=int, default=1,
                         help="diloco: fragments synchronized in turn (streaming DiLoCo when > 1)")
-    parser.add_argument("--outer-codec", default="none", choices=["none", "fp16", "uint8", "sign"],
+    parser.add_argument("--outer-codec", default="none", choices=["none", "fp16", "uint8", "sign", "topk"],
                         help="diloco: codec of the outer gradient (with error feedback)")
     parser.add_argument("--horovod", metavar="DIR", help="where Horovod is installed (pip install --target DIR; "
                         "tests/horovod_suites/README.md builds it), for --algorithm horovod")
@@ -174,7 +175,8 @@ class Comms:
             "topk": lambda: algorithms.TopK(density=args.density),
             "local": lambda: algorithms.LocalSGD(sync_every=args.sync_every),
             "diloco": lambda: algorithms.DiLoCo(sync_every=args.sync_every, fragments=args.fragments,
-                                                codec=None if args.outer_codec == "none" else args.outer_codec),
+                                                codec=None if args.outer_codec == "none" else args.outer_codec,
+                                                density=args.density if args.outer_codec == "topk" else None),
         }[args.algorithm]()
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),

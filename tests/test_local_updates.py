@@ -31,6 +31,10 @@ TF_NP3 = group("tf-np3", 3)
     ({"outer_momentum": -0.1}, r"outer_momentum must be a number in \[0, 1\)"),
     ({"nesterov": True}, "nesterov=True needs outer_momentum > 0"),
     ({"codec": "zip"}, "unknown codec 'zip'"),
+    ({"codec": "topk", "density": 0.0}, r"density must be a number in \(0, 1\]"),
+    ({"codec": "topk", "density": 1.5}, r"density must be a number in \(0, 1\]"),
+    ({"codec": "topk", "density": "0.1"}, r"density must be a number in \(0, 1\]"),
+    ({"codec": "uint8", "density": 0.1}, "density is the fraction codec='topk' keeps; codec is 'uint8'"),
     ({"outer_optimizer": OuterSGD(0.5), "outer_lr": 0.7}, "either outer_optimizer or outer_lr"),
 ])
 def test_bad_arguments_are_named(kwargs, message):

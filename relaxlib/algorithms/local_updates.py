@@ -23,7 +23,10 @@ traffic; ``delay`` (tau) lets a fragment's all-reduce run during the next tau in
 result is applied then: ``theta_fragment = mixing * theta_fragment + (1 - mixing) * anchor``
 (Streaming DiLoCo's rule; ``mixing=0`` takes the anchor and drops the tau local steps).
 ``codec`` sends the outer gradient through the core's compressed all-reduce (``"fp16"``,
-``"uint8"``, ``"sign"``, ...), with error feedback on it when ``error_feedback``.
+``"uint8"``, ``"sign"``, ...), with error feedback on it when ``error_feedback``; ``codec="topk"``
+sends the ``density`` fraction of it largest in magnitude as (index, value) pairs, all-gathered
+(the Top-K half of SparseLoCo's outer gradient, values in float32; ``relaxlib.algorithms.topk``
+has the selection and the bytes), with error feedback on host arrays.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from relaxlib import basics, perfmodel
 from relaxlib.algorithms import modes
@@ -42,8 +47,11 @@ from relaxlib.algorithms.base import (
     wait_out,
 )
 from relaxlib.algorithms.context import TensorMath
+from relaxlib.algorithms.topk import densify, keep_count, pack, segment_sizes, select
 from relaxlib.compression import CODECS
 from relaxlib.errors import InvalidArgumentError
+
+SPARSE = "topk"  # the outer codec that is not a core codec: Top-K pairs, all-gathered
 
 __all__ = ["DiLoCo", "LocalSGD", "OuterSGD", "fragment_schedule", "split_fragments"]
 
@@ -132,6 +140,7 @@ class _Pending:
     handle: Any
     due: int
     sent: Any  # what was sent (kept alive until waited for)
+    residual: Any = None  # codec="topk": this rank's residual once the outer step is applied
 
 
 class LocalSGD(Algorithm):
@@ -140,8 +149,10 @@ class LocalSGD(Algorithm):
     ``sync_every``: inner steps (H) between synchronisations. The outer optimizer is SGD with
     ``outer_lr``, ``outer_momentum`` and ``nesterov``, or ``outer_optimizer=OuterSGD(...)`` (not a
     framework optimizer: the outer step runs on the anchor of the wrapped optimizer's own
-    parameters). ``codec`` (None: exact) and ``error_feedback``: compress the outer gradient.
-    ``fragments``, ``delay``, ``mixing``: Streaming DiLoCo (module docstring).
+    parameters). ``codec`` (None: exact) and ``error_feedback``: compress the outer gradient;
+    ``codec="topk"`` keeps its ``density`` fraction largest in magnitude (host arrays: CPU
+    tensors in PyTorch, Keras's host steps). ``fragments``, ``delay``, ``mixing``: Streaming
+    DiLoCo (module docstring).
 
     Weights must be one dtype, float32 or float64 (float32 with a codec). The anchor is rank 0's
     weights at the first step, so every rank starts from the same point even if the model was
@@ -155,7 +166,8 @@ class LocalSGD(Algorithm):
 
     def __init__(self, sync_every: int = 8, outer_lr: float = 1.0, outer_momentum: float = 0.0,
                  nesterov: bool = False, outer_optimizer: OuterSGD | None = None, codec: str | None = None,
-                 error_feedback: bool = True, fragments: int = 1, delay: int = 0, mixing: float = 0.0) -> None:
+                 error_feedback: bool = True, fragments: int = 1, delay: int = 0, mixing: float = 0.0,
+                 density: float | None = None) -> None:
         _positive_int("sync_every", sync_every)
         _positive_int("fragments", fragments)
         if outer_optimizer is not None:
@@ -177,8 +189,14 @@ class LocalSGD(Algorithm):
             raise ValueError(f"delay must be an integer in [0, sync_every={sync_every}), got {delay!r}")
         if isinstance(mixing, bool) or not isinstance(mixing, (int, float)) or not 0 <= mixing < 1:
             raise ValueError(f"mixing must be a number in [0, 1), got {mixing!r}")
-        if codec is not None and codec not in CODECS:
-            raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)} or None")
+        if codec is not None and codec != SPARSE and codec not in CODECS:
+            raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)}, {SPARSE!r} or None")
+        if codec == SPARSE:
+            density = 0.01 if density is None else density
+            if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density <= 1:
+                raise ValueError(f"density must be a number in (0, 1], got {density!r}")
+        elif density is not None:
+            raise ValueError(f"density is the fraction codec={SPARSE!r} keeps; codec is {codec!r}")
         if not isinstance(error_feedback, bool):
             raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
         self.sync_every = sync_every
@@ -190,6 +208,7 @@ class LocalSGD(Algorithm):
         self.fragments = fragments
         self.delay = delay
         self.mixing = float(mixing)
+        self.density = None if density is None else float(density)
 
     @property
     def outer_optimizer(self) -> OuterSGD:
@@ -208,7 +227,9 @@ class LocalSGD(Algorithm):
 
     def requirements(self) -> frozenset[str]:
         needs = {"weights", "async_broadcast"}
-        if self.codec is not None:
+        if self.codec == SPARSE:
+            needs.add("allgather")
+        elif self.codec is not None:
             needs |= {"compressed_allreduce"} | ({"error_feedback"} if self.error_feedback else set())
         return super().requirements() | needs
 
@@ -230,8 +251,13 @@ class LocalSGD(Algorithm):
         self._outer = self.outer_optimizer
         self._anchors: list[Any] | None = None  # taken at the first step (after the user's broadcast)
         self._momenta: list[Any] = [None] * self.fragments
-        self._memories = [ctx.comm.error_feedback(sum(params[i].numel for i in group))
-                          if self.codec is not None and self.error_feedback else None for group in self._fragments]
+        self._numels = [sum(params[i].numel for i in group) for group in self._fragments]
+        core_codec = self.codec not in (None, SPARSE)
+        self._memories = [ctx.comm.error_feedback(numel) if core_codec and self.error_feedback else None
+                          for numel in self._numels]
+        # codec="topk": what each fragment's outer gradients did not send yet, on host
+        self._residuals = [np.zeros(numel, np.float32) if self.codec == SPARSE and self.error_feedback else None
+                           for numel in self._numels]
         self._pending: dict[int, _Pending] = {}
         self._inner_steps = 0  # completed local updates
         self._syncs = 0  # outer steps applied (all fragments)
@@ -289,22 +315,62 @@ class LocalSGD(Algorithm):
         """Starts the all-reduce of fragment ``f``'s outer gradient ``anchor - theta``."""
         delta = ctx.math.difference(self._anchors[f], ctx.flatten_params(self._fragments[f]))
         name = f"{self.name}.outer.{f}"
+        if self.codec == SPARSE:
+            self._send_sparse(ctx, f, due, delta, name)
+            return
         if self.codec is None:
             handle = ctx.comm.allreduce_async(delta, name)
         else:
             handle = ctx.comm.compressed_allreduce_async(delta, name, self.codec, self._memories[f])
         self._pending[f] = _Pending(handle, due, delta)
 
+    def _host(self, ctx: TrainingContext, tensor: Any, what: str) -> np.ndarray:
+        """``tensor``'s float32 values on host, or InvalidArgumentError (codec="topk" selects there)."""
+        view = ctx.math.host_view(tensor)
+        if view is None:
+            raise InvalidArgumentError(f"{self.name} with codec={SPARSE!r} selects on host and needs {what} in host "
+                                       "memory (CPU); GPU tensors are not supported")
+        return view
+
+    def _send_sparse(self, ctx: TrainingContext, f: int, due: int, delta: Any, name: str) -> None:
+        """Starts the all-gather of fragment ``f``'s Top-K pairs (error feedback added first; a
+        non-finite outer gradient sends NaN values, which every rank then finds in the average)."""
+        values = np.array(self._host(ctx, delta, "the weights"), dtype=np.float32)
+        residual = self._residuals[f]
+        if residual is not None:
+            values += residual
+        if np.all(np.isfinite(values)):
+            chosen, kept = select(values, self.density)
+            if residual is not None:
+                values[chosen] = 0.0  # kept back: sent with a later outer gradient
+        else:
+            chosen, kept = select(np.zeros_like(values), self.density)
+            kept = np.full(kept.shape, np.nan, np.float32)
+            values = residual
+        payload = ctx.math.from_host(pack(chosen, kept))
+        handle = ctx.comm.allgather_async(payload, name)
+        self._pending[f] = _Pending(handle, due, payload, residual=values if residual is not None else None)
+
+    def _received(self, ctx: TrainingContext, f: int, pending: _Pending) -> Any:
+        """Fragment ``f``'s averaged outer gradient, once its collective completed."""
+        result = ctx.comm.wait(pending.handle)
+        if self.codec != SPARSE:
+            return result
+        gathered = np.asarray(self._host(ctx, result, "the gathered pairs"), np.float32)
+        return ctx.math.from_host(densify(gathered, ctx.size, self._numels[f], self.density))
+
     def _apply(self, ctx: TrainingContext, f: int) -> None:
         """Waits for fragment ``f``'s averaged outer gradient, steps its anchor, sets its weights."""
         pending = self._pending.pop(f)
-        delta = ctx.comm.wait(pending.handle)
-        own = pending.sent
+        delta = self._received(ctx, f, pending)
+        own = pending.sent if self.codec != SPARSE else self._own_outer_gradient(ctx, f, pending)
         if delta is pending.sent:  # (a communicator that averaged in place: keep what we own apart)
             delta = ctx.math.clone(delta)
             own = ctx.math.difference(self._anchors[f], ctx.flatten_params(self._fragments[f]))
         if not math.isfinite(ctx.math.sum_of_squares(delta)):  # the same average, so every rank gets here
             self._raise_non_finite(ctx, f, own)
+        if pending.residual is not None:  # what this rank sent is applied: kept back is the rest
+            self._residuals[f] = pending.residual
         self._momenta[f] = self._outer.step(ctx.math, self._anchors[f], delta, self._momenta[f])
         members = self._fragments[f]
         if self.mixing == 0:
@@ -315,6 +381,13 @@ class LocalSGD(Algorithm):
             ctx.math.add_(local, self._anchors[f], 1.0 - self.mixing)
             ctx.set_params_from_flat(members, local)
         self._syncs += 1
+
+    def _own_outer_gradient(self, ctx: TrainingContext, f: int, pending: _Pending) -> Any:
+        """What this rank sent for fragment ``f`` (codec="topk": its values, NaN where the outer
+        gradient was not finite), as the non-finite check reads it."""
+        values = np.asarray(self._host(ctx, pending.sent, "the pairs"), np.float32)
+        return ctx.math.from_host(values[:sum(keep_count(size, self.density)
+                                               for size in segment_sizes(self._numels[f]))])
 
     def _raise_non_finite(self, ctx: TrainingContext, f: int, own: Any) -> None:
         """Raises on every rank, naming the ranks whose outer gradient of fragment ``f`` was not
@@ -354,7 +427,8 @@ class LocalSGD(Algorithm):
         return {"inner_steps": self.inner_steps, "syncs": self.syncs,
                 "anchor": None if self._anchors is None else [clone(a) for a in self._anchors],
                 "momentum": [None if m is None else clone(m) for m in self._momenta],
-                "error_feedback": [None if m is None else m.state_dict() for m in self._memories]}
+                "error_feedback": [None if m is None else m.state_dict() for m in self._memories],
+                "sparse_residuals": [None if r is None else r.copy() for r in self._residuals]}
 
     def load_state_dict(self, state: dict) -> None:
         """Restores what ``state_dict`` returned (the fragments must be the same). Before setup
@@ -381,6 +455,12 @@ class LocalSGD(Algorithm):
         for memory, residual in zip(self._memories, state["error_feedback"]):
             if memory is not None and residual is not None:
                 memory.load_state_dict(residual)
+        for f, residual in enumerate(state.get("sparse_residuals", [])):
+            if residual is not None and self._residuals[f] is not None:
+                if np.shape(residual) != self._residuals[f].shape:
+                    raise ValueError(f"{self.name}: the checkpoint's Top-K residual of fragment {f} has "
+                                     f"{np.shape(residual)} elements, the model's {self._residuals[f].shape}")
+                self._residuals[f] = np.array(residual, np.float32)
 
 
 def DiLoCo(sync_every: int = 500, outer_lr: float = 0.7, outer_momentum: float = 0.9, nesterov: bool = True,

@@ -11,6 +11,7 @@ from sklearn.datasets import load_digits
 
 import relaxlib_torch as hvd
 from relaxlib.algorithms.local_updates import DiLoCo, LocalSGD, fragment_schedule, split_fragments
+from relaxlib.algorithms.topk import select
 from relaxlib.errors import MismatchError, RelaxError
 
 hvd.init()
@@ -108,6 +109,7 @@ def test_diloco_learns_digits():
 RESUMABLE = {
     "diloco": lambda: DiLoCo(sync_every=4),
     "diloco-uint8": lambda: DiLoCo(sync_every=4, codec="uint8"),
+    "diloco-topk": lambda: DiLoCo(sync_every=4, codec="topk", density=0.1),
     "streaming": lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5),
 }
 
@@ -139,7 +141,8 @@ def distance_from_exact(codec: str, error_feedback: bool = True) -> float:
     algorithm = DiLoCo(sync_every=4, codec=codec, error_feedback=error_feedback)
     train(compressed, wrap(compressed, algorithm), range(40))
     assert same_everywhere(flat(compressed))
-    assert (algorithm.state_dict()["error_feedback"][0] is not None) == error_feedback
+    residuals = algorithm.state_dict()["sparse_residuals" if codec == "topk" else "error_feedback"]
+    assert (residuals[0] is not None) == error_feedback
     return ((flat(compressed) - flat(exact)).norm() / (flat(exact) - flat(make_model())).norm()).item()
 
 
@@ -150,8 +153,10 @@ def test_compressed_outer_gradients_with_error_feedback_stay_close_to_exact(code
     assert distance < bound, f"{codec} ended {distance:.4f} (relative to the distance travelled) from exact"
 
 
-def test_error_feedback_on_the_outer_gradient_matters_for_one_bit():
-    with_feedback, without = distance_from_exact("sign"), distance_from_exact("sign", error_feedback=False)
+@pytest.mark.parametrize("codec", ["sign", "topk"])
+def test_error_feedback_on_the_outer_gradient_matters(codec):
+    """1 bit, and Top-K at its default 1 %."""
+    with_feedback, without = distance_from_exact(codec), distance_from_exact(codec, error_feedback=False)
     assert with_feedback < without, (with_feedback, without)
 
 
@@ -184,7 +189,7 @@ def test_a_process_set_is_refused_on_each_of_its_ranks():
         hvd.remove_process_set(high)
 
 
-@pytest.mark.parametrize("codec", [None, "uint8"])
+@pytest.mark.parametrize("codec", [None, "uint8", "topk"])
 def test_a_non_finite_outer_gradient_is_named_on_every_rank(codec):
     """Rank 1's weights turn NaN between syncs: every rank's sync step fails naming rank 1, and no
     NaN reaches the anchor (the other ranks' weights and the checkpoint stay finite)."""
@@ -200,6 +205,7 @@ def test_a_non_finite_outer_gradient_is_named_on_every_rank(codec):
     assert "rank 1" in str(raised.value), str(raised.value)
     state = algorithm.state_dict()
     assert all(torch.isfinite(anchor).all() for anchor in state["anchor"])
+    assert all(r is None or np.isfinite(r).all() for r in state["sparse_residuals"])
     if RANK != 1:
         assert torch.isfinite(flat(model)).all()
 
@@ -215,9 +221,23 @@ def linear_gradients(step: int, rank: int) -> list[np.ndarray]:
     return [(rng.standard_normal(shape) * (1 + i)).astype(np.float32) for i, shape in enumerate(SHAPES)]
 
 
+def sparse_mean(deltas: np.ndarray, residuals: np.ndarray, density: float) -> np.ndarray:
+    """The mean over ranks (rows) of each one's Top-K of ``delta + residual``; each rank's residual
+    keeps what it did not send (in place)."""
+    mean = np.zeros(deltas.shape[1])
+    for rank, delta in enumerate(deltas):
+        values = delta + residuals[rank]
+        chosen = select(values.astype(np.float32), density)[0]
+        mean[chosen] += values[chosen] / len(deltas)
+        residuals[rank] = values
+        residuals[rank][chosen] = 0.0
+    return mean
+
+
 def simulate(algorithm: LocalSGD, start: list[np.ndarray], steps: int, lr: float, mu: float) -> np.ndarray:
     """Every rank's flat weights after ``steps``, in float64: inner momentum SGD per rank, then the
-    module docstring's outer step per fragment when it is due, applied ``delay`` steps later."""
+    module docstring's outer step per fragment when it is due, applied ``delay`` steps later
+    (codec="topk": each rank's outer gradient sparsified, with error feedback)."""
     sizes = [int(np.prod(shape)) for shape in SHAPES]
     bounds = np.cumsum([0, *sizes])
     fragments = [np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in group])
@@ -228,6 +248,7 @@ def simulate(algorithm: LocalSGD, start: list[np.ndarray], steps: int, lr: float
     anchor = theta[0].copy()
     outer = [None] * len(fragments)
     pending = {}
+    residuals = [np.zeros((SIZE, len(members))) for members in fragments]
     for step in range(1, steps + 1):
         grads = np.stack([np.concatenate([g.ravel() for g in linear_gradients(step - 1, r)]) for r in range(SIZE)])
         inner = mu * inner + grads
@@ -235,7 +256,10 @@ def simulate(algorithm: LocalSGD, start: list[np.ndarray], steps: int, lr: float
         due = [f for f, (_, when) in pending.items() if when <= step]
         sending = [f for f, phase in enumerate(phases) if step % algorithm.sync_every == phase]
         for f in sending:
-            pending[f] = ((anchor[fragments[f]] - theta[:, fragments[f]]).mean(0), step + algorithm.delay)
+            deltas = anchor[fragments[f]] - theta[:, fragments[f]]
+            mean = (sparse_mean(deltas, residuals[f], algorithm.density) if algorithm.codec == "topk"
+                    else deltas.mean(0))
+            pending[f] = (mean, step + algorithm.delay)
         for f in sorted(due) + (sending if algorithm.delay == 0 else []):
             delta, _ = pending.pop(f)
             m = algorithm.outer_momentum
@@ -255,6 +279,8 @@ SIMULATED = {
     "diloco": lambda: DiLoCo(sync_every=3),
     "streaming": lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5),
     "streaming-4": lambda: DiLoCo(sync_every=4, fragments=4, delay=2),
+    "diloco-topk": lambda: DiLoCo(sync_every=3, codec="topk", density=0.3),
+    "streaming-topk": lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5, codec="topk", density=0.2),
 }
 
 

@@ -62,6 +62,7 @@ CASES = {
     "local-sgd": lambda: LocalSGD(sync_every=2),
     "diloco": lambda: DiLoCo(sync_every=3),
     "diloco-streaming": lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5),
+    "diloco-streaming-topk": lambda: DiLoCo(sync_every=4, fragments=2, delay=1, mixing=0.5, codec="topk", density=0.2),
 }
 
 
