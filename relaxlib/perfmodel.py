@@ -307,21 +307,30 @@ def predict_topk(w: Workload, density: float, **_: object) -> Prediction:
 
 
 def predict_local_updates(w: Workload, sync_every: int, fragments: int = 1, delay: int = 0,
-                          codec: str | None = None, **_: object) -> Prediction:
+                          codec: str | None = None, density: float | None = None, **_: object) -> Prediction:
     """Local updates (LocalSGD / DiLoCo): H inner steps without communication, then one all-reduce
     of the model (of one fragment of F every H/F steps); with ``delay`` it runs during the next
-    inner steps and only what outlasts them shows. Per step on average: compute + exposed / (H/F)."""
+    inner steps and only what outlasts them shows. Per step on average: compute + exposed / (H/F).
+    ``codec="topk"``: the fragment's Top-K pairs all-gathered instead (``predict_topk``'s terms)."""
     n, a, bw = w.ranks, w.alpha_s, w.bandwidth_bytes_per_s
-    ratio = compression.CODECS[codec].ratio if codec else 1.0
     fragment = w.model_bytes / fragments
-    sync = allreduce_time(n, ratio * fragment, a, bw) + (4 * fragment / w.codec_bytes_per_s[codec]
-                                                        if codec and w.codec_bytes_per_s.get(codec) else 0.0)
+    if codec == "topk":
+        density = 0.01 if density is None else density
+        pairs_bytes = 2 * density * fragment
+        sync = allgather_time(n, pairs_bytes, a, bw) + fragment / w.select_bytes_per_s \
+            + n * pairs_bytes / w.host_bytes_per_s
+        wire_bytes = (n - 1) * pairs_bytes
+    else:
+        ratio = compression.CODECS[codec].ratio if codec else 1.0
+        sync = allreduce_time(n, ratio * fragment, a, bw) + (4 * fragment / w.codec_bytes_per_s[codec]
+                                                            if codec and w.codec_bytes_per_s.get(codec) else 0.0)
+        wire_bytes = 2 * (n - 1) / n * ratio * fragment
     sync += 3 * fragment / w.host_bytes_per_s  # the outer step's passes over the fragment
     period = sync_every / fragments  # steps between two syncs
     compute = (w.forward_s + w.backward_s) * max(w.speeds())
     exposed_per_sync = max(0.0, sync - delay * compute)
     exposed = exposed_per_sync / period
-    sent = 2 * (n - 1) / n * ratio * fragment / period if n > 1 else 0.0
+    sent = wire_bytes / period if n > 1 else 0.0
     name = f"local-{sync_every}" if fragments == 1 else f"streaming-{sync_every}"
     return _lock_step(w, name, sync / period, exposed, sent,
                       "changes the optimization: ranks train apart for H steps (tune H and the outer step)")

@@ -149,3 +149,14 @@ def test_local_updates_pay_one_model_allreduce_every_h_steps():
     assert streamed.bytes_sent == pytest.approx(1.5 * w.model_bytes / 8)
     hidden = pm.predict_local_updates(w, sync_every=8, fragments=4, delay=1)
     assert hidden.exposed_comm_s < streamed.exposed_comm_s
+
+
+def test_local_updates_with_top_k_outer_gradients_gather_pairs_that_grow_with_the_ranks():
+    """codec="topk": (n - 1) · 2k floats gathered per sync; fewer bytes than the exact all-reduce
+    only while ranks × density < 1, as for TopK on gradients."""
+    for ranks in (2, 4, 16):
+        w = workload(ranks=ranks, host_bytes_per_s=1e18, select_bytes_per_s=1e18)
+        exact = pm.predict_local_updates(w, sync_every=8)
+        sparse = pm.predict_local_updates(w, sync_every=8, codec="topk", density=0.1)
+        assert sparse.bytes_sent == pytest.approx((ranks - 1) * 2 * 0.1 * w.model_bytes / 8)
+        assert (sparse.bytes_sent < exact.bytes_sent) == (ranks * 0.1 < 1)
