@@ -363,12 +363,12 @@ class LocalSGD(Algorithm):
         """Waits for fragment ``f``'s averaged outer gradient, steps its anchor, sets its weights."""
         pending = self._pending.pop(f)
         delta = self._received(ctx, f, pending)
-        own = pending.sent if self.codec != SPARSE else self._own_outer_gradient(ctx, f, pending)
+        own = pending.sent
         if delta is pending.sent:  # (a communicator that averaged in place: keep what we own apart)
             delta = ctx.math.clone(delta)
             own = ctx.math.difference(self._anchors[f], ctx.flatten_params(self._fragments[f]))
         if not math.isfinite(ctx.math.sum_of_squares(delta)):  # the same average, so every rank gets here
-            self._raise_non_finite(ctx, f, own)
+            self._raise_non_finite(ctx, f, own if self.codec != SPARSE else self._own_outer_gradient(ctx, f, pending))
         if pending.residual is not None:  # what this rank sent is applied: kept back is the rest
             self._residuals[f] = pending.residual
         self._momenta[f] = self._outer.step(ctx.math, self._anchors[f], delta, self._momenta[f])

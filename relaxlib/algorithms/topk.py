@@ -172,7 +172,6 @@ class TopK(Algorithm):
         snapshot = ctx.snapshot()
         self._handles = []
         residuals = []
-        density = self.density
         for b, bucket in enumerate(self._buckets):
             flat = ctx.flatten_grads(bucket)
             if self._updates:
@@ -182,25 +181,25 @@ class TopK(Algorithm):
             if residual is not None:
                 values += residual
             if np.all(np.isfinite(values)):
-                chosen, kept = select(values, density)
+                chosen, kept = select(values, self.density)
                 if residual is not None:
                     values[chosen] = 0.0  # what stays behind: the next step's residual
             else:  # every rank must learn it: this rank sends NaN values (its residual stays as it was)
-                chosen, kept = select(np.zeros_like(values), density)
+                chosen, kept = select(np.zeros_like(values), self.density)
                 kept = np.full(kept.shape, np.nan, np.float32)
                 values = residual
             residuals.append(values if residual is not None else None)
             self._handles.append(ctx.comm.allgather_async(ctx.math.from_host(pack(chosen, kept)), f"{self.name}.{b}"))
         handles, self._handles = self._handles, []
         gathered = [np.asarray(self._host(ctx, ctx.comm.wait(h), "the gathered pairs"), np.float32) for h in handles]
-        bad = sorted({rank for b, pairs in enumerate(gathered) for rank in self._nonfinite_ranks(pairs, b, density)})
+        bad = sorted({rank for b, pairs in enumerate(gathered) for rank in self._nonfinite_ranks(pairs, b)})
         if bad:
             self._sgd.discard()
             raise InvalidArgumentError(f"TopK: the gradients hold NaN or Inf on rank(s) {bad}; no parameter, no "
                                        "residual and no momentum was updated on any rank")
         self._residuals = residuals
         self._sgd.commit(ctx)
-        averaged = [ctx.math.from_host(densify(pairs, ctx.size, self._numel[b], density))
+        averaged = [ctx.math.from_host(densify(pairs, ctx.size, self._numel[b], self.density))
                     for b, pairs in enumerate(gathered)]
         if self._updates:  # averaged SGD steps, already scaled by the learning rate
             for bucket, update in zip(self._buckets, averaged):
@@ -210,9 +209,9 @@ class TopK(Algorithm):
         for bucket, dense in zip(self._buckets, averaged):
             ctx.apply_update(bucket, snapshot, flat_grads=dense)
 
-    def _nonfinite_ranks(self, gathered: np.ndarray, bucket: int, density: float) -> list[int]:
-        """The ranks whose gathered values of ``bucket`` (selected at ``density``) are not all finite."""
-        per_rank = sum(keep_count(size, density) for size in segment_sizes(self._numel[bucket]))
+    def _nonfinite_ranks(self, gathered: np.ndarray, bucket: int) -> list[int]:
+        """The ranks whose gathered values of ``bucket`` are not all finite."""
+        per_rank = sum(keep_count(size, self.density) for size in segment_sizes(self._numel[bucket]))
         values = gathered.reshape(-1, 2 * per_rank)[:, :per_rank]
         return [int(r) for r in np.flatnonzero(~np.all(np.isfinite(values), axis=1))]
 
