@@ -47,7 +47,7 @@ from relaxlib.algorithms.base import (
     wait_out,
 )
 from relaxlib.algorithms.context import TensorMath
-from relaxlib.algorithms.topk import densify, keep_count, pack, segment_sizes, select
+from relaxlib.algorithms.topk import densify, host_array, keep_count, segment_sizes, select_with_feedback
 from relaxlib.compression import CODECS
 from relaxlib.errors import InvalidArgumentError
 
@@ -325,31 +325,16 @@ class LocalSGD(Algorithm):
         self._pending[f] = _Pending(handle, due, delta)
 
     def _host(self, ctx: TrainingContext, tensor: Any, what: str) -> np.ndarray:
-        """``tensor``'s float32 values on host, or InvalidArgumentError (codec="topk" selects there)."""
-        view = ctx.math.host_view(tensor)
-        if view is None:
-            raise InvalidArgumentError(f"{self.name} with codec={SPARSE!r} selects on host and needs {what} in host "
-                                       "memory (CPU); GPU tensors are not supported")
-        return view
+        """``tensor``'s values on host, or InvalidArgumentError (codec="topk" selects there)."""
+        return host_array(ctx, tensor, f"{self.name} with codec={SPARSE!r}", what)
 
     def _send_sparse(self, ctx: TrainingContext, f: int, due: int, delta: Any, name: str) -> None:
         """Starts the all-gather of fragment ``f``'s Top-K pairs (error feedback added first; a
         non-finite outer gradient sends NaN values, which every rank then finds in the average)."""
         values = np.array(self._host(ctx, delta, "the weights"), dtype=np.float32)
-        residual = self._residuals[f]
-        if residual is not None:
-            values += residual
-        if np.all(np.isfinite(values)):
-            chosen, kept = select(values, self.density)
-            if residual is not None:
-                values[chosen] = 0.0  # kept back: sent with a later outer gradient
-        else:
-            chosen, kept = select(np.zeros_like(values), self.density)
-            kept = np.full(kept.shape, np.nan, np.float32)
-            values = residual
-        payload = ctx.math.from_host(pack(chosen, kept))
-        handle = ctx.comm.allgather_async(payload, name)
-        self._pending[f] = _Pending(handle, due, payload, residual=values if residual is not None else None)
+        packed, residual = select_with_feedback(values, self._residuals[f], self.density)
+        payload = ctx.math.from_host(packed)
+        self._pending[f] = _Pending(ctx.comm.allgather_async(payload, name), due, payload, residual=residual)
 
     def _received(self, ctx: TrainingContext, f: int, pending: _Pending) -> Any:
         """Fragment ``f``'s averaged outer gradient, once its collective completed."""

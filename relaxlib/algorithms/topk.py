@@ -107,6 +107,33 @@ def densify(gathered: np.ndarray, ranks: int, numel: int, density: float) -> np.
     return dense
 
 
+def host_array(ctx: TrainingContext, tensor: Any, who: str, what: str) -> np.ndarray:
+    """``tensor``'s values as a host array (a view where the framework allows), or
+    InvalidArgumentError saying that ``who`` selects on host and needs ``what`` there."""
+    view = ctx.math.host_view(tensor)
+    if view is None:
+        raise InvalidArgumentError(f"{who} selects on host and needs {what} as a float32 tensor in host memory "
+                                   "(CPU); GPU tensors are not supported")
+    return view
+
+
+def select_with_feedback(values: np.ndarray, residual: np.ndarray | None,
+                         density: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """One rank's ``pack`` payload for ``values`` (float32, changed in place) plus its error-feedback
+    ``residual`` (None: none kept), and the residual that leaves: the sum off the sent elements. A
+    non-finite sum sends NaN values, so that every rank learns of it, and leaves the residual as
+    it was."""
+    if residual is not None:
+        values += residual
+    if np.all(np.isfinite(values)):
+        chosen, kept = select(values, density)
+        if residual is not None:
+            values[chosen] = 0.0  # what stays behind: sent with a later step
+        return pack(chosen, kept), values if residual is not None else None
+    chosen, kept = select(np.zeros_like(values), density)
+    return pack(chosen, np.full(kept.shape, np.nan, np.float32)), residual
+
+
 class TopK(Algorithm):
     """Gradients averaged as Top-K sparse vectors: each rank all-gathers the ``density`` fraction
     of its (error-compensated) gradient largest in magnitude, every rank sums them, and the
@@ -161,13 +188,6 @@ class TopK(Algorithm):
         self._ctx = ctx
         self._sgd = LocalSGDSteps(ctx, self._buckets, self._numel, enabled=self._updates)
 
-    def _host(self, ctx: TrainingContext, flat: Any, what: str) -> np.ndarray:
-        view = ctx.math.host_view(flat)
-        if view is None:
-            raise InvalidArgumentError(f"TopK selects on host and needs {what} as a float32 tensor in host memory "
-                                       "(CPU); GPU tensors are not supported")
-        return view
-
     def step(self, ctx: TrainingContext) -> None:
         snapshot = ctx.snapshot()
         self._handles = []
@@ -176,22 +196,13 @@ class TopK(Algorithm):
             flat = ctx.flatten_grads(bucket)
             if self._updates:
                 flat = self._sgd.step(ctx, b, flat)
-            values = np.array(self._host(ctx, flat, "the gradients"), dtype=np.float32)
-            residual = self._residuals[b]
-            if residual is not None:
-                values += residual
-            if np.all(np.isfinite(values)):
-                chosen, kept = select(values, self.density)
-                if residual is not None:
-                    values[chosen] = 0.0  # what stays behind: the next step's residual
-            else:  # every rank must learn it: this rank sends NaN values (its residual stays as it was)
-                chosen, kept = select(np.zeros_like(values), self.density)
-                kept = np.full(kept.shape, np.nan, np.float32)
-                values = residual
-            residuals.append(values if residual is not None else None)
-            self._handles.append(ctx.comm.allgather_async(ctx.math.from_host(pack(chosen, kept)), f"{self.name}.{b}"))
+            values = np.array(host_array(ctx, flat, "TopK", "the gradients"), dtype=np.float32)
+            payload, residual = select_with_feedback(values, self._residuals[b], self.density)
+            residuals.append(residual)
+            self._handles.append(ctx.comm.allgather_async(ctx.math.from_host(payload), f"{self.name}.{b}"))
         handles, self._handles = self._handles, []
-        gathered = [np.asarray(self._host(ctx, ctx.comm.wait(h), "the gathered pairs"), np.float32) for h in handles]
+        gathered = [np.asarray(host_array(ctx, ctx.comm.wait(h), "TopK", "the gathered pairs"), np.float32)
+                    for h in handles]
         bad = sorted({rank for b, pairs in enumerate(gathered) for rank in self._nonfinite_ranks(pairs, b)})
         if bad:
             self._sgd.discard()
